@@ -1,0 +1,34 @@
+# Celeritas: two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup test lint demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
+	$(PY) -m pytest -q -n 2
+
+demo: setup
+	$(VENV)/bin/celeritas place examples/graphs/training_step_small.json \
+		--devices 4 --device-memory 600MiB --out build/demo/placement.json
+	$(VENV)/bin/celeritas compare-orders examples/graphs/training_step_small.json \
+		--devices 4 --device-memory 600MiB
+
+bench: setup
+	$(PY) bench/bench_engine.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

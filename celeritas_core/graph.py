@@ -1,0 +1,290 @@
+"""The dataflow graph: ops with costs and tensor edges, stored as arrays for 36k-node hot paths.
+
+A :class:`Graph` is immutable. Nodes are addressed by index ``0..n-1``; ``node_names`` maps
+index to the unique op name. Adjacency is kept in CSR form (``succ_ptr``/``succ_idx`` and
+``pred_ptr``/``pred_idx``), built once and cached. Units: time in µs, memory and tensor sizes in
+bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A DAG of ops: per-node time (µs) and memory (bytes), per-edge tensor size (bytes)."""
+
+    name: str
+    node_names: tuple[str, ...]
+    ops: tuple[str, ...]
+    time_us: np.ndarray
+    memory_bytes: np.ndarray
+    colocation: tuple[str | None, ...]
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    edge_src_output: np.ndarray
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        name: str,
+        node_names: Sequence[str],
+        time_us: Sequence[float] | np.ndarray,
+        memory_bytes: Sequence[float] | np.ndarray,
+        edge_src: Sequence[int] | np.ndarray,
+        edge_dst: Sequence[int] | np.ndarray,
+        edge_bytes: Sequence[float] | np.ndarray,
+        ops: Sequence[str] | None = None,
+        colocation: Sequence[str | None] | None = None,
+        edge_src_output: Sequence[int] | np.ndarray | None = None,
+        meta: Mapping[str, Any] | None = None,
+        check_acyclic: bool = True,
+    ) -> Graph:
+        """Build and validate a graph from index-based arrays (raises CeleritasInputError)."""
+        names = tuple(node_names)
+        n = len(names)
+        if n == 0:
+            raise CeleritasInputError("graph has no nodes")
+        if len(set(names)) != n:
+            seen: set[str] = set()
+            for node in names:
+                if node in seen:
+                    raise CeleritasInputError(f"duplicate node name {node!r}")
+                seen.add(node)
+        t = np.asarray(time_us, dtype=np.float64).reshape(-1)
+        m = np.asarray(memory_bytes, dtype=np.float64).reshape(-1)
+        src = np.asarray(edge_src, dtype=np.int64).reshape(-1)
+        dst = np.asarray(edge_dst, dtype=np.int64).reshape(-1)
+        nbytes = np.asarray(edge_bytes, dtype=np.float64).reshape(-1)
+        out = (
+            np.zeros(len(src), dtype=np.int64)
+            if edge_src_output is None
+            else np.asarray(edge_src_output, dtype=np.int64).reshape(-1)
+        )
+        if len(t) != n or len(m) != n:
+            raise CeleritasInputError("time_us and memory_bytes must have one value per node")
+        if not (len(src) == len(dst) == len(nbytes) == len(out)):
+            raise CeleritasInputError("edge arrays must have equal length")
+        _check_costs(t, names, "time_us")
+        _check_costs(m, names, "memory_bytes")
+        if len(src):
+            bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
+            if len(bad):
+                raise CeleritasInputError(f"edge {int(bad[0])} refers to an unknown node index")
+            loops = np.flatnonzero(src == dst)
+            if len(loops):
+                raise CeleritasInputError(
+                    f"edge {int(loops[0])}: self-loop on node {names[int(src[loops[0]])]!r}"
+                )
+            bad_bytes = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
+            if len(bad_bytes):
+                e = int(bad_bytes[0])
+                raise CeleritasInputError(
+                    f"edge {e} ({names[int(src[e])]!r} -> {names[int(dst[e])]!r}): "
+                    f"bytes must be finite and >= 0, got {nbytes[e]!r}"
+                )
+        op_names = tuple(ops) if ops is not None else tuple("" for _ in range(n))
+        groups = tuple(colocation) if colocation is not None else tuple(None for _ in range(n))
+        if len(op_names) != n or len(groups) != n:
+            raise CeleritasInputError("ops and colocation must have one value per node")
+        graph = cls(
+            name=name,
+            node_names=names,
+            ops=op_names,
+            time_us=t,
+            memory_bytes=m,
+            colocation=groups,
+            edge_src=src,
+            edge_dst=dst,
+            edge_bytes=nbytes,
+            edge_src_output=out,
+            meta=dict(meta or {}),
+        )
+        if check_acyclic:
+            graph.topological_order  # noqa: B018  (raises on a cycle)
+        return graph
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_nodes(self) -> int:
+        """Number of ops."""
+        return len(self.node_names)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of tensor edges."""
+        return len(self.edge_src)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Map from node name to node index."""
+        return {node: i for i, node in enumerate(self.node_names)}
+
+    # ------------------------------------------------------------------ adjacency (CSR)
+    @cached_property
+    def _succ_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _csr(self.edge_src, self.edge_dst, self.num_nodes)
+
+    @cached_property
+    def _pred_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return _csr(self.edge_dst, self.edge_src, self.num_nodes)
+
+    @property
+    def succ_ptr(self) -> np.ndarray:
+        """CSR row pointers of out-edges: node i's out-edges are ``succ_edge[ptr[i]:ptr[i+1]]``."""
+        return self._succ_csr[0]
+
+    @property
+    def succ_idx(self) -> np.ndarray:
+        """CSR successor node of each out-edge slot."""
+        return self._succ_csr[1]
+
+    @property
+    def succ_edge(self) -> np.ndarray:
+        """CSR edge id of each out-edge slot."""
+        return self._succ_csr[2]
+
+    @property
+    def pred_ptr(self) -> np.ndarray:
+        """CSR row pointers of in-edges."""
+        return self._pred_csr[0]
+
+    @property
+    def pred_idx(self) -> np.ndarray:
+        """CSR predecessor node of each in-edge slot."""
+        return self._pred_csr[1]
+
+    @property
+    def pred_edge(self) -> np.ndarray:
+        """CSR edge id of each in-edge slot."""
+        return self._pred_csr[2]
+
+    @cached_property
+    def in_degree(self) -> np.ndarray:
+        """Number of in-edges of each node."""
+        return np.diff(self.pred_ptr)
+
+    @cached_property
+    def out_degree(self) -> np.ndarray:
+        """Number of out-edges of each node."""
+        return np.diff(self.succ_ptr)
+
+    @cached_property
+    def topological_order(self) -> np.ndarray:
+        """A topological order (Kahn, smallest index first); raises naming nodes on a cycle."""
+        n = self.num_nodes
+        indeg = self.in_degree.tolist()
+        ptr = self.succ_ptr.tolist()
+        nbr = self.succ_idx.tolist()
+        stack = [i for i in range(n - 1, -1, -1) if indeg[i] == 0]
+        order: list[int] = []
+        while stack:
+            u = stack.pop()
+            order.append(u)
+            for k in range(ptr[u], ptr[u + 1]):
+                v = nbr[k]
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    stack.append(v)
+        if len(order) != n:
+            raise CeleritasInputError(f"graph has a cycle through {self._describe_cycle(order)}")
+        return np.asarray(order, dtype=np.int64)
+
+    @cached_property
+    def topological_rank(self) -> np.ndarray:
+        """Position of each node in :attr:`topological_order`."""
+        rank = np.empty(self.num_nodes, dtype=np.int64)
+        rank[self.topological_order] = np.arange(self.num_nodes)
+        return rank
+
+    def _describe_cycle(self, acyclic_part: list[int]) -> str:
+        import networkx as nx
+
+        done = np.zeros(self.num_nodes, dtype=bool)
+        done[acyclic_part] = True
+        rest = ~done[self.edge_src] & ~done[self.edge_dst]
+        g = nx.DiGraph()
+        g.add_edges_from(zip(self.edge_src[rest].tolist(), self.edge_dst[rest].tolist(), strict=True))
+        cycle = nx.find_cycle(g)
+        names = [self.node_names[u] for u, _ in cycle]
+        shown = names[:8]
+        more = f" (+{len(names) - 8} more)" if len(names) > 8 else ""
+        return " -> ".join(repr(x) for x in [*shown, names[0]]) + more
+
+    # ------------------------------------------------------------------ co-location
+    @cached_property
+    def colocation_ids(self) -> np.ndarray:
+        """Group id per node (``-1`` when the node has no co-location group)."""
+        ids: dict[str, int] = {}
+        out = np.full(self.num_nodes, -1, dtype=np.int64)
+        for i, group in enumerate(self.colocation):
+            if group is not None:
+                out[i] = ids.setdefault(group, len(ids))
+        return out
+
+    @cached_property
+    def colocation_names(self) -> tuple[str, ...]:
+        """Group names, indexed by the ids of :attr:`colocation_ids`."""
+        names: dict[str, None] = {}
+        for group in self.colocation:
+            if group is not None:
+                names.setdefault(group, None)
+        return tuple(names)
+
+    # ------------------------------------------------------------------ totals
+    @property
+    def total_time_us(self) -> float:
+        """Sum of all op times (µs)."""
+        return float(self.time_us.sum())
+
+    @property
+    def total_memory_bytes(self) -> float:
+        """Sum of all op memory (bytes)."""
+        return float(self.memory_bytes.sum())
+
+    def to_networkx(self) -> Any:
+        """Return a networkx MultiDiGraph with the same names, costs and edges (for inspection)."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph(name=self.name)
+        for i, node in enumerate(self.node_names):
+            g.add_node(
+                node,
+                op=self.ops[i],
+                time_us=float(self.time_us[i]),
+                memory_bytes=float(self.memory_bytes[i]),
+                colocation=self.colocation[i],
+            )
+        for s, d, b in zip(self.edge_src.tolist(), self.edge_dst.tolist(), self.edge_bytes.tolist(),
+                           strict=True):
+            g.add_edge(self.node_names[s], self.node_names[d], bytes=b)
+        return g
+
+
+def _check_costs(values: np.ndarray, names: tuple[str, ...], field_name: str) -> None:
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if len(bad):
+        i = int(bad[0])
+        raise CeleritasInputError(
+            f"node {names[i]!r}: {field_name} must be finite and >= 0, got {values[i]!r}"
+        )
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.argsort(rows, kind="stable")
+    counts = np.bincount(rows, minlength=n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, cols[order], order.astype(np.int64)

@@ -1,0 +1,23 @@
+"""Placers: every one is ``(graph, cluster, params) -> Placement`` through :func:`place`."""
+
+from celeritas_core.placers.base import (
+    PLACERS,
+    ParamSpec,
+    PlacerOutput,
+    PlacerSpec,
+    evaluate_placement,
+    get_placer,
+    place,
+    register_placer,
+)
+
+__all__ = [
+    "PLACERS",
+    "ParamSpec",
+    "PlacerOutput",
+    "PlacerSpec",
+    "evaluate_placement",
+    "get_placer",
+    "place",
+    "register_placer",
+]

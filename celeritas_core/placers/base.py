@@ -1,0 +1,189 @@
+"""The one placer interface: ``(graph, cluster, params) -> Placement``, a registry and evaluation.
+
+Every placer is a plain function ``fn(graph, cluster, params) -> PlacerOutput`` registered with
+its parameters (name, default, description), so the CLI, the comparison and the pipeline's form
+treat all placers alike. :func:`place` validates the parameters, times the placer, checks its
+output and fills the evaluation figures (simulated step time, memory, OOM, bounds).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.bounds import lower_bound_us, single_device_time_us
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import check_colocation_fits, colocation_respected
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.placement import Placement
+
+
+@dataclass
+class PlacerOutput:
+    """What a placer function returns: the device index of every node, plus optional details."""
+
+    assignment: np.ndarray
+    coarse_nodes: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One tunable parameter of a placer, with its default and allowed range."""
+
+    name: str
+    default: float | int
+    description: str
+    kind: type = float
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+
+    def coerce(self, value: Any, placer: str) -> float | int:
+        """Check ``value`` against type and range; raise CeleritasInputError naming the parameter."""
+        where = f"placer {placer!r}: parameter {self.name!r}"
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise CeleritasInputError(f"{where}: expected a number, got {value!r}")
+        try:
+            num = float(value)
+        except ValueError:
+            raise CeleritasInputError(f"{where}: expected a number, got {value!r}") from None
+        if not math.isfinite(num):
+            raise CeleritasInputError(f"{where}: must be finite, got {value!r}")
+        if self.kind is int:
+            if not num.is_integer():
+                raise CeleritasInputError(f"{where}: expected an integer, got {value!r}")
+            num = int(num)
+        if self.minimum is not None and (
+            num < self.minimum or (self.exclusive_minimum and num == self.minimum)
+        ):
+            op = ">" if self.exclusive_minimum else ">="
+            raise CeleritasInputError(f"{where}: must be {op} {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and num > self.maximum:
+            raise CeleritasInputError(f"{where}: must be <= {self.maximum:g}, got {value!r}")
+        return num
+
+
+PlacerFn = Callable[[Graph, Cluster, Mapping[str, Any]], PlacerOutput]
+
+
+@dataclass(frozen=True)
+class PlacerSpec:
+    """A registered placer: its name, function, one-line summary and parameters."""
+
+    name: str
+    func: PlacerFn
+    summary: str
+    params: tuple[ParamSpec, ...] = ()
+
+    def resolve_params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Defaults overlaid with ``params``; unknown names and bad values are input errors."""
+        given = dict(params or {})
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            allowed = ", ".join(known) or "none"
+            raise CeleritasInputError(
+                f"placer {self.name!r}: unknown parameter {unknown[0]!r} (allowed: {allowed})"
+            )
+        return {
+            name: spec.coerce(given[name], self.name) if name in given else spec.default
+            for name, spec in known.items()
+        }
+
+
+PLACERS: dict[str, PlacerSpec] = {}
+
+
+def register_placer(spec: PlacerSpec) -> PlacerSpec:
+    """Add ``spec`` to the registry under its name."""
+    PLACERS[spec.name] = spec
+    return spec
+
+
+def get_placer(name: str) -> PlacerSpec:
+    """Look up a placer by name, with a clear error listing the known ones."""
+    try:
+        return PLACERS[name]
+    except KeyError:
+        raise CeleritasInputError(
+            f"unknown placer {name!r} (known: {', '.join(sorted(PLACERS))})"
+        ) from None
+
+
+def place(
+    graph: Graph,
+    cluster: Cluster,
+    placer: str = "celeritas",
+    params: Mapping[str, Any] | None = None,
+    *,
+    evaluate: bool = True,
+) -> Placement:
+    """Run placer ``placer`` on ``graph`` over ``cluster`` and return an evaluated Placement.
+
+    ``placement_seconds`` counts the placer alone (wall clock), not the simulation that fills
+    ``predicted_step_time_us``.
+    """
+    spec = get_placer(placer)
+    resolved = spec.resolve_params(params)
+    check_colocation_fits(graph, cluster)
+    start = time.perf_counter()
+    out = spec.func(graph, cluster, resolved)
+    seconds = time.perf_counter() - start
+    assignment = np.asarray(out.assignment, dtype=np.int64)
+    if assignment.shape != (graph.num_nodes,) or (
+        len(assignment) and (assignment.min() < 0 or assignment.max() >= cluster.num_devices)
+    ):
+        raise RuntimeError(f"placer {placer!r} returned an invalid assignment")
+    if not colocation_respected(graph, assignment):
+        raise RuntimeError(f"placer {placer!r} split a co-location group")
+    placement = Placement(
+        placer=placer,
+        params=resolved,
+        devices=cluster.device_names,
+        node_names=graph.node_names,
+        assignment=assignment,
+        graph_name=graph.name,
+        placement_seconds=seconds,
+        coarse_nodes=out.coarse_nodes,
+        extra=dict(out.extra),
+    )
+    if evaluate:
+        evaluate_placement(graph, cluster, placement)
+    return placement
+
+
+def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
+    """Fill memory, OOM, simulated step time and the reference times of ``placement`` in place."""
+    from celeritas_core.simulator import simulate
+
+    if len(placement.assignment) != graph.num_nodes:
+        raise CeleritasInputError("placement does not match the graph (different node count)")
+    if placement.assignment.max() >= cluster.num_devices:
+        raise CeleritasInputError(
+            f"placement uses device {int(placement.assignment.max())} but the cluster has "
+            f"{cluster.num_devices} devices"
+        )
+    result = simulate(graph, cluster, placement.assignment)
+    used = device_memory(graph, cluster, placement.assignment)
+    placement.device_memory_bytes = used
+    placement.device_capacity_bytes = cluster.memory_bytes.copy()
+    placement.oom_devices = tuple(
+        cluster.device_names[d] for d in np.flatnonzero(used > cluster.memory_bytes)
+    )
+    placement.predicted_step_time_us = result.step_time_us
+    placement.single_device_time_us = single_device_time_us(graph, cluster)
+    placement.lower_bound_us = lower_bound_us(graph, cluster)
+    placement.devices = cluster.device_names
+    return placement
+
+
+def device_memory(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:
+    """Bytes of op memory held by each device under ``assignment``."""
+    return np.bincount(assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)

@@ -1,0 +1,57 @@
+"""Parsing of human-written sizes ("32GiB", "1.5e9", "512MB") into bytes."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from celeritas_core.errors import CeleritasInputError
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3, "kb": 10**3, "kib": 2**10,
+    "m": 10**6, "mb": 10**6, "mib": 2**20,
+    "g": 10**9, "gb": 10**9, "gib": 2**30,
+    "t": 10**12, "tb": 10**12, "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str | int | float, *, field: str = "size") -> int:
+    """Parse a size such as ``32GiB``, ``500MB`` or ``1e9`` into a whole number of bytes."""
+    if isinstance(text, bool):
+        raise CeleritasInputError(f"{field}: expected a size in bytes, got {text!r}")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise CeleritasInputError(
+                f"{field}: cannot read {text!r} as a size (examples: 32GiB, 500MB, 1e9)"
+            )
+        value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value) or value <= 0:
+        raise CeleritasInputError(f"{field}: size must be positive and finite, got {text!r}")
+    return int(value)
+
+
+def format_bytes(num: float) -> str:
+    """Format a byte count with a binary unit, e.g. ``1.50 GiB``."""
+    value = float(num)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_us(us: float) -> str:
+    """Format a duration given in microseconds with a readable unit."""
+    if not math.isfinite(us):
+        return str(us)
+    if us >= 1e6:
+        return f"{us / 1e6:.3f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3f} ms"
+    return f"{us:.1f} µs"
