@@ -1,2 +1,268 @@
-def main(argv=None) -> int:
-    raise SystemExit("not yet")
+"""The ``celeritas`` command line: place, simulate, inspect and generate graphs.
+
+Bad input prints one line ``celeritas: error: …`` naming the file and node/field, exits with
+status 2 and writes no output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.placement import Placement
+from celeritas_core.units import format_bytes, format_us, parse_size
+
+EXIT_INPUT_ERROR = 2
+
+
+# ---------------------------------------------------------------------------- argument groups
+def _add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    group = parser.add_argument_group(
+        "cluster", "either a celeritas-cluster/1 file, or --devices with --device-memory"
+    )
+    group.add_argument("--cluster", metavar="FILE", help="cluster JSON (celeritas-cluster/1)")
+    group.add_argument("--devices", type=int, metavar="N", help="number of identical devices")
+    group.add_argument("--device-memory", metavar="SIZE",
+                       help="memory per device, e.g. 32GiB, 500MB, 1e9 (bytes)")
+    group.add_argument("--comm-slope", type=float, default=DEFAULT_SLOPE_US_PER_BYTE,
+                       metavar="US_PER_BYTE",
+                       help="transfer time per byte k in t = k*bytes + b (default: %(default)g)")
+    group.add_argument("--comm-intercept", type=float, default=DEFAULT_INTERCEPT_US, metavar="US",
+                       help="fixed transfer latency b in µs (default: %(default)g)")
+
+
+def _cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None) -> Cluster:
+    from celeritas_core.formats import load_cluster
+
+    if args.cluster:
+        if args.devices is not None or args.device_memory is not None:
+            raise CeleritasInputError("give either --cluster FILE or --devices/--device-memory, not both")
+        return load_cluster(args.cluster)
+    if args.devices is None and args.device_memory is None:
+        if fallback is not None:
+            return fallback
+        raise CeleritasInputError("no cluster: give --cluster FILE or --devices N --device-memory SIZE")
+    if args.devices is None or args.device_memory is None:
+        raise CeleritasInputError("--devices and --device-memory must be given together")
+    if args.devices <= 0:
+        raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
+    memory = parse_size(args.device_memory, field="--device-memory")
+    for flag, value in (("--comm-slope", args.comm_slope), ("--comm-intercept", args.comm_intercept)):
+        if not np.isfinite(value) or value < 0:
+            raise CeleritasInputError(f"{flag}: must be a number >= 0, got {value!r}")
+    return Cluster.homogeneous(args.devices, memory, slope_us_per_byte=args.comm_slope,
+                               intercept_us=args.comm_intercept)
+
+
+# ---------------------------------------------------------------------------- reports
+def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
+    from celeritas_core.levels import ccr
+
+    lines = []
+    mem_set = sorted({format_bytes(m) for m in cluster.memory_bytes})
+    lines.append(f"graph       {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges, "
+                 f"CCR {ccr(graph, cluster):.2f}, {format_bytes(graph.total_memory_bytes)}")
+    lines.append(f"cluster     {cluster.num_devices} devices ({', '.join(mem_set)}), transfer "
+                 f"{cluster.slope_us_per_byte:g} µs/B + {cluster.intercept_us:g} µs")
+    params = " ".join(f"{k}={v}" for k, v in placement.params.items())
+    coarse = f", {placement.coarse_nodes:,} coarse nodes" if placement.coarse_nodes is not None else ""
+    lines.append(f"placer      {placement.placer} {params}{coarse}, "
+                 f"placed in {placement.placement_seconds:.3f} s")
+    lines.append("")
+    lines.append(f"step time (simulated)  {format_us(placement.predicted_step_time_us):>12}")
+    lines.append(f"single device          {format_us(placement.single_device_time_us):>12}   "
+                 f"speed-up {placement.speedup_vs_single:.2f}x")
+    lines.append(f"lower bound            {format_us(placement.lower_bound_us):>12}   "
+                 f"gap {placement.gap_to_lower_bound * 100:+.1f} %")
+    lines.append("")
+    busy = placement.extra.get("device_busy_us")
+    lines.append(f"{'device':<10} {'ops':>7} {'memory':>12} {'capacity':>12} {'used':>7} {'busy':>12}")
+    counts = np.bincount(placement.assignment, minlength=cluster.num_devices)
+    for d, name in enumerate(cluster.device_names):
+        used = placement.device_memory_bytes[d]
+        cap = cluster.memory_bytes[d]
+        flag = "  OOM" if name in placement.oom_devices else ""
+        busy_text = format_us(busy[d]) if busy is not None else "-"
+        lines.append(f"{name:<10} {counts[d]:>7,} {format_bytes(used):>12} {format_bytes(cap):>12} "
+                     f"{used / cap * 100:>6.1f}% {busy_text:>12}{flag}")
+    lines.append("")
+    if placement.oom:
+        lines.append(f"OOM: {', '.join(placement.oom_devices)} hold more memory than they have "
+                     "(best-effort placement)")
+    else:
+        lines.append("OOM: none")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- commands
+def _cmd_place(args: argparse.Namespace) -> int:
+    from celeritas_core.formats import load_graph, save_placement
+    from celeritas_core.placers import get_placer, place
+
+    spec = get_placer(args.placer)
+    graph = load_graph(args.graph)
+    cluster = _cluster_from_args(args)
+    params: dict[str, object] = {}
+    for p in spec.params:
+        value = getattr(args, p.name.replace("-", "_"), None)
+        if value is not None:
+            params[p.name] = value
+    placement = place(graph, cluster, args.placer, params)
+    out = Path(args.out) if args.out else Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
+    save_placement(placement, out)
+    print(_summary(graph, cluster, placement))
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from celeritas_core.formats import load_graph, load_placement, read_json
+    from celeritas_core.placers import evaluate_placement
+
+    graph = load_graph(args.graph)
+    fallback = None
+    if args.cluster is None and args.devices is None and args.device_memory is None:
+        doc = read_json(args.placement)
+        caps = doc.get("device_capacity_bytes") if isinstance(doc, dict) else None
+        devices = doc.get("devices") if isinstance(doc, dict) else None
+        if isinstance(caps, list) and isinstance(devices, list) and len(caps) == len(devices) and caps:
+            try:
+                fallback = Cluster.build(devices, caps)
+            except CeleritasInputError as exc:
+                raise exc.with_source(args.placement) from None
+    cluster = _cluster_from_args(args, fallback)
+    placement = load_placement(args.placement, graph, cluster)
+    evaluate_placement(graph, cluster, placement)
+    print(_summary(graph, cluster, placement))
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from celeritas_core.bounds import lower_bound_us
+    from celeritas_core.formats import load_graph
+    from celeritas_core.levels import ccr
+
+    graph = load_graph(args.graph)
+    cluster = _cluster_from_args(args, Cluster.homogeneous(1, 2**60))
+    zero_in = int(np.count_nonzero(graph.in_degree == 0))
+    groups = len(graph.colocation_names)
+    print(f"graph          {graph.name}")
+    print(f"ops            {graph.num_nodes:,} ({zero_in:,} with in-degree 0)")
+    print(f"edges          {graph.num_edges:,}")
+    print(f"colocation     {groups:,} groups")
+    print(f"total time     {format_us(graph.total_time_us)}")
+    print(f"total memory   {format_bytes(graph.total_memory_bytes)}")
+    print(f"CCR            {ccr(graph, cluster):.3f}")
+    print(f"lower bound    {format_us(lower_bound_us(graph, cluster))} on {cluster.num_devices} device(s)")
+    if graph.meta:
+        print(f"meta           {dict(graph.meta)}")
+    return 0
+
+
+def _cmd_placers(args: argparse.Namespace) -> int:
+    from celeritas_core.placers import PLACERS
+
+    for spec in PLACERS.values():
+        print(f"{spec.name:<14} {spec.summary}")
+        for p in spec.params:
+            print(f"{'':<14}   --{p.name.replace('_', '-')} (default {p.default}): {p.description}")
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from celeritas_core.formats import save_graph
+    from celeritas_core.synthetic import paper_shaped_graph
+
+    start = time.perf_counter()
+    graph = paper_shaped_graph(args.model, seed=args.seed)
+    save_graph(graph, args.out)
+    print(f"wrote {args.out}: {graph.name}, {graph.num_nodes:,} ops, {graph.num_edges:,} edges "
+          f"in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``celeritas`` command."""
+    from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
+
+    parser = argparse.ArgumentParser(
+        prog="celeritas",
+        description="Fast device placement for large dataflow graphs (Celeritas: CPD-TOPO fusion "
+                    "and Adjusting Placement). Formats: docs/formats.md.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("place", help="place a graph on a cluster and write the placement JSON",
+                       description="Place GRAPH (celeritas-graph/1) on a cluster, print a summary "
+                                   "(simulated step time, vs single device, vs lower bound, "
+                                   "per-device memory, OOM) and write a celeritas-placement/1 file.")
+    p.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    _add_cluster_args(p)
+    p.add_argument("--placer", default="celeritas",
+                   help="placer name (default: %(default)s; `celeritas placers` lists them)")
+    p.add_argument("--R", dest="R", type=int, default=None, metavar="N",
+                   help=f"exploration range of operation fusion (default {DEFAULT_R})")
+    p.add_argument("--memory-fraction", dest="memory_fraction", type=float, default=None, metavar="F",
+                   help="per-cluster memory cap as a fraction of device memory "
+                        f"(default {DEFAULT_MEMORY_FRACTION})")
+    p.add_argument("--out", metavar="FILE",
+                   help="where to write the placement (default: GRAPH_STEM.PLACER.placement.json)")
+    p.set_defaults(func=_cmd_place)
+
+    s = sub.add_parser("simulate", help="replay a placement in the simulator",
+                       description="Replay PLACEMENT of GRAPH in the event-driven simulator "
+                                   "(docs/simulator.md) and print the summary. Without cluster "
+                                   "options, the placement's own devices and capacities are used "
+                                   "with the default transfer model.")
+    s.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    s.add_argument("placement", metavar="PLACEMENT", help="placement JSON (celeritas-placement/1)")
+    _add_cluster_args(s)
+    s.set_defaults(func=_cmd_simulate)
+
+    i = sub.add_parser("info", help="print a graph's size, CCR, totals and lower bound",
+                       description="Print statistics of GRAPH; CCR uses the cluster's transfer model "
+                                   "(defaults when no cluster is given).")
+    i.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    _add_cluster_args(i)
+    i.set_defaults(func=_cmd_info)
+
+    pl = sub.add_parser("placers", help="list the placers and their parameters",
+                        description="List every registered placer with its parameters and defaults.")
+    pl.set_defaults(func=_cmd_placers)
+
+    g = sub.add_parser("generate", help="write a synthetic paper-shaped training graph",
+                       description="Write a seeded synthetic training-step graph shaped like one of "
+                                   "the paper's models (node count and CCR of its Table 2).")
+    g.add_argument("model", choices=["tensor_holography", "inception_v3", "nmt", "transformer"],
+                   help="which paper model to imitate")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
+    g.set_defaults(func=_cmd_generate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``celeritas`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CeleritasInputError as exc:
+        print(f"celeritas: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except KeyboardInterrupt:
+        print("celeritas: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -21,3 +21,6 @@ __all__ = [
     "place",
     "register_placer",
 ]
+
+# Importing the modules registers their placers.
+from celeritas_core.placers import celeritas as _celeritas  # noqa: F401

@@ -181,6 +181,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
     placement.single_device_time_us = single_device_time_us(graph, cluster)
     placement.lower_bound_us = lower_bound_us(graph, cluster)
     placement.devices = cluster.device_names
+    placement.extra["device_busy_us"] = [float(x) for x in result.device_busy_us]
     return placement
 
 

@@ -1,0 +1,53 @@
+"""Shared helpers for building small hand-made graphs in tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from celeritas_core.graph import Graph
+
+
+def make_graph(
+    edges: Sequence[tuple[str, str] | tuple[str, str, float]],
+    *,
+    times: dict[str, float] | None = None,
+    memory: dict[str, float] | None = None,
+    nodes: Sequence[str] | None = None,
+    colocation: dict[str, str] | None = None,
+    default_time: float = 1.0,
+    default_memory: float = 1.0,
+    default_bytes: float = 0.0,
+    name: str = "test",
+) -> Graph:
+    """Graph from (src, dst[, bytes]) name pairs; nodes appear in first-mention order."""
+    order: dict[str, None] = {}
+    for node in nodes or ():
+        order.setdefault(node, None)
+    for e in edges:
+        order.setdefault(e[0], None)
+        order.setdefault(e[1], None)
+    names = list(order)
+    index = {n: i for i, n in enumerate(names)}
+    times = times or {}
+    memory = memory or {}
+    colocation = colocation or {}
+    return Graph.from_arrays(
+        name=name,
+        node_names=names,
+        ops=["Op"] * len(names),
+        time_us=[times.get(n, default_time) for n in names],
+        memory_bytes=[memory.get(n, default_memory) for n in names],
+        colocation=[colocation.get(n) for n in names],
+        edge_src=[index[e[0]] for e in edges],
+        edge_dst=[index[e[1]] for e in edges],
+        edge_bytes=[e[2] if len(e) > 2 else default_bytes for e in edges],  # type: ignore[misc]
+    )
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A seeded random generator."""
+    return np.random.default_rng(1234)

@@ -1,0 +1,114 @@
+"""Order-Place and Adjusting Placement on hand-made graphs with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import colocation_respected
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.placers import PLACERS, get_placer, place
+from celeritas_core.placers.celeritas import _DeviceTimeline, adjusting_placement, order_place
+from tests.conftest import make_graph
+
+
+def _fork_join(branch_time: float):
+    return make_graph([("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")],
+                      times={"s": 1, "a": branch_time, "b": branch_time, "t": 1})
+
+
+def test_adjusting_moves_a_branch_when_the_gain_beats_back_cost():
+    g = _fork_join(100.0)
+    cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=5.0)
+    dev = adjusting_placement(g, cluster)
+    assert dev[g.index["s"]] == 0
+    assert dev[g.index["a"]] != dev[g.index["b"]]
+
+
+def test_adjusting_stays_when_transfers_cost_more_than_the_wait():
+    g = _fork_join(100.0)
+    cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=80.0)
+    dev = adjusting_placement(g, cluster)
+    assert dev.tolist() == [0, 0, 0, 0]
+
+
+def test_adjusting_moves_on_when_the_device_is_full():
+    g = make_graph([("a", "b"), ("b", "c")], memory={"a": 1, "b": 1, "c": 1})
+    cluster = Cluster.homogeneous(2, 2.0, slope_us_per_byte=0.0, intercept_us=1000.0)
+    assert adjusting_placement(g, cluster).tolist() == [0, 0, 1]
+
+
+def test_adjusting_best_effort_goes_to_most_free_memory_and_is_flagged():
+    g = make_graph([("a", "b"), ("b", "c")], memory={"a": 3, "b": 2, "c": 5})
+    cluster = Cluster.build(["x", "y"], [3.0, 4.0], slope_us_per_byte=0.0, intercept_us=1.0)
+    dev = adjusting_placement(g, cluster)
+    assert dev.tolist() == [0, 1, 1]  # c fits nowhere: y has 2 free bytes, x has 0
+    placement = place(g, cluster, "celeritas", {"R": 1})
+    assert placement.oom and placement.oom_devices == ("y",)
+
+
+def test_order_place_fills_devices_in_order_then_best_effort():
+    g = make_graph([("a", "b"), ("b", "c"), ("c", "d")], memory={"a": 2, "b": 2, "c": 2, "d": 2})
+    cluster = Cluster.homogeneous(2, 4.0)
+    assert order_place(g, cluster, g.topological_order).tolist() == [0, 0, 1, 1]
+    small = Cluster.build(["x", "y"], [2.0, 3.0])
+    assert order_place(g, small, g.topological_order).tolist() == [0, 1, 1, 0]
+
+
+def test_device_timeline_inserts_into_gaps():
+    tl = _DeviceTimeline()
+    tl.insert(0.0, 10.0)
+    tl.insert(20.0, 30.0)
+    assert tl.earliest_start(0.0, 5.0) == 10.0
+    assert tl.earliest_start(0.0, 10.0) == 10.0
+    assert tl.earliest_start(0.0, 11.0) == 30.0
+    assert tl.earliest_start(12.0, 8.0) == 12.0
+    assert tl.earliest_start(35.0, 100.0) == 35.0
+
+
+def test_every_placer_keeps_colocation_groups_together():
+    edges = [(f"x{i}", f"x{i + 1}", 1e6) for i in range(40)]
+    edges += [("v0", "x0"), ("v1", "x20"), ("x39", "u0"), ("x39", "u1"), ("v0", "u0"), ("v1", "u1")]
+    colocation = {"v0": "g0", "u0": "g0", "v1": "g1", "u1": "g1"}
+    g = make_graph(edges, colocation=colocation, memory={"v0": 5, "v1": 5})
+    cluster = Cluster.homogeneous(4, 15.0)
+    for name in PLACERS:
+        placement = place(g, cluster, name, {"R": 4})
+        assert colocation_respected(g, placement.assignment), name
+        assert placement.device_of("u0") == placement.device_of("v0")
+
+
+def test_colocation_group_too_big_for_any_device_is_an_input_error():
+    g = make_graph([("v", "u")], memory={"v": 10, "u": 10}, colocation={"v": "g", "u": "g"})
+    with pytest.raises(CeleritasInputError, match="co-location group 'g'"):
+        place(g, Cluster.homogeneous(2, 15.0), "celeritas")
+
+
+def test_unknown_placer_and_bad_params_are_input_errors():
+    g = make_graph([("a", "b")])
+    cluster = Cluster.homogeneous(2, 10.0)
+    with pytest.raises(CeleritasInputError, match="unknown placer 'nope'"):
+        place(g, cluster, "nope")
+    with pytest.raises(CeleritasInputError, match="unknown parameter 'X'"):
+        place(g, cluster, "celeritas", {"X": 1})
+    with pytest.raises(CeleritasInputError, match="'R': must be >= 1"):
+        place(g, cluster, "celeritas", {"R": 0})
+    with pytest.raises(CeleritasInputError, match="'memory_fraction': must be > 0"):
+        place(g, cluster, "celeritas", {"memory_fraction": 0})
+    assert get_placer("order-place").params[0].name == "R"
+
+
+def test_placement_reports_figures_consistently(rng):
+    edges = [(f"n{i}", f"n{j}", float(rng.integers(1, 10**6)))
+             for i in range(60) for j in range(i + 1, min(60, i + 6)) if rng.random() < 0.5]
+    g = make_graph(edges, times={f"n{i}": float(rng.integers(1, 100)) for i in range(60)})
+    cluster = Cluster.homogeneous(3, 30.0)
+    p = place(g, cluster, "celeritas", {"R": 10})
+    assert p.single_device_time_us == pytest.approx(g.total_time_us)
+    assert p.predicted_step_time_us >= p.lower_bound_us - 1e-9
+    assert np.bincount(p.assignment, minlength=3).sum() == g.num_nodes
+    assert p.device_memory_bytes.sum() == pytest.approx(g.total_memory_bytes)
+    doc = p.to_json()
+    assert set(doc["assignment"]) == set(g.node_names)
+    assert doc["coarse_nodes"] == p.coarse_nodes and doc["oom"] is False
