@@ -44,6 +44,11 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         ) from None
     except UnicodeDecodeError:
         raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=str(p)) from None
+    except RecursionError:
+        raise CeleritasInputError("not valid JSON (nested too deeply)", source=str(p)) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CeleritasInputError(f"not valid JSON ({reason})", source=str(p)) from None
     except OSError as exc:
         raise CeleritasInputError(f"cannot read: {exc.strerror}", source=str(p)) from None
 
@@ -54,6 +59,8 @@ def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | N
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        # mkstemp creates the file with mode 0600; give the output the mode a plain open() would.
+        os.chmod(tmp, 0o666 & ~_current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=indent, allow_nan=False)
             fh.write("\n")
@@ -64,9 +71,27 @@ def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | N
     return p
 
 
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 # ---------------------------------------------------------------------------- field checks
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _as_float(x: int | float) -> float:
+    """``float(x)``, with integers beyond the float range (valid JSON) read as infinity."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
+
+
+def _positive(x: Any) -> bool:
+    return _is_number(x) and math.isfinite(_as_float(x)) and x > 0
 
 
 def _check_format(doc: Any, expected: str) -> None:
@@ -82,7 +107,7 @@ def _check_format(doc: Any, expected: str) -> None:
 def _cost(value: Any, where: str, field_name: str) -> float:
     if not _is_number(value):
         raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {value!r}")
-    v = float(value)
+    v = _as_float(value)
     if not math.isfinite(v) or v < 0:
         raise CeleritasInputError(f"{where}: field '{field_name}' must be finite and >= 0, got {value!r}")
     return v
@@ -169,9 +194,9 @@ def graph_from_json(doc: Any) -> Graph:
             raise CeleritasInputError(f"edges[{k}] ({s!r} -> {d!r}): missing field 'bytes'")
         nbytes[k] = _cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
         so = edge.get("src_output", 0)
-        if not isinstance(so, int) or isinstance(so, bool) or so < 0:
+        if not isinstance(so, int) or isinstance(so, bool) or not 0 <= so < 2**63:
             raise CeleritasInputError(
-                f"edges[{k}] ({s!r} -> {d!r}): field 'src_output' must be an integer >= 0"
+                f"edges[{k}] ({s!r} -> {d!r}): field 'src_output' must be an integer >= 0, got {so!r}"
             )
         out[k] = so
     return Graph.from_arrays(
@@ -248,14 +273,18 @@ def cluster_from_json(doc: Any) -> Cluster:
         if not isinstance(dev_name, str) or not dev_name:
             raise CeleritasInputError(f"devices[{i}]: field 'name' must be a non-empty string")
         mem = dev.get("memory_bytes")
-        if not _is_number(mem) or not math.isfinite(mem) or mem <= 0:
+        if not _positive(mem):
             raise CeleritasInputError(
                 f"devices[{i}] ({dev_name!r}): field 'memory_bytes' must be a positive number, got {mem!r}"
             )
         spd = dev.get("speed", 1.0)
-        if not _is_number(spd) or not math.isfinite(spd) or spd <= 0:
+        if not _positive(spd):
             raise CeleritasInputError(
                 f"devices[{i}] ({dev_name!r}): field 'speed' must be a positive number, got {spd!r}"
+            )
+        if dev_name in names:
+            raise CeleritasInputError(
+                f"devices[{i}]: duplicate device name {dev_name!r} (devices[{names.index(dev_name)}])"
             )
         names.append(dev_name)
         memory.append(float(mem))
@@ -265,6 +294,11 @@ def cluster_from_json(doc: Any) -> Cluster:
         raise CeleritasInputError("field 'comm' must be an object")
     slope = comm.get("slope_us_per_byte", DEFAULT_SLOPE_US_PER_BYTE)
     intercept = comm.get("intercept_us", DEFAULT_INTERCEPT_US)
+    for field_name, value in (("slope_us_per_byte", slope), ("intercept_us", intercept)):
+        if not _is_number(value) or not math.isfinite(_as_float(value)) or value < 0:
+            raise CeleritasInputError(
+                f"comm: field '{field_name}' must be a finite number >= 0, got {value!r}"
+            )
     return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept)
 
 
@@ -273,7 +307,7 @@ def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
     return {
         "format": CLUSTER_FORMAT,
         "devices": [
-            {"name": n, "memory_bytes": int(m), "speed": float(s)}
+            {"name": n, "memory_bytes": int(m) if float(m).is_integer() else float(m), "speed": float(s)}
             for n, m, s in zip(cluster.device_names, cluster.memory_bytes, cluster.speed, strict=True)
         ],
         "comm": {"slope_us_per_byte": cluster.slope_us_per_byte, "intercept_us": cluster.intercept_us},
@@ -325,16 +359,28 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
             f"({len(missing)} nodes missing)"
         )
     placer = doc.get("placer", "unknown")
+    if not isinstance(placer, str):
+        raise CeleritasInputError(f"field 'placer' must be a string, got {placer!r}")
     params = doc.get("params", {})
+    if not isinstance(params, dict):
+        raise CeleritasInputError("field 'params' must be an object")
+    seconds = doc.get("placement_seconds")
+    if seconds is not None and (not _is_number(seconds) or not math.isfinite(_as_float(seconds))
+                                or seconds < 0):
+        raise CeleritasInputError(f"field 'placement_seconds' must be a number >= 0, got {seconds!r}")
+    coarse_nodes = doc.get("coarse_nodes")
+    if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
+                                     or coarse_nodes < 1):
+        raise CeleritasInputError(f"field 'coarse_nodes' must be an integer >= 1, got {coarse_nodes!r}")
     return Placement(
-        placer=str(placer),
-        params=dict(params) if isinstance(params, dict) else {},
+        placer=placer,
+        params=dict(params),
         devices=tuple(devices),
         node_names=graph.node_names,
         assignment=result,
         graph_name=graph.name,
-        placement_seconds=float(doc.get("placement_seconds") or 0.0),
-        coarse_nodes=doc.get("coarse_nodes"),
+        placement_seconds=float(seconds or 0.0),
+        coarse_nodes=coarse_nodes,
     )
 
 

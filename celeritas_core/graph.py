@@ -183,7 +183,12 @@ class Graph:
 
     @cached_property
     def topological_order(self) -> np.ndarray:
-        """A topological order (Kahn, smallest index first); raises naming nodes on a cycle."""
+        """A deterministic topological order; raises naming nodes on a cycle.
+
+        Kahn's algorithm with a LIFO stack of ready nodes: the sources are pushed so that the
+        smallest index is popped first, and each node's newly ready successors are popped before
+        older ready nodes (depth-first), so this is *not* the lexicographically smallest order.
+        """
         n = self.num_nodes
         indeg = self.in_degree.tolist()
         ptr = self.succ_ptr.tolist()

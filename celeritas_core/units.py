@@ -33,6 +33,8 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
         value = float(match.group(1)) * _UNITS[match.group(2).lower()]
     if not math.isfinite(value) or value <= 0:
         raise CeleritasInputError(f"{field}: size must be positive and finite, got {text!r}")
+    if value < 1:
+        raise CeleritasInputError(f"{field}: size must be at least 1 byte, got {text!r}")
     return int(value)
 
 
