@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -190,11 +191,18 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------- parser
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """Argument parser whose usage errors are one line (``celeritas place: error: …``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_INPUT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``celeritas`` command."""
     from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="celeritas",
         description="Fast device placement for large dataflow graphs (Celeritas: CPD-TOPO fusion "
                     "and Adjusting Placement). Formats: docs/formats.md.",
@@ -259,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CeleritasInputError as exc:
         print(f"celeritas: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except OSError as exc:
+        print(f"celeritas: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("celeritas: interrupted", file=sys.stderr)
         return 130

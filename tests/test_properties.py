@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,6 +93,14 @@ def test_placements_are_complete_colocated_and_above_the_lower_bound(graph, carg
         assert not p.oom
 
 
+NEVER_SLOWER_COUNTEREXAMPLE = (
+    "the paper's claim does not hold in our simulator: Adjusting Placement decides with per-edge EST "
+    "estimates that ignore send/receive channel contention, so a move that looks earlier by more than "
+    "back_cost can delay successors (docs/algorithms.md, 'Never slower than Order-Place?')"
+)
+
+
+@pytest.mark.xfail(strict=False, reason=NEVER_SLOWER_COUNTEREXAMPLE)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dags(), st.integers(2, 4), st.sampled_from([0.0, 1e-5, 1e-3]), st.sampled_from([0.0, 5.0, 50.0]),
        st.integers(1, 10))
@@ -101,4 +110,30 @@ def test_adjusting_placement_never_slower_than_order_place_with_unlimited_memory
     cluster = Cluster.homogeneous(devices, 1e18, slope_us_per_byte=slope, intercept_us=intercept)
     adjusting = place(graph, cluster, "celeritas", {"R": R})
     ordered = place(graph, cluster, "order-place", {"R": R})
+    assert adjusting.predicted_step_time_us <= ordered.predicted_step_time_us * (1 + 1e-9)
+
+
+def counterexample_graph() -> Graph:
+    """The smallest counterexample hypothesis found (2 devices, 0 µs/B + 50 µs per transfer, R=1)."""
+    return Graph.from_arrays(
+        name="never-slower-counterexample",
+        node_names=[f"op{i}" for i in range(9)],
+        time_us=[16.14017331, 9.62588314, 5.39826273, 31.75406293, 52.47087829, 44.77432488,
+                 27.52524999, 10.56324382, 2.20710426],
+        memory_bytes=[59.0, 79.0, 87.0, 7.0, 5.0, 67.0, 33.0, 57.0, 15.0],
+        colocation=[None, None, None, None, None, None, "group0", None, "group0"],
+        edge_src=[4, 4, 7, 7, 6, 6, 0, 2],
+        edge_dst=[0, 5, 2, 1, 0, 8, 5, 8],
+        edge_bytes=[860040.0, 450339.0, 894993.0, 796324.0, 705342.0, 230642.0, 767009.0, 52021.0],
+        edge_src_output=[1, 0, 1, 0, 1, 0, 1, 1],
+    )
+
+
+@pytest.mark.xfail(strict=True, reason=NEVER_SLOWER_COUNTEREXAMPLE)
+def test_never_slower_counterexample_is_documented() -> None:
+    """Strict: if a placer change fixes this graph, the test XPASSes and the docs must be updated."""
+    graph = counterexample_graph()
+    cluster = Cluster.homogeneous(2, 1e18, slope_us_per_byte=0.0, intercept_us=50.0)
+    adjusting = place(graph, cluster, "celeritas", {"R": 1})
+    ordered = place(graph, cluster, "order-place", {"R": 1})
     assert adjusting.predicted_step_time_us <= ordered.predicted_step_time_us * (1 + 1e-9)

@@ -1,0 +1,158 @@
+"""The ``celeritas`` command: summaries, written files, one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from celeritas_core.cli import main
+from celeritas_core.cluster import Cluster
+from celeritas_core.formats import load_placement, save_cluster, save_graph
+from tests.conftest import make_graph
+
+
+@pytest.fixture
+def graph_file(tmp_path: Path) -> Path:
+    edges = [(f"n{i}", f"n{i + 1}", 4e5) for i in range(30)]
+    edges += [(f"w{i}", f"n{3 * i}", 1e3) for i in range(10)]
+    g = make_graph(edges, times={f"n{i}": 10.0 + i for i in range(31)}, default_memory=100.0,
+                   colocation={"w0": "var0", "n29": "var0"})
+    path = tmp_path / "g.json"
+    save_graph(g, path)
+    return path
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_place_prints_summary_and_writes_placement(graph_file, tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    code, out, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
+                           "--R", "5", "--out", str(out_file)], capsys)
+    assert code == 0, err
+    for text in ("step time (simulated)", "single device", "lower bound", "gpu:0", "gpu:1", "OOM: none"):
+        assert text in out
+    doc = json.loads(out_file.read_text())
+    assert doc["format"] == "celeritas-placement/1" and doc["placer"] == "celeritas"
+    assert doc["params"] == {"R": 5, "memory_fraction": 0.25}
+    assert len(doc["assignment"]) == 41 and doc["oom"] is False
+    assert doc["assignment"]["w0"] == doc["assignment"]["n29"]
+
+
+def test_place_then_simulate_round_trip(graph_file, tmp_path, capsys):
+    cluster_file = tmp_path / "c.json"
+    save_cluster(Cluster.homogeneous(3, 2000.0, slope_us_per_byte=1e-4, intercept_us=10.0), cluster_file)
+    out_file = tmp_path / "p.json"
+    assert _run(["place", str(graph_file), "--cluster", str(cluster_file), "--placer", "order-place",
+                 "--out", str(out_file)], capsys)[0] == 0
+    placed = json.loads(out_file.read_text())
+    code, out, _ = _run(["simulate", str(graph_file), str(out_file), "--cluster", str(cluster_file)], capsys)
+    assert code == 0
+    from celeritas_core.units import format_us
+    assert format_us(placed["predicted_step_time_us"]) in out
+    code, out, _ = _run(["simulate", str(graph_file), str(out_file)], capsys)  # devices from the file
+    assert code == 0 and "gpu:2" in out
+
+
+def test_best_effort_placement_reports_oom(graph_file, tmp_path, capsys):
+    code, out, _ = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "1KB",
+                         "--out", str(tmp_path / "p.json")], capsys)
+    assert code == 0
+    assert "OOM: gpu:" in out
+    assert json.loads((tmp_path / "p.json").read_text())["oom"] is True
+
+
+@pytest.mark.parametrize(
+    ("doc_change", "expected"),
+    [
+        (lambda d: d.update(format="celeritas-graph/9"), "unknown format tag"),
+        (lambda d: d["nodes"].append(dict(d["nodes"][0])), "duplicate node name"),
+        (lambda d: d["edges"].append({"src": "n0", "dst": "ghost", "bytes": 1}), "'ghost' is not a node"),
+        (lambda d: d["edges"].append({"src": "n0", "dst": "n0", "bytes": 1}), "self-loop"),
+        (lambda d: d["edges"].append({"src": "n30", "dst": "n0", "bytes": 1}), "cycle"),
+        (lambda d: d["nodes"][3].update(time_us=-1), "time_us"),
+        (lambda d: d.update(nodes=[], edges=[]), "empty"),
+    ],
+)
+def test_bad_graphs_give_one_line_errors_and_no_output(graph_file, tmp_path, capsys, doc_change, expected):
+    doc = json.loads(graph_file.read_text())
+    doc_change(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out_file = tmp_path / "never.json"
+    code, _out, err = _run(["place", str(bad), "--devices", "2", "--device-memory", "1GiB",
+                           "--out", str(out_file)], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("celeritas: error: ")
+    assert str(bad) in err and expected in err
+    assert not out_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--devices", "0", "--device-memory", "1GiB"], "at least one device"),
+        (["--devices", "2", "--device-memory=-5GiB"], "--device-memory"),
+        (["--devices", "2"], "--devices and --device-memory must be given together"),
+        ([], "no cluster"),
+        (["--devices", "2", "--device-memory", "1GiB", "--placer", "magic"], "unknown placer 'magic'"),
+        (["--devices", "2", "--device-memory", "1GiB", "--R", "0"], "'R': must be >= 1"),
+        (["--devices", "2", "--device-memory", "1GiB", "--memory-fraction", "1.5"], "memory_fraction"),
+        (["--devices", "2", "--device-memory", "150B"], "co-location group 'var0'"),
+    ],
+)
+def test_bad_cluster_and_parameters(graph_file, tmp_path, capsys, args, expected):
+    out_file = tmp_path / "never.json"
+    code, _, err = _run(["place", str(graph_file), *args, "--out", str(out_file)], capsys)
+    assert code == 2 and expected in err and err.count("\n") == 1
+    assert not out_file.exists()
+
+
+def test_simulate_rejects_a_placement_of_another_graph(graph_file, tmp_path, capsys):
+    other = tmp_path / "other.json"
+    save_graph(make_graph([("a", "b")]), other)
+    out_file = tmp_path / "p.json"
+    assert _run(["place", str(other), "--devices", "2", "--device-memory", "1GiB", "--out", str(out_file)],
+                capsys)[0] == 0
+    code, _, err = _run(["simulate", str(graph_file), str(out_file)], capsys)
+    assert code == 2 and "is not in graph" in err
+
+
+def test_info_and_placers(graph_file, capsys):
+    code, out, _ = _run(["info", str(graph_file)], capsys)
+    assert code == 0 and "41 (10 with in-degree 0)" in out and "CCR" in out
+    code, out, _ = _run(["placers"], capsys)
+    assert code == 0 and "celeritas" in out and "order-place" in out and "--memory-fraction" in out
+
+
+@pytest.mark.parametrize("command", [[], ["place"], ["simulate"], ["info"], ["placers"], ["generate"]])
+def test_help_on_every_command(command):
+    proc = subprocess.run([sys.executable, "-m", "celeritas_core.cli", *command, "--help"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "usage: celeritas" in proc.stdout
+
+
+def test_console_script_exit_code_and_no_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("celeritas")
+    missing = tmp_path / "missing.json"
+    proc = subprocess.run([str(exe), "info", str(missing)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"celeritas: error: {missing}: file not found"
+
+
+def test_loaded_placement_matches_written(graph_file, tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    assert _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB", "--out",
+                 str(out_file)], capsys)[0] == 0
+    from celeritas_core.formats import load_graph
+    graph = load_graph(graph_file)
+    loaded = load_placement(out_file, graph)
+    doc = json.loads(out_file.read_text())
+    assert [doc["assignment"][n] for n in graph.node_names] == loaded.assignment.tolist()
