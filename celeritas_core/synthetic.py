@@ -1,0 +1,728 @@
+"""Seeded synthetic TensorFlow training-step graphs shaped like the paper's four models.
+
+The generator builds what ``tf.gradients`` plus ``tf.train.AdamOptimizer`` would produce for a
+stack of layers, without TensorFlow:
+
+* **forward**: a chain of layers; each layer has one or more parallel branches (a ``MatMul`` or
+  ``Conv2D`` reading a ``VariableV2`` through its ``/read`` identity, then ``BiasAdd`` or
+  ``FusedBatchNormV3``, optional extra elementwise ops, ``Relu``), joined by ``ConcatV2``
+  (inception modules) or ``AddN``, plus an optional residual ``AddV2``; then a pooling and dense
+  head and a ``SparseSoftmaxCrossEntropyWithLogits`` loss;
+* **backward**: one or two gradient ops per forward op, in reverse, with TensorFlow's ``AddN``
+  aggregation where a tensor has several consumers and long skip edges from the forward
+  activations kept alive until their gradient ops (``ReluGrad``, ``Conv2DBackpropFilter``, …);
+* **optimizer**: one ``ApplyAdam`` per variable reading the variable, its two Adam slots, the
+  shared hyper-parameter constants and the gradient; variable, ``/read``, slots and update form a
+  co-location group named after the variable (what TensorFlow's ``_class: loc:@<var>`` gives).
+
+Many ops have no inputs (variables, slots, constants), as in real graphs. Costs: ``time_us``
+(µs) from a V100-class roofline (FLOPs at 15 TFLOP/s plus 5 µs launch for ``MatMul``/``Conv2D``
+and their gradients, bytes touched at 900 GB/s plus 3 µs for elementwise ops, 1 µs for
+bookkeeping ops, ~0 for constants and variables) times seeded log-normal noise;
+``memory_bytes`` is the size of the op's outputs (activations large, variables medium, aliases
+such as ``/read`` and ``Reshape`` and the updates 0); each edge carries the byte size of the
+source output it reads (``src_output`` > 0 only for the extra outputs of ``FusedBatchNormV3``,
+its gradient, ``ShapeN``, ``ConcatOffset`` and the loss). Everything is deterministic for a given
+seed (``numpy.random.default_rng``), and the node order is a topological order except for
+padding constants, which come last.
+
+:func:`paper_shaped_graph` picks a layer stack per model, pads with small constants to the exact
+node count of the paper's CCR table, then multiplies every edge's bytes by one factor so that
+:func:`celeritas_core.levels.ccr` matches the table's CCR (recorded as ``meta["byte_scale"]``;
+between about 0.6 and 3.5 for the four models: the paper's measured links were slower or faster
+than the default transfer model). Op memory is not scaled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+
+__all__ = [
+    "PAPER_MODELS",
+    "PaperModel",
+    "paper_shaped_graph",
+    "small_training_graph",
+    "training_step_graph",
+]
+
+Kernel = Literal["MatMul", "Conv2D"]
+Join = Literal["concat", "add"]
+
+
+@dataclass(frozen=True)
+class PaperModel:
+    """One row of the paper's CCR table: node count and communication-to-computation ratio."""
+
+    name: str
+    nodes: int
+    ccr: float
+    description: str
+
+
+#: The paper's four models (node counts and CCRs of its CCR table).
+PAPER_MODELS: dict[str, PaperModel] = {
+    m.name: m
+    for m in (
+        PaperModel("tensor_holography", 3810, 49.147,
+                   "fully convolutional network at full image resolution with residual connections"),
+        PaperModel("inception_v3", 6332, 33.118,
+                   "convolutional network of inception modules: parallel branches joined by ConcatV2, "
+                   "batch normalization"),
+        PaperModel("nmt", 25463, 18.630,
+                   "recurrent translation model: a long chain of LSTM-like cells (MatMul and gate "
+                   "elementwise ops)"),
+        PaperModel("transformer", 36352, 111.957,
+                   "transformer: parallel Q/K/V projections, layer normalization, residual "
+                   "connections and many elementwise ops"),
+    )
+}
+
+# ---------------------------------------------------------------------------- cost model
+_FLOPS_PER_US = 1.5e7  # 15 TFLOP/s (V100-class fp32)
+_BYTES_PER_US = 9.0e5  # 900 GB/s device memory bandwidth (V100-class)
+_HEAVY_LAUNCH_US = 5.0
+_ELTWISE_LAUNCH_US = 3.0
+_META_US = 1.0  # Identity, Shape, NoOp and other bookkeeping ops
+_SOURCE_US = 0.1  # Const, VariableV2, Placeholder: ~0
+_NOISE_SIGMA = 0.25  # log-normal spread of op times
+_FLOAT = 4  # bytes per element
+_SMALL = 16  # bytes of a shape or offset vector
+_DEFAULT_CLUSTER_MEMORY = 32 * 2**30  # bytes per device of the default 4-device cluster
+
+
+def _heavy_us(flops: float) -> float:
+    """Time (µs) of a MatMul/Conv2D-like op of ``flops`` floating-point operations."""
+    return flops / _FLOPS_PER_US + _HEAVY_LAUNCH_US
+
+
+def _eltwise_us(nbytes: float) -> float:
+    """Time (µs) of a memory-bound op touching ``nbytes`` bytes (inputs plus outputs)."""
+    return nbytes / _BYTES_PER_US + _ELTWISE_LAUNCH_US
+
+
+# ---------------------------------------------------------------------------- builder
+#: An op input: a node (its output 0) or ``(node, src_output, bytes)``.
+_Input = int | tuple[int, int, float]
+
+
+class _Builder:
+    """Append-only lists of nodes and edges; inputs always precede consumers (a DAG by design)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ops: list[str] = []
+        self.base_us: list[float] = []
+        self.memory: list[float] = []
+        self.out_bytes: list[float] = []
+        self.coloc: list[str | None] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.ebytes: list[float] = []
+        self.eout: list[int] = []
+
+    def add(
+        self,
+        name: str,
+        op: str,
+        *,
+        out_bytes: float,
+        base_us: float,
+        inputs: Sequence[_Input] = (),
+        memory: float | None = None,
+        coloc: str | None = None,
+    ) -> int:
+        """Add an op whose output 0 has ``out_bytes`` bytes; return its index."""
+        i = len(self.names)
+        self.names.append(name)
+        self.ops.append(op)
+        self.base_us.append(base_us)
+        self.out_bytes.append(out_bytes)
+        self.memory.append(out_bytes if memory is None else memory)
+        self.coloc.append(coloc)
+        for inp in inputs:
+            if isinstance(inp, tuple):
+                s, o, b = inp
+            else:
+                s, o, b = inp, 0, self.out_bytes[inp]
+            self.src.append(s)
+            self.dst.append(i)
+            self.eout.append(o)
+            self.ebytes.append(b)
+        return i
+
+    def const(self, name: str, nbytes: float = _FLOAT) -> int:
+        """A ``Const`` op (no inputs) of ``nbytes`` bytes."""
+        return self.add(name, "Const", out_bytes=nbytes, base_us=_SOURCE_US)
+
+
+@dataclass
+class _Var:
+    """A trainable variable: its ops and, once the backward pass ran, its gradient."""
+
+    name: str
+    var: int
+    read: int
+    slots: tuple[int, int]
+    nbytes: float
+    grad: _Input | None = None
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Shape of a generated training step (see :func:`training_step_graph`)."""
+
+    layers: int
+    width: int
+    branches: int
+    kernel: Kernel
+    join: Join
+    residual: bool
+    norm: bool
+    extra_elementwise: int
+    reshapes: int
+    batch_size: int
+    positions: int
+    stages: int
+    classes: int
+
+
+def _variable(g: _Builder, variables: list[_Var], name: str, nbytes: float) -> int:
+    """A ``VariableV2`` with its ``/read`` identity and two Adam slots; returns the read op."""
+    var = g.add(name, "VariableV2", out_bytes=nbytes, base_us=_SOURCE_US, coloc=name)
+    read = g.add(f"{name}/read", "Identity", out_bytes=nbytes, base_us=_META_US, inputs=(var,),
+                 memory=0.0, coloc=name)
+    m = g.add(f"{name}/Adam", "VariableV2", out_bytes=nbytes, base_us=_SOURCE_US, coloc=name)
+    v = g.add(f"{name}/Adam_1", "VariableV2", out_bytes=nbytes, base_us=_SOURCE_US, coloc=name)
+    variables.append(_Var(name, var, read, (m, v), nbytes))
+    return read
+
+
+# Forward-op records for the backward pass: (kind, node, args).
+_Fwd = tuple[str, int, tuple[int, ...]]
+
+
+def _forward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int]) -> int:
+    """Build input, layers and the loss; return the loss node ``xent`` (its output 1 is the backprop)."""
+    k = 9 if s.kernel == "Conv2D" else 1
+    width_b = s.width // s.branches if s.join == "concat" else s.width
+    x = g.add("input", "Placeholder", out_bytes=_FLOAT * s.batch_size * s.positions * s.width,
+              base_us=_SOURCE_US)
+    pos = s.positions
+    for layer in range(s.layers):
+        stage = layer * (s.stages + 1) // s.layers
+        pos = max(1, s.positions // 4**stage)
+        act = _FLOAT * s.batch_size * pos * width_b
+        flops = 2.0 * s.batch_size * pos * k * s.width * width_b
+        outs: list[int] = []
+        for b in range(s.branches):
+            p = f"layer_{layer}/branch_{b}" if s.branches > 1 else f"layer_{layer}"
+            kread = _variable(g, variables, f"{p}/kernel", _FLOAT * k * s.width * width_b)
+            h = g.add(f"{p}/{s.kernel}", s.kernel, out_bytes=act, base_us=_heavy_us(flops),
+                      inputs=(x, kread))
+            fwd.append(("kernel", h, (x, kread, len(variables) - 1, int(flops))))
+            diff.add(h)
+            for e in range(s.reshapes):
+                shape = g.const(f"{p}/Reshape_{e}/shape", _SMALL)
+                nxt = g.add(f"{p}/Reshape_{e}", "Reshape", out_bytes=act, base_us=_META_US,
+                            inputs=(h, shape), memory=0.0)
+                fwd.append(("reshape", nxt, (h,)))
+                diff.add(nxt)
+                h = nxt
+            if s.norm:
+                gread = _variable(g, variables, f"{p}/gamma", _FLOAT * width_b)
+                bread = _variable(g, variables, f"{p}/beta", _FLOAT * width_b)
+                c_mean = g.const(f"{p}/Const", 0.0)
+                c_var = g.const(f"{p}/Const_1", 0.0)
+                stats = _FLOAT * width_b
+                cur = g.add(f"{p}/FusedBatchNormV3", "FusedBatchNormV3", out_bytes=act,
+                            base_us=_eltwise_us(3 * act), inputs=(h, gread, bread, c_mean, c_var),
+                            memory=act + 5 * stats)
+                fwd.append(("norm", cur, (h, gread, len(variables) - 2, len(variables) - 1, int(stats))))
+            else:
+                bread = _variable(g, variables, f"{p}/bias", _FLOAT * width_b)
+                cur = g.add(f"{p}/BiasAdd", "BiasAdd", out_bytes=act, base_us=_eltwise_us(2 * act),
+                            inputs=(h, bread))
+                fwd.append(("bias", cur, (h, len(variables) - 1)))
+            diff.add(cur)
+            for e in range(s.extra_elementwise):
+                kind = ("mul", "sigmoid", "tanh")[e % 3]
+                if kind == "mul":
+                    c = g.const(f"{p}/mul_{e}/y")
+                    nxt = g.add(f"{p}/mul_{e}", "Mul", out_bytes=act, base_us=_eltwise_us(2 * act),
+                                inputs=(cur, c))
+                    fwd.append(("mul", nxt, (cur, c)))
+                else:
+                    op = "Sigmoid" if kind == "sigmoid" else "Tanh"
+                    nxt = g.add(f"{p}/{op}_{e}", op, out_bytes=act, base_us=_eltwise_us(2 * act),
+                                inputs=(cur,))
+                    fwd.append((kind, nxt, (cur,)))
+                diff.add(nxt)
+                cur = nxt
+            r = g.add(f"{p}/Relu", "Relu", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(cur,))
+            fwd.append(("relu", r, (cur,)))
+            diff.add(r)
+            outs.append(r)
+        if len(outs) == 1:
+            joined = outs[0]
+        elif s.join == "concat":
+            axis = g.const(f"layer_{layer}/concat/axis")
+            joined = g.add(f"layer_{layer}/concat", "ConcatV2", out_bytes=act * len(outs),
+                           base_us=_eltwise_us(2 * act * len(outs)), inputs=(*outs, axis))
+            fwd.append(("concat", joined, (*outs, axis)))
+            diff.add(joined)
+        else:
+            joined = g.add(f"layer_{layer}/AddN", "AddN", out_bytes=act,
+                           base_us=_eltwise_us(act * (len(outs) + 1)), inputs=outs)
+            fwd.append(("addn", joined, tuple(outs)))
+            diff.add(joined)
+        if s.residual:
+            out_bytes = g.out_bytes[joined]
+            joined_res = g.add(f"layer_{layer}/add", "AddV2", out_bytes=out_bytes,
+                               base_us=_eltwise_us(3 * out_bytes), inputs=(x, joined))
+            fwd.append(("residual", joined_res, (x, joined)))
+            diff.add(joined_res)
+            joined = joined_res
+        x = joined
+
+    # head: global average pool, dense logits, softmax cross-entropy, mean
+    in_features = g.out_bytes[x] / (_FLOAT * s.batch_size * pos)
+    pool_axis = g.const("head/Mean/reduction_indices", 2 * _FLOAT)
+    pooled_bytes = _FLOAT * s.batch_size * in_features
+    pooled = g.add("head/Mean", "Mean", out_bytes=pooled_bytes,
+                   base_us=_eltwise_us(g.out_bytes[x] + pooled_bytes), inputs=(x, pool_axis))
+    fwd.append(("pool", pooled, (x, pool_axis)))
+    diff.add(pooled)
+    logits_bytes = _FLOAT * s.batch_size * s.classes
+    kread = _variable(g, variables, "head/dense/kernel", _FLOAT * in_features * s.classes)
+    flops = 2.0 * s.batch_size * in_features * s.classes
+    logits = g.add("head/dense/MatMul", "MatMul", out_bytes=logits_bytes, base_us=_heavy_us(flops),
+                   inputs=(pooled, kread))
+    fwd.append(("kernel", logits, (pooled, kread, len(variables) - 1, int(flops))))
+    diff.add(logits)
+    bread = _variable(g, variables, "head/dense/bias", _FLOAT * s.classes)
+    biased = g.add("head/dense/BiasAdd", "BiasAdd", out_bytes=logits_bytes,
+                   base_us=_eltwise_us(2 * logits_bytes), inputs=(logits, bread))
+    fwd.append(("bias", biased, (logits, len(variables) - 1)))
+    diff.add(biased)
+    labels = g.add("labels", "Placeholder", out_bytes=_FLOAT * s.batch_size, base_us=_SOURCE_US)
+    xent = g.add("loss/SparseSoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
+                 out_bytes=_FLOAT * s.batch_size, base_us=_eltwise_us(3 * logits_bytes),
+                 inputs=(biased, labels), memory=_FLOAT * s.batch_size + logits_bytes)
+    # the backward pass starts here: its first gradient flows into the biased logits
+    fwd.append(("xent", xent, (biased,)))
+    return xent
+
+
+def _backward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int],
+              xent: int) -> None:
+    """Append the gradient ops (reverse of ``fwd``), filling each variable's ``grad``."""
+    contrib: dict[int, list[_Input]] = {}
+    addn = [0]
+
+    def give(node: int, grad: _Input) -> None:
+        if node in diff:
+            contrib.setdefault(node, []).append(grad)
+
+    def grad_of(node: int) -> _Input | None:
+        parts = contrib.pop(node, None)
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0]
+        nbytes = g.out_bytes[node]
+        name = "gradients/AddN" if addn[0] == 0 else f"gradients/AddN_{addn[0]}"
+        addn[0] += 1
+        return g.add(name, "AddN", out_bytes=nbytes, base_us=_eltwise_us(nbytes * (len(parts) + 1)),
+                     inputs=parts)
+
+    # loss = mean(xent): d loss / d logits = backprop(xent) * 1/batch
+    batch_bytes = _FLOAT * s.batch_size
+    logits_bytes = _FLOAT * s.batch_size * s.classes
+    # the loss value itself is only fetched, not differentiated through
+    g.add("loss/Mean", "Mean", out_bytes=_FLOAT, base_us=_eltwise_us(batch_bytes),
+          inputs=((xent, 0, batch_bytes), g.const("loss/Const")))
+    grad_ys = g.add("gradients/Fill", "Fill", out_bytes=_FLOAT, base_us=_META_US,
+                    inputs=(g.const("gradients/Shape", 0.0), g.const("gradients/grad_ys_0")))
+    r = g.add("gradients/loss/Mean_grad/Reshape", "Reshape", out_bytes=_FLOAT, base_us=_META_US,
+              inputs=(grad_ys, g.const("gradients/loss/Mean_grad/Reshape/shape", _FLOAT)))
+    t = g.add("gradients/loss/Mean_grad/Tile", "Tile", out_bytes=batch_bytes,
+              base_us=_eltwise_us(batch_bytes),
+              inputs=(r, g.const("gradients/loss/Mean_grad/Const", _FLOAT)))
+    d = g.add("gradients/loss/Mean_grad/truediv", "RealDiv", out_bytes=batch_bytes,
+              base_us=_eltwise_us(2 * batch_bytes),
+              inputs=(t, g.const("gradients/loss/Mean_grad/Cast")))
+    e = g.add("gradients/loss/xent_grad/ExpandDims", "ExpandDims", out_bytes=batch_bytes,
+              base_us=_META_US, inputs=(d, g.const("gradients/loss/xent_grad/ExpandDims/dim")))
+    dlogits = g.add("gradients/loss/xent_grad/mul", "Mul", out_bytes=logits_bytes,
+                    base_us=_eltwise_us(3 * logits_bytes), inputs=(e, (xent, 1, logits_bytes)))
+
+    for kind, node, args in reversed(fwd):
+        if kind == "xent":
+            give(args[0], dlogits)
+            continue
+        dy = grad_of(node)
+        if dy is None:
+            continue
+        name = g.names[node]
+        gp = f"gradients/{name}_grad"
+        nbytes = g.out_bytes[node]
+        if kind == "kernel":
+            x, kread, vi, flops = args
+            var = variables[vi]
+            if g.ops[node] == "Conv2D":
+                var.grad = g.add(f"{gp}/Conv2DBackpropFilter", "Conv2DBackpropFilter",
+                                 out_bytes=var.nbytes, base_us=_heavy_us(flops),
+                                 inputs=(x, g.const(f"{gp}/ShapeN_1", _SMALL), dy))
+                if x in diff:
+                    give(x, g.add(f"{gp}/Conv2DBackpropInput", "Conv2DBackpropInput",
+                                  out_bytes=g.out_bytes[x], base_us=_heavy_us(flops),
+                                  inputs=(g.const(f"{gp}/ShapeN", _SMALL), kread, dy)))
+            else:
+                if x in diff:
+                    give(x, g.add(f"{gp}/MatMul", "MatMul", out_bytes=g.out_bytes[x],
+                                  base_us=_heavy_us(flops), inputs=(dy, kread)))
+                var.grad = g.add(f"{gp}/MatMul_1", "MatMul", out_bytes=var.nbytes,
+                                 base_us=_heavy_us(flops), inputs=(x, dy))
+        elif kind == "bias":
+            h, vi = args
+            var = variables[vi]
+            var.grad = g.add(f"{gp}/BiasAddGrad", "BiasAddGrad", out_bytes=var.nbytes,
+                             base_us=_eltwise_us(nbytes), inputs=(dy,))
+            give(h, dy)
+        elif kind == "norm":
+            h, gread, vg, vb, stats = args
+            grad = g.add(f"{gp}/FusedBatchNormGradV3", "FusedBatchNormGradV3", out_bytes=nbytes,
+                         base_us=_eltwise_us(4 * nbytes), memory=nbytes + 2 * stats,
+                         inputs=(dy, h, gread, (node, 3, stats), (node, 4, stats)))
+            variables[vg].grad = (grad, 1, stats)
+            variables[vb].grad = (grad, 2, stats)
+            give(h, grad)
+        elif kind == "reshape":
+            (x,) = args
+            give(x, g.add(f"{gp}/Reshape", "Reshape", out_bytes=nbytes, base_us=_META_US, memory=0.0,
+                          inputs=(dy, g.const(f"{gp}/Shape", _SMALL))))
+        elif kind == "mul":
+            x, c = args
+            give(x, g.add(f"{gp}/Mul", "Mul", out_bytes=nbytes, base_us=_eltwise_us(2 * nbytes),
+                          inputs=(dy, c)))
+        elif kind in ("sigmoid", "tanh", "relu"):
+            (x,) = args
+            op = {"sigmoid": "SigmoidGrad", "tanh": "TanhGrad", "relu": "ReluGrad"}[kind]
+            ins: tuple[_Input, ...] = (dy, node) if kind == "relu" else (node, dy)
+            give(x, g.add(f"{gp}/{op}", op, out_bytes=nbytes, base_us=_eltwise_us(3 * nbytes),
+                          inputs=ins))
+        elif kind == "concat":
+            *outs, axis = args
+            shapes = g.add(f"{gp}/ShapeN", "ShapeN", out_bytes=_SMALL, base_us=_META_US,
+                           inputs=outs, memory=_SMALL * len(outs))
+            offsets = g.add(f"{gp}/ConcatOffset", "ConcatOffset", out_bytes=_SMALL, base_us=_META_US,
+                            inputs=(axis, *((shapes, i, _SMALL) for i in range(len(outs)))),
+                            memory=_SMALL * len(outs))
+            for i, o in enumerate(outs):
+                part = g.out_bytes[o]
+                give(o, g.add(f"{gp}/Slice_{i}", "Slice", out_bytes=part, base_us=_eltwise_us(2 * part),
+                              inputs=(dy, (offsets, i, _SMALL), (shapes, i, _SMALL))))
+        elif kind == "addn":
+            for o in args:
+                give(o, dy)
+        elif kind == "residual":
+            x, j = args
+            give(x, dy)
+            give(j, dy)
+        elif kind == "pool":
+            x, _axis = args
+            full = g.out_bytes[x]
+            tiled = g.add(f"{gp}/Tile", "Tile", out_bytes=full, base_us=_eltwise_us(full),
+                          inputs=(dy, g.const(f"{gp}/Tile/multiples", _SMALL)))
+            give(x, g.add(f"{gp}/truediv", "RealDiv", out_bytes=full, base_us=_eltwise_us(2 * full),
+                          inputs=(tiled, g.const(f"{gp}/Cast"))))
+        else:  # pragma: no cover - every recorded kind is handled above
+            raise AssertionError(kind)
+
+
+def _optimizer(g: _Builder, variables: list[_Var]) -> None:
+    """Append Adam: hyper-parameters, one ``ApplyAdam`` per variable, the beta-power updates."""
+    first = variables[0].name  # TF colocates the beta powers with the first variable
+    lr = g.const("Adam/learning_rate")
+    beta1 = g.const("Adam/beta1")
+    beta2 = g.const("Adam/beta2")
+    eps = g.const("Adam/epsilon")
+    powers = []
+    for p in ("beta1_power", "beta2_power"):
+        var = g.add(p, "VariableV2", out_bytes=_FLOAT, base_us=_SOURCE_US, coloc=first)
+        read = g.add(f"{p}/read", "Identity", out_bytes=_FLOAT, base_us=_META_US, inputs=(var,),
+                     memory=0.0, coloc=first)
+        powers.append((var, read))
+    updates = []
+    for v in variables:
+        if v.grad is None:  # pragma: no cover - every variable is used by the loss
+            raise AssertionError(f"variable {v.name} has no gradient")
+        updates.append(g.add(
+            f"Adam/update_{v.name}/ApplyAdam", "ApplyAdam", out_bytes=0.0,
+            base_us=_eltwise_us(5 * v.nbytes), coloc=v.name,
+            inputs=(v.var, v.slots[0], v.slots[1], powers[0][1], powers[1][1], lr, beta1, beta2, eps,
+                    v.grad)))
+    group = g.add("Adam/update", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=updates)
+    assigns = []
+    for i, ((var, read), beta) in enumerate(zip(powers, (beta1, beta2), strict=True)):
+        suffix = "" if i == 0 else f"_{i}"
+        mul = g.add(f"Adam/mul{suffix}", "Mul", out_bytes=_FLOAT, base_us=_eltwise_us(3 * _FLOAT),
+                    inputs=(read, beta, group), coloc=first)
+        assigns.append(g.add(f"Adam/Assign{suffix}", "Assign", out_bytes=0.0, base_us=_META_US,
+                             inputs=(var, mul), coloc=first))
+    g.add("Adam", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=(group, *assigns))
+
+
+def _build(s: _Spec) -> _Builder:
+    """The whole training step as builder lists (costs still noise-free)."""
+    g = _Builder()
+    variables: list[_Var] = []
+    fwd: list[_Fwd] = []
+    diff: set[int] = set()
+    xent = _forward(g, s, variables, fwd, diff)
+    _backward(g, s, variables, fwd, diff, xent)
+    _optimizer(g, variables)
+    return g
+
+
+def _check_int(value: object, field: str, minimum: int) -> int:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < minimum:
+        raise CeleritasInputError(f"{field}: must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------- public API
+def training_step_graph(
+    *,
+    layers: int,
+    width: int,
+    seed: int = 0,
+    name: str = "synthetic",
+    branches: int = 1,
+    kernel: Kernel = "MatMul",
+    join: Join = "concat",
+    residual: bool = False,
+    norm: bool = False,
+    extra_elementwise: int = 0,
+    reshapes: int = 0,
+    batch_size: int = 32,
+    positions: int = 1,
+    stages: int = 0,
+    classes: int = 1000,
+    num_nodes: int | None = None,
+    model: str | None = None,
+) -> Graph:
+    """A seeded synthetic TensorFlow training step (forward, loss, backward, Adam updates).
+
+    Args:
+        layers: number of layers in the forward chain (>= 1).
+        width: channels (``Conv2D``) or features (``MatMul``) of each layer's output.
+        seed: seed of the cost noise (and of where padding constants attach).
+        name: graph name.
+        branches: parallel branches per layer (inception modules, Q/K/V projections).
+        kernel: the weighted op of each branch, ``"MatMul"`` or ``"Conv2D"`` (3×3).
+        join: how branches merge: ``"concat"`` (``ConcatV2``, each branch ``width // branches``
+            wide) or ``"add"`` (``AddN``, each branch ``width`` wide).
+        residual: add the layer input to its output (``AddV2``).
+        norm: ``FusedBatchNormV3`` (gamma and beta variables) instead of ``BiasAdd``.
+        extra_elementwise: elementwise ops per branch between the bias/norm and the ``Relu``
+            (cycling ``Mul`` by a constant, ``Sigmoid``, ``Tanh``), as in LSTM gates or attention.
+        reshapes: ``Reshape`` ops per branch after the weighted op (split heads and the like):
+            ~1 µs each and no memory of their own, but they pass the whole tensor on.
+        batch_size: examples per step; tensor sizes (bytes) scale with it.
+        positions: spatial positions (``Conv2D``: height·width) or tokens (``MatMul``) per example.
+        stages: times the positions shrink 4× (stride-2 downsampling) along the chain.
+        classes: output classes of the dense head.
+        num_nodes: pad with small ``Const`` ops (one edge each) to exactly this many nodes; an
+            error if the layer stack alone already has more.
+        model: recorded in ``meta["model"]`` (default: ``name``).
+
+    Returns:
+        The graph: ``time_us`` in µs, ``memory_bytes`` and edge bytes in bytes, every edge of one
+        source output carrying the same byte size; ``meta`` holds ``source``, ``model``, ``seed``
+        and ``batch_size``.
+    """
+    if kernel not in ("MatMul", "Conv2D"):
+        raise CeleritasInputError(f"kernel: must be 'MatMul' or 'Conv2D', got {kernel!r}")
+    if join not in ("concat", "add"):
+        raise CeleritasInputError(f"join: must be 'concat' or 'add', got {join!r}")
+    spec = _Spec(
+        layers=_check_int(layers, "layers", 1),
+        width=_check_int(width, "width", 1),
+        branches=_check_int(branches, "branches", 1),
+        kernel=kernel,
+        join=join,
+        residual=bool(residual),
+        norm=bool(norm),
+        extra_elementwise=_check_int(extra_elementwise, "extra_elementwise", 0),
+        reshapes=_check_int(reshapes, "reshapes", 0),
+        batch_size=_check_int(batch_size, "batch_size", 1),
+        positions=_check_int(positions, "positions", 1),
+        stages=_check_int(stages, "stages", 0),
+        classes=_check_int(classes, "classes", 1),
+    )
+    seed = _check_int(seed, "seed", 0)
+    if join == "concat" and spec.width < spec.branches:
+        raise CeleritasInputError(f"width: {width} is less than branches ({branches}) with join='concat'")
+    g = _build(spec)
+    rng = np.random.default_rng(seed)
+    n = len(g.names)
+    if num_nodes is not None:
+        target = _check_int(num_nodes, "num_nodes", 1)
+        if target < n:
+            raise CeleritasInputError(
+                f"num_nodes: {layers} layers already need {n} nodes, more than {target}")
+        # extra shape/scalar constants, each feeding one op that has inputs (like Reshape shapes)
+        has_inputs = np.unique(np.asarray(g.dst, dtype=np.int64))
+        targets = has_inputs[rng.integers(0, len(has_inputs), size=target - n)].tolist()
+        for i, dst in enumerate(targets):
+            c = g.const(f"pad/Const_{i}", 2 * _FLOAT)
+            g.src.append(c)
+            g.dst.append(int(dst))
+            g.eout.append(0)
+            g.ebytes.append(2 * _FLOAT)
+        n = target
+    noise = rng.lognormal(0.0, _NOISE_SIGMA, size=n)
+    return Graph.from_arrays(
+        name=name,
+        node_names=g.names,
+        ops=g.ops,
+        time_us=np.asarray(g.base_us, dtype=np.float64) * noise,
+        memory_bytes=np.rint(np.asarray(g.memory, dtype=np.float64)),
+        colocation=g.coloc,
+        edge_src=g.src,
+        edge_dst=g.dst,
+        edge_bytes=np.rint(np.asarray(g.ebytes, dtype=np.float64)),
+        edge_src_output=g.eout,
+        meta={"source": "synthetic", "model": model or name, "seed": seed, "batch_size": spec.batch_size},
+    )
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Per-model layer stack for :func:`paper_shaped_graph` (``layers`` fills the node count)."""
+
+    width: int
+    branches: int
+    kernel: Kernel
+    join: Join
+    residual: bool
+    norm: bool
+    extra_elementwise: int
+    batch_size: int
+    positions: int
+    stages: int
+    classes: int
+    reshapes: int = 0
+
+
+_SHAPES: dict[str, _Shape] = {
+    # full-resolution conv stack (192×192 pixels, 24 channels), residual connections, batch 1
+    "tensor_holography": _Shape(width=24, branches=1, kernel="Conv2D", join="concat", residual=True,
+                                norm=False, extra_elementwise=1, batch_size=1, positions=192 * 192,
+                                stages=0, classes=16),
+    # inception modules: 4 conv branches joined by ConcatV2, batch norm, 35×35 down to 8×8 pixels
+    "inception_v3": _Shape(width=128, branches=4, kernel="Conv2D", join="concat", residual=False,
+                           norm=True, extra_elementwise=0, batch_size=32, positions=35 * 35,
+                           stages=2, classes=1000),
+    # unrolled LSTM-like cells with residual connections: one MatMul and the gates' elementwise ops
+    "nmt": _Shape(width=1024, branches=1, kernel="MatMul", join="concat", residual=True, norm=False,
+                  extra_elementwise=5, batch_size=256, positions=1, stages=0, classes=32000),
+    # Q/K/V-like projections with head reshapes joined by AddN, layer norm, residual connections
+    "transformer": _Shape(width=256, branches=3, kernel="MatMul", join="add", residual=True, norm=True,
+                          extra_elementwise=3, batch_size=16, positions=128, stages=0, classes=32000,
+                          reshapes=3),
+}
+
+
+def _layers_for(shape: _Shape, nodes: int) -> int:
+    """Most layers whose training step has at most ``nodes`` nodes (the count is affine in layers)."""
+    c2 = len(_build(_Spec(layers=2, **asdict(shape))).names)
+    c3 = len(_build(_Spec(layers=3, **asdict(shape))).names)
+    per = c3 - c2
+    if nodes < c2:
+        raise CeleritasInputError(f"cannot build a {nodes}-node graph: two layers already need {c2}")
+    return 2 + (nodes - c2) // per
+
+
+def _scale_to_ccr(graph: Graph, target: float, cluster: Cluster) -> Graph:
+    """Scale every edge's bytes by one factor so that ``ccr(graph, cluster) == target``.
+
+    Σ comm = slope·s·Σ bytes + intercept·edges (µs), so the scale ``s`` is solved exactly; bytes
+    are then rounded to whole bytes and the solve repeated on the rounded sizes (a few times at
+    most). Op memory is left as is: the factor stands for a slower effective link than the
+    cluster's transfer model, not for bigger tensors.
+    """
+    work = graph.total_time_us
+    fixed = cluster.intercept_us * graph.num_edges
+    total_bytes = float(graph.edge_bytes.sum())
+    if work <= 0 or fixed >= target * work or cluster.slope_us_per_byte <= 0 or total_bytes <= 0:
+        raise CeleritasInputError(
+            f"cannot reach CCR {target:g} for {graph.name!r}: the per-edge latency alone gives CCR "
+            f"{fixed / work if work > 0 else float('inf'):.3f} (and the slope is "
+            f"{cluster.slope_us_per_byte:g} µs/byte)")
+    edge_bytes = graph.edge_bytes
+    scale = 1.0
+    for _ in range(4):
+        step = (target * work - fixed) / (cluster.slope_us_per_byte * float(edge_bytes.sum()))
+        scale *= step
+        edge_bytes = np.rint(graph.edge_bytes * scale)
+        if abs(step - 1.0) < 1e-9:
+            break
+    meta = {**graph.meta, "target_ccr": target, "byte_scale": round(scale, 6)}
+    return Graph.from_arrays(
+        name=graph.name, node_names=graph.node_names, ops=graph.ops, time_us=graph.time_us,
+        memory_bytes=graph.memory_bytes, colocation=graph.colocation, edge_src=graph.edge_src,
+        edge_dst=graph.edge_dst, edge_bytes=edge_bytes, edge_src_output=graph.edge_src_output,
+        meta=meta, check_acyclic=False)
+
+
+def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = None) -> Graph:
+    """A synthetic training step with the node count and CCR of one of the paper's models.
+
+    Args:
+        model: a key of :data:`PAPER_MODELS`.
+        seed: seed of the op-time noise.
+        cluster: the transfer model the CCR is measured with (default: 4 devices, default
+            transfer model; only its slope and intercept matter).
+
+    Returns:
+        A graph named ``model`` with exactly ``PAPER_MODELS[model].nodes`` nodes and
+        ``levels.ccr(graph, cluster)`` within 1 % (in practice ~1e-6) of the table's CCR.
+
+    Raises:
+        CeleritasInputError: unknown model, or a transfer model whose per-edge latency alone
+            exceeds the target CCR.
+    """
+    if model not in PAPER_MODELS:
+        raise CeleritasInputError(
+            f"unknown model {model!r}; known models: {', '.join(PAPER_MODELS)}")
+    paper = PAPER_MODELS[model]
+    shape = _SHAPES[model]
+    graph = training_step_graph(layers=_layers_for(shape, paper.nodes), seed=seed, name=model,
+                                num_nodes=paper.nodes, model=model, **asdict(shape))
+    if cluster is None:
+        cluster = Cluster.homogeneous(4, _DEFAULT_CLUSTER_MEMORY)
+    return _scale_to_ccr(graph, paper.ccr, cluster)
+
+
+def small_training_graph(seed: int = 0) -> Graph:
+    """The bundled example ``training_step_small``: a 407-op conv training step (inception-like).
+
+    Six layers of two 3×3 conv branches joined by ``ConcatV2``, batch norm and residual
+    connections, batch 32 at 64×64 then 32×32 pixels: about 1.3 GiB of op memory in total, so it
+    does not fit on one 600 MiB device but does on four. Costs are not rescaled (CCR ≈ 27 with
+    the default transfer model).
+    """
+    return training_step_graph(
+        layers=6, width=64, seed=seed, name="training_step_small", branches=2, kernel="Conv2D",
+        join="concat", residual=True, norm=True, batch_size=32, positions=64 * 64, stages=1,
+        classes=100)
