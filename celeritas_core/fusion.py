@@ -125,13 +125,20 @@ def optimal_breakpoints(
         prev2, prev1 = prev1, cur
 
     # Dynamic program S(j) = min_d S(j - d) + cost(j - d, j), one vector op per position.
+    # Costs equal up to rounding noise are ties; ties go to the fewer clusters, then to the
+    # longer last segment (so zero-cost stretches such as optimizer groups are not split).
     s_pad = np.full(n + 1 + R, np.inf)  # s_pad[R + j] = S(j)
     s_pad[R] = 0.0
+    count_pad = np.zeros(n + 1 + R, dtype=np.int64)  # clusters of the optimum ending at j
     choice = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         vals = cost_by_end[j] + s_pad[j:j + R]
-        t = int(vals.argmin())
+        best = vals.min()
+        near = vals <= best + tolerance
+        counts = np.where(near, count_pad[j:j + R], np.iinfo(np.int64).max)
+        t = int(counts.argmin())  # first minimum: the longest segment among the fewest clusters
         s_pad[R + j] = vals[t]
+        count_pad[R + j] = counts[t] + 1
         choice[j] = j - (R - t)
     bounds = [n]
     j = n
