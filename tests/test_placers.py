@@ -7,6 +7,7 @@ import pytest
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
+from celeritas_core.compare import params_for
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.placers import PLACERS, get_placer, place
 from celeritas_core.placers.celeritas import _DeviceTimeline, adjusting_placement, order_place
@@ -74,7 +75,7 @@ def test_every_placer_keeps_colocation_groups_together():
     g = make_graph(edges, colocation=colocation, memory={"v0": 5, "v1": 5})
     cluster = Cluster.homogeneous(4, 15.0)
     for name in PLACERS:
-        placement = place(g, cluster, name, {"R": 4})
+        placement = place(g, cluster, name, params_for(name, {"R": 4}))
         assert colocation_respected(g, placement.assignment), name
         assert placement.device_of("u0") == placement.device_of("v0")
 

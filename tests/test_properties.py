@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
+from celeritas_core.compare import params_for
 from celeritas_core.fusion import optimal_operation_fusion
 from celeritas_core.graph import Graph
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
@@ -84,7 +85,7 @@ def test_coarse_graph_is_acyclic_and_partitions_the_ops(graph, cargs, R, fractio
 @given(dags(), cluster_args, st.sampled_from(sorted(PLACERS)), st.integers(1, 30))
 def test_placements_are_complete_colocated_and_above_the_lower_bound(graph, cargs, placer, R) -> None:
     cluster = clusters(graph, *cargs)
-    p = place(graph, cluster, placer, {"R": R})
+    p = place(graph, cluster, placer, params_for(placer, {"R": R}))
     assert p.assignment.shape == (graph.num_nodes,)
     assert p.assignment.min() >= 0 and p.assignment.max() < cluster.num_devices
     assert colocation_respected(graph, p.assignment)
@@ -108,9 +109,22 @@ def test_adjusting_placement_never_slower_than_order_place_with_unlimited_memory
         graph, devices, slope, intercept, R) -> None:
     """The paper's claim (section "Adjusting Placement"), checked in the simulator."""
     cluster = Cluster.homogeneous(devices, 1e18, slope_us_per_byte=slope, intercept_us=intercept)
-    adjusting = place(graph, cluster, "celeritas", {"R": R})
+    adjusting = place(graph, cluster, "celeritas", {"R": R, "refine": 0})
     ordered = place(graph, cluster, "order-place", {"R": R})
     assert adjusting.predicted_step_time_us <= ordered.predicted_step_time_us * (1 + 1e-9)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dags(), st.integers(2, 4), st.sampled_from([0.0, 1e-5, 1e-3]), st.sampled_from([0.0, 5.0, 50.0]),
+       st.integers(1, 10))
+def test_refined_celeritas_never_slower_than_order_place_with_unlimited_memory(
+        graph, devices, slope, intercept, R) -> None:
+    """With the communication refinement the claim holds: one of its candidates is Order-Place's
+    all-on-one-device placement, and it keeps the fastest candidate."""
+    cluster = Cluster.homogeneous(devices, 1e18, slope_us_per_byte=slope, intercept_us=intercept)
+    refined = place(graph, cluster, "celeritas", {"R": R})
+    ordered = place(graph, cluster, "order-place", {"R": R})
+    assert refined.predicted_step_time_us <= ordered.predicted_step_time_us * (1 + 1e-9)
 
 
 def counterexample_graph() -> Graph:
@@ -134,6 +148,6 @@ def test_never_slower_counterexample_is_documented() -> None:
     """Strict: if a placer change fixes this graph, the test XPASSes and the docs must be updated."""
     graph = counterexample_graph()
     cluster = Cluster.homogeneous(2, 1e18, slope_us_per_byte=0.0, intercept_us=50.0)
-    adjusting = place(graph, cluster, "celeritas", {"R": 1})
+    adjusting = place(graph, cluster, "celeritas", {"R": 1, "refine": 0})
     ordered = place(graph, cluster, "order-place", {"R": 1})
     assert adjusting.predicted_step_time_us <= ordered.predicted_step_time_us * (1 + 1e-9)

@@ -22,5 +22,8 @@ __all__ = [
     "register_placer",
 ]
 
-# Importing the modules registers their placers.
+# Importing the modules registers their placers (pymetis is imported only when metis runs).
 from celeritas_core.placers import celeritas as _celeritas  # noqa: F401
+from celeritas_core.placers import etf as _etf  # noqa: F401
+from celeritas_core.placers import metis as _metis  # noqa: F401
+from celeritas_core.placers import simple as _simple  # noqa: F401

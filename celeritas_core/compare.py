@@ -1,0 +1,220 @@
+"""Run several placers on one graph and cluster, evaluate each with the same simulator, rank them.
+
+The comparison answers "which placement should I run, and what does it cost me to find it?":
+per placer the simulated step time (µs), speed-up over one device, gap to the lower bound,
+placement seconds, peak device memory (bytes and fraction of capacity) and OOM. The *best*
+placement is the fastest one that fits in memory (the fastest overall when none fits).
+Formats written: ``celeritas-compare/1`` JSON and a CSV with the same rows (docs/formats.md).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.bounds import lower_bound_us, single_device_time_us
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.levels import ccr
+from celeritas_core.placement import Placement
+from celeritas_core.units import format_bytes, format_us
+
+#: Placers run by ``celeritas compare`` when none are named: every baseline and Celeritas.
+DEFAULT_PLACERS = ("single", "metis", "m-topo", "m-etf", "m-sct", "order-place", "celeritas")
+
+#: Called before each placer runs: ``(index, total, placer_name)``; and once more at the end
+#: with ``index == total`` and an empty name.
+ProgressFn = Callable[[int, int, str], None]
+
+CSV_COLUMNS = (
+    "placer", "step_time_us", "speedup_vs_single", "gap_to_lower_bound", "placement_seconds",
+    "peak_memory_bytes", "peak_memory_fraction", "oom", "oom_devices", "coarse_nodes", "best",
+)
+
+
+@dataclass(eq=False)
+class Comparison:
+    """Evaluated placements of one graph on one cluster, in the order the placers ran."""
+
+    graph: Graph
+    cluster: Cluster
+    placements: list[Placement]
+
+    @property
+    def single_device_time_us(self) -> float:
+        """Step time (µs) with every op on device 0."""
+        return single_device_time_us(self.graph, self.cluster)
+
+    @property
+    def lower_bound_us(self) -> float:
+        """Lower bound (µs) on any placement's step time."""
+        return lower_bound_us(self.graph, self.cluster)
+
+    @property
+    def best_index(self) -> int:
+        """Index of the fastest placement without OOM (the fastest of all when every one is OOM)."""
+        fits = [i for i, p in enumerate(self.placements) if not p.oom]
+        pool = fits or list(range(len(self.placements)))
+        return min(pool, key=lambda i: (self.placements[i].predicted_step_time_us, i))
+
+    @property
+    def best(self) -> Placement:
+        """The placement to run: see :attr:`best_index`."""
+        return self.placements[self.best_index]
+
+    def by_placer(self, name: str) -> Placement:
+        """The placement made by placer ``name``."""
+        for p in self.placements:
+            if p.placer == name:
+                return p
+        raise KeyError(name)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat row per placer (the CSV columns), in run order."""
+        best = self.best_index
+        out = []
+        for i, p in enumerate(self.placements):
+            peak = int(np.argmax(p.device_memory_bytes / p.device_capacity_bytes))
+            out.append({
+                "placer": p.placer,
+                "step_time_us": float(p.predicted_step_time_us),
+                "speedup_vs_single": float(p.speedup_vs_single),
+                "gap_to_lower_bound": float(p.gap_to_lower_bound),
+                "placement_seconds": float(p.placement_seconds),
+                "peak_memory_bytes": int(p.device_memory_bytes.max()),
+                "peak_memory_fraction": float(p.device_memory_bytes[peak] / p.device_capacity_bytes[peak]),
+                "oom": p.oom,
+                "oom_devices": " ".join(p.oom_devices),
+                "coarse_nodes": p.coarse_nodes,
+                "best": i == best,
+            })
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``celeritas-compare/1`` document (see docs/formats.md)."""
+        return {
+            "format": "celeritas-compare/1",
+            "graph": self.graph.name,
+            "nodes": self.graph.num_nodes,
+            "edges": self.graph.num_edges,
+            "ccr": _finite(ccr(self.graph, self.cluster)),
+            "devices": list(self.cluster.device_names),
+            "device_capacity_bytes": [int(x) for x in self.cluster.memory_bytes],
+            "comm": {"slope_us_per_byte": self.cluster.slope_us_per_byte,
+                     "intercept_us": self.cluster.intercept_us},
+            "single_device_time_us": _finite(self.single_device_time_us),
+            "lower_bound_us": _finite(self.lower_bound_us),
+            "best": self.best.placer,
+            "placers": [
+                {**{k: _finite(v) if isinstance(v, float) else v for k, v in row.items()},
+                 "params": p.params,
+                 "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
+                 "oom_devices": list(p.oom_devices)}
+                for row, p in zip(self.rows(), self.placements, strict=True)
+            ],
+        }
+
+    def to_csv(self) -> str:
+        """The rows as CSV text (header :data:`CSV_COLUMNS`; empty cells for missing values)."""
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows():
+            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        return buf.getvalue()
+
+    def table(self) -> str:
+        """A one-screen text table of the rows, best placement marked with ``*``."""
+        head = (f"{'placer':<13} {'step time':>12} {'vs single':>10} {'vs bound':>10} "
+                f"{'placed in':>10} {'peak memory':>12} {'peak %':>7}  OOM")
+        lines = [head, "-" * len(head)]
+        for row in self.rows():
+            mark = "*" if row["best"] else " "
+            oom = row["oom_devices"] if row["oom"] else "no"
+            lines.append(
+                f"{row['placer']:<12}{mark} {format_us(row['step_time_us']):>12} "
+                f"{row['speedup_vs_single']:>9.2f}x {row['gap_to_lower_bound'] * 100:>+9.1f}% "
+                f"{row['placement_seconds']:>9.3f}s {format_bytes(row['peak_memory_bytes']):>12} "
+                f"{row['peak_memory_fraction'] * 100:>6.1f}%  {oom}")
+        return "\n".join(lines)
+
+
+def parse_placer_list(text: str) -> list[str]:
+    """Split ``"a,b,c"`` into known placer names; unknown or repeated names are input errors."""
+    from celeritas_core.placers import get_placer
+
+    names = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise CeleritasInputError(f"--placers: expected comma-separated placer names, got {text!r}")
+    seen: set[str] = set()
+    for name in names:
+        get_placer(name)
+        if name in seen:
+            raise CeleritasInputError(f"--placers: placer {name!r} is listed twice")
+        seen.add(name)
+    return names
+
+
+def params_for(placer: str, shared: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of ``shared`` parameter values that placer ``placer`` accepts."""
+    from celeritas_core.placers import get_placer
+
+    accepted = {p.name for p in get_placer(placer).params}
+    return {k: v for k, v in shared.items() if k in accepted}
+
+
+def check_shared_params(placers: Sequence[str], shared: Mapping[str, Any]) -> None:
+    """Reject a parameter that none of ``placers`` accepts (a typo would otherwise be ignored)."""
+    from celeritas_core.placers import get_placer
+
+    accepted = {p.name for name in placers for p in get_placer(name).params}
+    unknown = sorted(set(shared) - accepted)
+    if unknown:
+        raise CeleritasInputError(
+            f"parameter {unknown[0]!r} is not accepted by any of the placers "
+            f"{', '.join(placers)} (accepted: {', '.join(sorted(accepted)) or 'none'})")
+
+
+def compare_placers(
+    graph: Graph,
+    cluster: Cluster,
+    placers: Sequence[str] = DEFAULT_PLACERS,
+    params: Mapping[str, Any] | None = None,
+    *,
+    progress: ProgressFn | None = None,
+) -> Comparison:
+    """Run each placer in ``placers`` and evaluate it with the simulator.
+
+    ``params`` maps parameter names to values; each placer receives the ones it accepts
+    (``R`` goes to the fusion placers, ``threshold`` to m-SCT, …). Parameter values are checked
+    for every placer before any runs, so a bad value fails fast.
+    """
+    from celeritas_core.colocation import check_colocation_fits
+    from celeritas_core.placers import get_placer, place
+
+    if not placers:
+        raise CeleritasInputError("no placers to compare")
+    shared = dict(params or {})
+    check_shared_params(placers, shared)
+    for name in placers:
+        get_placer(name).resolve_params(params_for(name, shared))
+    check_colocation_fits(graph, cluster)
+    placements = []
+    for i, name in enumerate(placers):
+        if progress is not None:
+            progress(i, len(placers), name)
+        placements.append(place(graph, cluster, name, params_for(name, shared)))
+    if progress is not None:
+        progress(len(placers), len(placers), "")
+    return Comparison(graph, cluster, placements)
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None

@@ -1,0 +1,247 @@
+"""The ``metis`` baseline: a k-way METIS partition of the undirected op graph, then memory repair.
+
+Steps: contract each co-location group to one vertex (so groups stay whole), partition the
+undirected graph into ``k = num_devices`` parts with pymetis (vertex weight = memory bytes, or
+time µs with ``balance_time=1``; edge weight = tensor bytes), map parts to devices (bigger parts
+to bigger devices, among equal devices in topological order), then move vertices off over-full
+devices, cheapest cut increase per byte first. pymetis is imported lazily: the rest of
+``celeritas_core`` stays pure numpy/networkx/scipy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+
+#: METIS weights are integers: vertex and edge weights are each scaled so that their total is
+#: about this much (then rounded, at least 1), which fits a 32-bit ``idx_t`` with room to spare.
+WEIGHT_SCALE = 2**28
+
+
+@dataclass(frozen=True)
+class UnitGraph:
+    """Ops contracted to placement units (a co-location group is one unit), as undirected CSR."""
+
+    unit_of: np.ndarray  # unit index per op; units are numbered by their first topological rank
+    memory_bytes: np.ndarray  # bytes per unit
+    time_us: np.ndarray  # µs per unit
+    ptr: np.ndarray  # CSR row pointers (num_units + 1)
+    nbr: np.ndarray  # neighbour unit per slot; each undirected pair is stored in both rows
+    weight_bytes: np.ndarray  # bytes per slot (sum over the distinct tensors between the pair)
+
+    @property
+    def num_units(self) -> int:
+        """Number of units."""
+        return len(self.memory_bytes)
+
+
+def unit_graph(graph: Graph) -> UnitGraph:
+    """Contract co-location groups and drop edge directions; parallel tensors add their bytes.
+
+    Several edges carrying one producer output (``src_output``) into the same unit count once.
+    """
+    n = graph.num_nodes
+    rank = graph.topological_rank
+    gid = graph.colocation_ids
+    key = np.where(gid >= 0, gid, int(gid.max(initial=-1)) + 1 + np.arange(n))
+    _, raw = np.unique(key, return_inverse=True)
+    num_units = int(raw.max()) + 1
+    first = np.full(num_units, n, dtype=np.int64)
+    np.minimum.at(first, raw, rank)
+    renumber = np.empty(num_units, dtype=np.int64)
+    renumber[np.argsort(first, kind="stable")] = np.arange(num_units)
+    unit_of = renumber[raw]
+    memory = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
+    time_us = np.bincount(unit_of, weights=graph.time_us, minlength=num_units)
+
+    a = unit_of[graph.edge_src]
+    b = unit_of[graph.edge_dst]
+    keep = a != b
+    src, out, a, b, nbytes = (x[keep] for x in (graph.edge_src, graph.edge_src_output, a, b,
+                                                 graph.edge_bytes))
+    # one transfer per (producer, output, destination unit)
+    tensors = np.unique(np.stack([src, out, b]), axis=1, return_index=True)[1] if len(src) else src
+    a, b, nbytes = a[tensors], b[tensors], nbytes[tensors]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    pairs, inverse = np.unique(lo * num_units + hi, return_inverse=True)
+    pair_bytes = np.bincount(inverse, weights=nbytes, minlength=len(pairs))
+    lo, hi = pairs // num_units, pairs % num_units
+    rows = np.concatenate([lo, hi])
+    cols = np.concatenate([hi, lo])
+    weights = np.concatenate([pair_bytes, pair_bytes])
+    order = np.lexsort((cols, rows))
+    ptr = np.zeros(num_units + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_units), out=ptr[1:])
+    return UnitGraph(unit_of, memory, time_us, ptr, cols[order], weights[order])
+
+
+def metis_weights(values: np.ndarray) -> np.ndarray:
+    """Positive integer METIS weights: ``max(1, round(value · 2^28 / total))`` (all 1 if total is 0)."""
+    total = float(values.sum())
+    if total <= 0:
+        return np.ones(len(values), dtype=np.int64)
+    return np.maximum(1, np.rint(values * (WEIGHT_SCALE / total))).astype(np.int64)
+
+
+def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.ndarray,
+               seed: int) -> np.ndarray:
+    """Part per unit from pymetis (k parts, target shares ``target``); one unit per part if ≤ k units."""
+    if k == 1:
+        return np.zeros(units.num_units, dtype=np.int64)
+    if units.num_units <= k:  # METIS refuses more parts than vertices
+        return np.arange(units.num_units, dtype=np.int64)
+    try:
+        import pymetis
+    except ImportError:
+        raise CeleritasInputError(
+            "placer 'metis' needs the pymetis package (pip install 'pymetis>=2023.1')"
+        ) from None
+    dtype = pymetis.zero_copy_dtype() if hasattr(pymetis, "zero_copy_dtype") else np.int64
+    xadj = units.ptr.astype(dtype)
+    adjncy = units.nbr.astype(dtype)
+    share = target / target.sum()
+    tpwgts = None if np.all(share == share[0]) else share.tolist()
+    kwargs: dict[str, Any] = {
+        "vweights": metis_weights(vertex_weight).astype(dtype),
+        "eweights": metis_weights(units.weight_bytes).astype(dtype) if len(adjncy) else None,
+        "tpwgts": tpwgts,
+        "options": pymetis.Options(seed=seed),
+    }
+    if hasattr(pymetis, "CSRAdjacency"):
+        result = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
+    else:  # pymetis < 2025.2
+        result = pymetis.part_graph(k, xadj=xadj, adjncy=adjncy, **kwargs)
+    return np.asarray(result[1], dtype=np.int64)
+
+
+def map_parts_to_devices(part_size: np.ndarray, device_size: np.ndarray,
+                         first_unit: np.ndarray) -> np.ndarray:
+    """Device per part: the i-th largest part to the i-th largest device; among devices of equal
+    size, the part whose first unit is earliest (``first_unit``, topological) gets the lowest index.
+    """
+    k = len(device_size)
+    devices = np.lexsort((np.arange(k), -device_size))
+    parts = np.lexsort((first_unit, -part_size))
+    device_of_part = np.empty(k, dtype=np.int64)
+    device_of_part[parts] = devices
+    for size in np.unique(device_size):
+        same = np.flatnonzero(device_size == size)
+        held = np.flatnonzero(np.isin(device_of_part, same))
+        device_of_part[held[np.argsort(first_unit[held], kind="stable")]] = same
+    return device_of_part
+
+
+def repair_memory(units: UnitGraph, device: np.ndarray, capacity: np.ndarray) -> int:
+    """Move units off over-full devices (``device`` is updated in place); returns the number of moves.
+
+    The most over-full device is drained first: while it is over its memory (bytes), move its unit
+    and a target device with room for it that add the fewest cut bytes per byte moved (a negative
+    increase is a gain; ties: lowest unit, then lowest device). Then the next over-full device,
+    until every device fits or no unit of an over-full device fits anywhere (best effort). Units
+    of 0 bytes never move; a unit moves at most once, since targets never become over-full.
+    """
+    k = len(capacity)
+    mem = units.memory_bytes
+    used = np.bincount(device, weights=mem, minlength=k)
+    rows = np.repeat(np.arange(units.num_units), np.diff(units.ptr))
+    conn = np.zeros((units.num_units, k))  # bytes from each unit to each device
+    np.add.at(conn, (rows, device[units.nbr]), units.weight_bytes)
+    moves = 0
+    progress = True
+    while progress:
+        progress = False
+        over = np.flatnonzero(used > capacity)
+        for d in over[np.argsort(capacity[over] - used[over], kind="stable")].tolist():
+            done = _drain(units, device, capacity, used, conn, d)
+            moves += done
+            progress = progress or done > 0
+    return moves
+
+
+def _drain(units: UnitGraph, device: np.ndarray, capacity: np.ndarray, used: np.ndarray,
+           conn: np.ndarray, d: int) -> int:
+    """Move units off device ``d`` (see :func:`repair_memory`) until it fits or none fits elsewhere."""
+    cand = np.flatnonzero((device == d) & (units.memory_bytes > 0))
+    cand_mem = units.memory_bytes[cand]
+    pos = np.full(units.num_units, -1, dtype=np.int64)
+    pos[cand] = np.arange(len(cand))
+
+    def best_moves(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per candidate position: the smallest cut increase per byte (∞ if none fits), its device."""
+        u = cand[idx]
+        score = (conn[u, d][:, None] - conn[u]) / cand_mem[idx, None]
+        fits = cand_mem[idx, None] <= (capacity - used)[None, :]
+        fits[:, d] = False
+        score[~fits] = np.inf
+        target = np.argmin(score, axis=1)
+        return score[np.arange(len(idx)), target], target
+
+    best, best_t = best_moves(np.arange(len(cand)))
+    moves = 0
+    while used[d] > capacity[d]:
+        i = int(np.argmin(best))
+        if not np.isfinite(best[i]):
+            break
+        u, t = int(cand[i]), int(best_t[i])
+        lo, hi = units.ptr[u], units.ptr[u + 1]
+        nbr, w = units.nbr[lo:hi], units.weight_bytes[lo:hi]
+        np.subtract.at(conn, (nbr, d), w)
+        np.add.at(conn, (nbr, t), w)
+        device[u] = t
+        used[d] -= cand_mem[i]
+        used[t] += cand_mem[i]
+        moves += 1
+        pos[u] = -1
+        best[i] = np.inf
+        # rescore the neighbours (their cut changed) and the units whose best target just filled up
+        near = pos[nbr]
+        full = np.flatnonzero((best_t == t) & (cand_mem > capacity[t] - used[t]) & np.isfinite(best))
+        stale = np.unique(np.concatenate([near[near >= 0], full]))
+        if len(stale):
+            best[stale], best_t[stale] = best_moves(stale)
+    return moves
+
+
+def _cut_bytes(units: UnitGraph, device: np.ndarray) -> float:
+    rows = np.repeat(np.arange(units.num_units), np.diff(units.ptr))
+    return float(units.weight_bytes[device[rows] != device[units.nbr]].sum() / 2)
+
+
+def metis_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+    """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair."""
+    k = cluster.num_devices
+    balance_time = bool(params["balance_time"])
+    units = unit_graph(graph)
+    vertex_weight = units.time_us if balance_time else units.memory_bytes
+    device_size = cluster.speed if balance_time else cluster.memory_bytes
+    part = _partition(units, k, vertex_weight, device_size.astype(np.float64), int(params["seed"]))
+    part_size = np.bincount(part, weights=vertex_weight, minlength=k)
+    first_unit = np.full(k, units.num_units, dtype=np.int64)  # units are numbered topologically
+    np.minimum.at(first_unit, part, np.arange(units.num_units))
+    device = map_parts_to_devices(part_size, device_size, first_unit)[part]
+    cut_before = _cut_bytes(units, device)
+    moves = repair_memory(units, device, cluster.memory_bytes.astype(np.float64))
+    return PlacerOutput(
+        assignment=device[units.unit_of],
+        extra={"units": units.num_units, "cut_bytes_before_repair": cut_before,
+               "cut_bytes": _cut_bytes(units, device), "repair_moves": moves},
+    )
+
+
+register_placer(PlacerSpec(
+    "metis", metis_placer,
+    "METIS k-way partition (co-location groups contracted), then move ops off over-full devices",
+    (
+        ParamSpec("balance_time", 0, "1: balance op time (µs) across devices by speed; "
+                  "0: balance memory (bytes) by device memory", int, minimum=0, maximum=1),
+        ParamSpec("seed", 0, "METIS random seed (same seed, same partition)", int, minimum=0),
+    ),
+))

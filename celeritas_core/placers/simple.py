@@ -1,0 +1,82 @@
+"""Baseline placers without fusion: ``single`` (everything on device 0) and Baechi's ``m-topo``.
+
+``m-topo`` follows Baechi (Jeon et al., SoCC 2020): walk the M-TOPO order and fill each device up
+to an even share of the model's memory plus the largest placement unit, then move on. Neither
+placer raises when the model does not fit: the placement is best effort and :func:`place`
+reports the over-full devices as OOM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
+from celeritas_core.graph import Graph
+from celeritas_core.orders import m_topo_order
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, register_placer
+
+
+def single_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+    """Every op on device 0: the one-device reference (OOM when the model exceeds its bytes)."""
+    return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64))
+
+
+def m_topo_caps(total_bytes: float, largest_bytes: float, cluster: Cluster) -> np.ndarray:
+    """Per-device fill cap (bytes): ``min(total / k + largest, memory)``, the last device its memory."""
+    k = cluster.num_devices
+    caps = np.minimum(total_bytes / k + largest_bytes, cluster.memory_bytes.astype(np.float64))
+    caps[-1] = float(cluster.memory_bytes[-1])
+    return caps
+
+
+def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
+                 node_memory: np.ndarray) -> np.ndarray:
+    """Fill devices in ``order`` up to :func:`m_topo_caps` of ``node_memory`` (bytes); device per node.
+
+    A node that fits under the cap of neither the current nor any later device goes to the device
+    with the most free physical memory (best effort; evaluation flags the OOM).
+    """
+    mem = node_memory.tolist()
+    largest = max(mem, default=0.0)
+    caps = m_topo_caps(float(node_memory.sum()), largest, cluster).tolist()
+    capacity = cluster.memory_bytes.astype(np.float64).tolist()
+    used = [0.0] * cluster.num_devices
+    device = np.zeros(graph.num_nodes, dtype=np.int64)
+    current = 0
+    last = cluster.num_devices - 1
+    for v in order.tolist():
+        m = mem[v]
+        while current < last and used[current] + m > caps[current]:
+            current += 1
+        if used[current] + m <= caps[current]:
+            d = current
+        else:  # no cap has room: best effort on the device with the most free memory
+            d = max(range(last + 1), key=lambda i: capacity[i] - used[i])
+        device[v] = d
+        used[d] += m
+    return device
+
+
+def m_topo_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+    """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each."""
+    order = m_topo_order(graph)
+    anchor = colocation_anchor(graph, order)
+    memory = anchored_memory(graph, anchor)
+    device = m_topo_place(graph, cluster, order, memory)
+    caps = m_topo_caps(float(memory.sum()), float(memory.max(initial=0.0)), cluster)
+    return PlacerOutput(assignment=apply_colocation(device, anchor),
+                        extra={"cap_bytes": [float(c) for c in caps]})
+
+
+register_placer(PlacerSpec(
+    "single", single_placer,
+    "every op on device 0 (the one-device reference every split must beat)",
+))
+register_placer(PlacerSpec(
+    "m-topo", m_topo_placer,
+    "Baechi m-TOPO: fill devices in M-TOPO order up to total/k + largest op bytes each",
+))
