@@ -41,7 +41,7 @@ def test_place_prints_summary_and_writes_placement(graph_file, tmp_path, capsys)
         assert text in out
     doc = json.loads(out_file.read_text())
     assert doc["format"] == "celeritas-placement/1" and doc["placer"] == "celeritas"
-    assert doc["params"] == {"R": 5, "memory_fraction": 0.25}
+    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": 1}
     assert len(doc["assignment"]) == 41 and doc["oom"] is False
     assert doc["assignment"]["w0"] == doc["assignment"]["n29"]
 
