@@ -27,6 +27,7 @@ demo: setup
 
 bench: setup
 	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_placers.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -1,4 +1,4 @@
-"""The ``celeritas`` command line: place, simulate, inspect and generate graphs.
+"""The ``celeritas`` command line: place, compare, simulate, inspect and generate graphs.
 
 Bad input prints one line ``celeritas: error: …`` naming the file and node/field, exits with
 status 2 and writes no output file.
@@ -109,13 +109,14 @@ def _cmd_place(args: argparse.Namespace) -> int:
     from celeritas_core.placers import get_placer, place
 
     spec = get_placer(args.placer)
-    graph = load_graph(args.graph)
-    cluster = _cluster_from_args(args)
-    params: dict[str, object] = {}
+    params = _parse_params(args.param)
     for p in spec.params:
         value = getattr(args, p.name.replace("-", "_"), None)
         if value is not None:
             params[p.name] = value
+    spec.resolve_params(params)
+    graph = load_graph(args.graph)
+    cluster = _cluster_from_args(args)
     placement = place(graph, cluster, args.placer, params)
     out = Path(args.out) if args.out else Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
     save_placement(placement, out)
@@ -178,6 +179,72 @@ def _cmd_placers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_params(pairs: Sequence[str] | None) -> dict[str, object]:
+    """``NAME=VALUE`` strings into a dict (values stay strings; placers coerce and check them)."""
+    params: dict[str, object] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise CeleritasInputError(f"--param: expected NAME=VALUE, got {pair!r}")
+        params[name.strip().replace("-", "_")] = value.strip()
+    return params
+
+
+class _Progress:
+    """One status line on stderr per placer: redrawn in place on a terminal, appended otherwise."""
+
+    def __init__(self, stream: typing.TextIO | None = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = self.stream.isatty()
+        self.start = time.perf_counter()
+
+    def __call__(self, index: int, total: int, name: str) -> None:
+        done = int(20 * index / total) if total else 20
+        bar = "#" * done + "." * (20 - done)
+        elapsed = time.perf_counter() - self.start
+        text = f"[{bar}] {index}/{total} " + (f"running {name}" if name else "done") + f" ({elapsed:.1f} s)"
+        if self.tty:
+            self.stream.write("\r" + text.ljust(72) + ("\n" if not name else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
+    from celeritas_core.formats import load_graph, write_json_atomic, write_text_atomic
+
+    placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
+    params = _parse_params(args.param)
+    for flag in ("R", "memory_fraction", "refine"):
+        if getattr(args, flag) is not None:
+            params[flag] = getattr(args, flag)
+    graph = load_graph(args.graph)
+    cluster = _cluster_from_args(args)
+    out_dir = Path(args.out_dir) if args.out_dir else Path(f"{Path(args.graph).stem}.compare")
+    progress = None if args.quiet else _Progress()
+    comparison = compare_placers(graph, cluster, placers, params, progress=progress)
+    print(f"graph   {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges on "
+          f"{cluster.num_devices} devices; single device {format_us(comparison.single_device_time_us)}, "
+          f"lower bound {format_us(comparison.lower_bound_us)}")
+    print()
+    print(comparison.table())
+    print()
+    best = comparison.best
+    fits = "" if not best.oom else " (every placement is OOM: best effort)"
+    print(f"best: {best.placer}, {format_us(best.predicted_step_time_us)} per step{fits}")
+    written = [write_json_atomic(out_dir / "compare.json", comparison.to_json(), indent=1),
+               write_text_atomic(out_dir / "compare.csv", comparison.to_csv())]
+    if not args.no_figures:
+        from celeritas_core.plots import gantt_chart, memory_chart
+
+        written.append(gantt_chart(graph, cluster, best, out_dir / "gantt.png"))
+        written.append(memory_chart(comparison.placements, cluster, out_dir / "memory.png",
+                                    title=f"{graph.name}: memory per device"))
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import save_graph
     from celeritas_core.synthetic import paper_shaped_graph
@@ -222,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-fraction", dest="memory_fraction", type=float, default=None, metavar="F",
                    help="per-cluster memory cap as a fraction of device memory "
                         f"(default {DEFAULT_MEMORY_FRACTION})")
+    p.add_argument("--refine", type=int, choices=(0, 1), default=None,
+                   help="celeritas placer: 1 (default) also tries min-cut partitions of the coarse "
+                        "graph and keeps the fastest; 0 is the paper's Adjusting Placement alone")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="any other placer parameter (repeatable; `celeritas placers` lists them)")
     p.add_argument("--out", metavar="FILE",
                    help="where to write the placement (default: GRAPH_STEM.PLACER.placement.json)")
     p.set_defaults(func=_cmd_place)
@@ -246,6 +318,32 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("placers", help="list the placers and their parameters",
                         description="List every registered placer with its parameters and defaults.")
     pl.set_defaults(func=_cmd_placers)
+
+    c = sub.add_parser("compare", help="run several placers on one graph and rank them",
+                       description="Run placers on GRAPH, replay each in the simulator and print a "
+                                   "table (step time, speed-up vs one device, gap to the lower bound, "
+                                   "placement seconds, peak memory, OOM). Writes compare.json, "
+                                   "compare.csv, gantt.png (the best placement) and memory.png "
+                                   "(every placer) to --out-dir. The best placement is the fastest "
+                                   "one without OOM.")
+    c.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    _add_cluster_args(c)
+    c.add_argument("--placers", metavar="A,B,...",
+                   help="comma-separated placer names (default: single, metis, m-topo, m-etf, m-sct, "
+                        "order-place, celeritas)")
+    c.add_argument("--R", dest="R", type=int, default=None, metavar="N",
+                   help=f"exploration range for the fusion placers (default {DEFAULT_R})")
+    c.add_argument("--memory-fraction", dest="memory_fraction", type=float, default=None, metavar="F",
+                   help=f"per-cluster memory cap of the fusion placers (default {DEFAULT_MEMORY_FRACTION})")
+    c.add_argument("--refine", type=int, choices=(0, 1), default=None,
+                   help="celeritas placer's communication refinement (default 1)")
+    c.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a placer parameter, passed to every placer that accepts it (repeatable; "
+                        "`celeritas placers` lists them), e.g. --param threshold=0.4")
+    c.add_argument("--out-dir", metavar="DIR", help="output folder (default: GRAPH_STEM.compare)")
+    c.add_argument("--no-figures", action="store_true", help="skip gantt.png and memory.png")
+    c.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    c.set_defaults(func=_cmd_compare)
 
     g = sub.add_parser("generate", help="write a synthetic paper-shaped training graph",
                        description="Write a seeded synthetic training-step graph shaped like one of "

@@ -1,0 +1,124 @@
+"""Figures of a comparison: a Gantt chart of one placement and per-device memory bars (PNG).
+
+matplotlib is imported lazily (Agg backend, no display needed) so the engine imports without it.
+Files are written through a temporary file and an atomic rename.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.graph import Graph
+from celeritas_core.placement import Placement
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save_atomic(fig: Any, path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
+    os.close(fd)
+    try:
+        from celeritas_core.formats import _current_umask
+
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def _time_unit(span_us: float) -> tuple[float, str]:
+    if span_us >= 2e6:
+        return 1e6, "s"
+    if span_us >= 2e3:
+        return 1e3, "ms"
+    return 1.0, "µs"
+
+
+def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str | os.PathLike[str]) -> Path:
+    """Write a Gantt chart of ``placement``'s simulated step: per device a row of ops (coloured by
+    device) and below it a row of the transfers it receives; returns the PNG path."""
+    from celeritas_core.simulator import simulate
+
+    plt = _pyplot()
+    result = simulate(graph, cluster, placement.assignment)
+    scale, unit = _time_unit(max(result.step_time_us, 1e-9))
+    num_dev = cluster.num_devices
+    fig, ax = plt.subplots(figsize=(11, 1.1 + 0.8 * num_dev))
+    colors = plt.get_cmap("tab10")
+    dur = (result.finish_us - result.start_us) / scale
+    starts = result.start_us / scale
+    t = result.transfers
+    for d in range(num_dev):
+        y = 2 * (num_dev - 1 - d)
+        on = np.flatnonzero(placement.assignment == d)
+        bars = list(zip(starts[on].tolist(), np.maximum(dur[on], 0).tolist(), strict=True))
+        ax.broken_barh(bars, (y + 1.0, 0.8), facecolors=colors(d % 10), edgecolor="none")
+        into = np.flatnonzero(t.dst_device == d)
+        tbars = list(zip((t.start_us[into] / scale).tolist(), (t.duration_us[into] / scale).tolist(),
+                         strict=True))
+        ax.broken_barh(tbars, (y + 0.15, 0.6), facecolors="0.55", edgecolor="none")
+    ax.set_yticks([2 * (num_dev - 1 - d) + tick for d in range(num_dev) for tick in (1.4, 0.45)])
+    ax.set_yticklabels([label for name in cluster.device_names for label in (name, "  ← recv")],
+                       fontsize=8)
+    ax.set_ylim(0, 2 * num_dev)
+    ax.set_xlim(0, result.step_time_us / scale * 1.01 if result.step_time_us > 0 else 1)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_title(f"{graph.name}: {placement.placer}, simulated step {result.step_time_us / scale:.3g} "
+                 f"{unit}, {len(t):,} transfers", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    try:
+        return _save_atomic(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | os.PathLike[str],
+                 *, title: str = "") -> Path:
+    """Write grouped bars of per-device memory (bytes, as % of capacity) for every placement;
+    bars above 100 % (OOM) are hatched. Returns the PNG path."""
+    plt = _pyplot()
+    num_dev = cluster.num_devices
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(placements) + 2), 4))
+    width = 0.8 / num_dev
+    colors = plt.get_cmap("tab10")
+    x = np.arange(len(placements))
+    for d in range(num_dev):
+        share = np.array([p.device_memory_bytes[d] / cluster.memory_bytes[d] * 100 for p in placements])
+        bars = ax.bar(x - 0.4 + width * (d + 0.5), share, width, color=colors(d % 10),
+                      label=cluster.device_names[d])
+        for bar, value in zip(bars, share, strict=True):
+            if value > 100:
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
+    ax.axhline(100, color="red", lw=1, ls="--", label="capacity")
+    ax.set_xticks(x)
+    ax.set_xticklabels([p.placer + (" (OOM)" if p.oom else "") for p in placements], fontsize=8)
+    ax.set_ylabel("device memory (% of capacity)")
+    ax.set_title(title or "memory per device", fontsize=10)
+    ax.legend(fontsize=7, ncol=min(num_dev + 1, 5), loc="upper right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    try:
+        return _save_atomic(fig, path)
+    finally:
+        plt.close(fig)
