@@ -24,6 +24,8 @@ test: setup lint
 demo: setup
 	$(VENV)/bin/celeritas place examples/graphs/training_step_small.json \
 		--devices 4 --device-memory 600MiB --out build/demo/placement.json
+	$(VENV)/bin/celeritas compare examples/graphs/training_step_small.json \
+		--devices 4 --device-memory 600MiB --out-dir build/demo/compare
 
 bench: setup
 	$(PY) bench/bench_engine.py

@@ -175,7 +175,9 @@ def _cmd_placers(args: argparse.Namespace) -> int:
     for spec in PLACERS.values():
         print(f"{spec.name:<14} {spec.summary}")
         for p in spec.params:
-            print(f"{'':<14}   --{p.name.replace('_', '-')} (default {p.default}): {p.description}")
+            print(f"{'':<14}   {p.name}={p.default}: {p.description}")
+    print("\nSet a parameter with --param NAME=VALUE on `place` and `compare` (R, memory_fraction and "
+          "refine also have their own flags).")
     return 0
 
 
@@ -196,9 +198,11 @@ class _Progress:
     def __init__(self, stream: typing.TextIO | None = None) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.tty = self.stream.isatty()
-        self.start = time.perf_counter()
+        self.start: float | None = None
 
     def __call__(self, index: int, total: int, name: str) -> None:
+        if self.start is None:
+            self.start = time.perf_counter()
         done = int(20 * index / total) if total else 20
         bar = "#" * done + "." * (20 - done)
         elapsed = time.perf_counter() - self.start

@@ -129,10 +129,36 @@ def test_info_and_placers(graph_file, capsys):
     code, out, _ = _run(["info", str(graph_file)], capsys)
     assert code == 0 and "41 (10 with in-degree 0)" in out and "CCR" in out
     code, out, _ = _run(["placers"], capsys)
-    assert code == 0 and "celeritas" in out and "order-place" in out and "--memory-fraction" in out
+    assert code == 0 and "celeritas" in out and "order-place" in out and "memory_fraction=0.25" in out
+    assert "threshold=0.5" in out and "--param NAME=VALUE" in out
 
 
-@pytest.mark.parametrize("command", [[], ["place"], ["simulate"], ["info"], ["placers"], ["generate"]])
+def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
+                           "--placer", "m-sct", "--param", "threshold=0.3", "--out", str(out_file)], capsys)
+    assert code == 0, err
+    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3}
+    code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
+                         "--refine", "0", "--out", str(out_file)], capsys)
+    assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--placer", "m-sct", "--param", "R=5"], "placer 'm-sct': unknown parameter 'R'"),
+    (["--placer", "m-sct", "--param", "threshold=x"], "expected a number, got 'x'"),
+    (["--param", "=3"], "--param: expected NAME=VALUE"),
+])
+def test_place_bad_params_are_one_line_errors(graph_file, tmp_path, capsys, argv, message):
+    out_file = tmp_path / "p.json"
+    code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB", *argv,
+                         "--out", str(out_file)], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not out_file.exists()
+
+
+@pytest.mark.parametrize("command", [[], ["place"], ["compare"], ["simulate"], ["info"], ["placers"],
+                                     ["generate"]])
 def test_help_on_every_command(command):
     proc = subprocess.run([sys.executable, "-m", "celeritas_core.cli", *command, "--help"],
                           capture_output=True, text=True, check=False)
