@@ -40,12 +40,18 @@ class Placement:
 
     @property
     def speedup_vs_single(self) -> float:
-        """Single-device time divided by the predicted step time (>1 is faster than one device)."""
+        """Single-device time divided by the predicted step time (>1 is faster than one device);
+        1.0 when both are 0 (a graph without op times, e.g. static costs)."""
+        if self.predicted_step_time_us == 0:
+            return 1.0 if self.single_device_time_us == 0 else float("inf")
         return self.single_device_time_us / self.predicted_step_time_us
 
     @property
     def gap_to_lower_bound(self) -> float:
-        """Relative distance of the predicted step time above the lower bound (0.1 = 10 %)."""
+        """Relative distance of the predicted step time above the lower bound (0.1 = 10 %); 0 when
+        both are 0."""
+        if self.lower_bound_us == 0:
+            return 0.0 if self.predicted_step_time_us == 0 else float("inf")
         return self.predicted_step_time_us / self.lower_bound_us - 1.0
 
     def device_of(self, node: str) -> int:

@@ -113,3 +113,16 @@ def test_placement_reports_figures_consistently(rng):
     doc = p.to_json()
     assert set(doc["assignment"]) == set(g.node_names)
     assert doc["coarse_nodes"] == p.coarse_nodes and doc["oom"] is False
+
+
+def test_a_graph_without_op_times_places_and_reports_finite_figures(tmp_path):
+    # static-cost graphs (``celeritas graph --costs static``) have time 0 everywhere
+    from celeritas_core.formats import save_placement
+
+    g = make_graph([("a", "b", 100.0), ("b", "c", 100.0)], default_time=0.0)
+    cluster = Cluster.homogeneous(2, 10.0, slope_us_per_byte=0.0, intercept_us=0.0)
+    for name in ("single", "celeritas"):
+        p = place(g, cluster, name)
+        assert p.predicted_step_time_us == 0.0 and p.lower_bound_us == 0.0
+        assert p.gap_to_lower_bound == 0.0 and p.speedup_vs_single == 1.0
+        save_placement(p, tmp_path / f"{name}.json")
