@@ -357,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
     g.set_defaults(func=_cmd_generate)
+
+    from celeritas_tf.commands import add_commands  # argparse only: TensorFlow loads when a command runs
+
+    add_commands(sub, _add_cluster_args)
     return parser
 
 
@@ -371,6 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT_ERROR
     except OSError as exc:
         print(f"celeritas: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if not type(exc).__module__.startswith("tensorflow"):
+            raise
+        # a TensorFlow runtime error (e.g. a placement TensorFlow refuses): its first line
+        text = str(exc).strip().splitlines()
+        last = text[-1] if text else ""
+        print(f"celeritas: tensorflow error: {type(exc).__name__}: {last}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("celeritas: interrupted", file=sys.stderr)

@@ -1,0 +1,179 @@
+"""Standard Evaluation, step 1: per-op linear regression of time (µs) and memory (bytes) on batch size.
+
+The paper profiles a model at a few small batch sizes that fit on one device and fits, per op,
+``cost = slope · batch + intercept``; the fit predicts the large batch (memory well, time
+roughly). Ops seen at a single batch size get slope 0. Predictions are clipped at 0. Fits are
+stored as ``celeritas-fits/1`` (docs/formats.md). Estimation accuracy follows the paper's
+"Estimation Accuracy": per op ``|estimate − actual| / actual``, over the ops whose actual value
+is positive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+
+
+@dataclass(frozen=True, eq=False)
+class CostFits:
+    """Per-op linear fits ``cost(batch) = slope · batch + intercept`` of time (µs) and memory (bytes)."""
+
+    names: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    time_slope: np.ndarray
+    time_intercept: np.ndarray
+    memory_slope: np.ndarray
+    memory_intercept: np.ndarray
+    time_r2: np.ndarray
+    memory_r2: np.ndarray
+
+    def predict(self, batch_size: float) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted ``(time_us, memory_bytes)`` per op at ``batch_size`` (clipped at 0)."""
+        if not np.isfinite(batch_size) or batch_size <= 0:
+            raise CeleritasInputError(f"batch size must be positive, got {batch_size!r}")
+        t = np.maximum(self.time_slope * batch_size + self.time_intercept, 0.0)
+        m = np.maximum(self.memory_slope * batch_size + self.memory_intercept, 0.0)
+        return t, m
+
+    def predict_costs(self, batch_size: float) -> dict[str, tuple[float, float]]:
+        """``op → (time_us, memory_bytes)`` at ``batch_size``."""
+        t, m = self.predict(batch_size)
+        return {n: (float(a), float(b)) for n, a, b in zip(self.names, t, m, strict=True)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``celeritas-fits/1`` document."""
+        return {
+            "format": "celeritas-fits/1",
+            "batch_sizes": list(self.batch_sizes),
+            "ops": {
+                n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
+                    "time_r2": _num(e), "memory_r2": _num(f)}
+                for n, a, b, c, d, e, f in zip(self.names, self.time_slope, self.time_intercept,
+                                               self.memory_slope, self.memory_intercept, self.time_r2,
+                                               self.memory_r2, strict=True)
+            },
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str | None = None) -> CostFits:
+        """Read a ``celeritas-fits/1`` document (raises CeleritasInputError naming the bad field)."""
+        def bad(msg: str) -> CeleritasInputError:
+            return CeleritasInputError(msg, source=source)
+
+        if not isinstance(doc, dict) or doc.get("format") != "celeritas-fits/1":
+            raise bad("not a celeritas-fits/1 document (field 'format')")
+        ops = doc.get("ops")
+        if not isinstance(ops, dict) or not ops:
+            raise bad("field 'ops' must be a non-empty object")
+        batches = doc.get("batch_sizes")
+        if not isinstance(batches, list) or not all(isinstance(b, int) and b > 0 for b in batches):
+            raise bad("field 'batch_sizes' must be a list of positive integers")
+        arrays: dict[str, list[float]] = {k: [] for k in ("ts", "ti", "ms", "mi", "tr", "mr")}
+        for name, fit in ops.items():
+            try:
+                (ts, ti), (ms, mi) = fit["time_us"], fit["memory_bytes"]
+                values = [float(ts), float(ti), float(ms), float(mi)]
+            except (KeyError, TypeError, ValueError):
+                raise bad(f"op {name!r}: fields 'time_us' and 'memory_bytes' must be "
+                          "[slope, intercept]") from None
+            if not all(np.isfinite(values)):
+                raise bad(f"op {name!r}: fit values must be finite")
+            for key, v in zip(("ts", "ti", "ms", "mi"), values, strict=True):
+                arrays[key].append(v)
+            arrays["tr"].append(_float_or_nan(fit.get("time_r2")))
+            arrays["mr"].append(_float_or_nan(fit.get("memory_r2")))
+        columns = (np.asarray(arrays[k]) for k in ("ts", "ti", "ms", "mi", "tr", "mr"))
+        return cls(tuple(ops), tuple(batches), *columns)
+
+
+def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]]) -> CostFits:
+    """Fit per-op lines through ``(batch, time_us, memory_bytes)`` profiles, one per batch size.
+
+    ``profiles`` holds ``(batch_size, {op: time_us}, {op: memory_bytes})``; an op missing from a
+    profile is left out of that profile's points. Least squares per op, vectorised.
+    """
+    if not profiles:
+        raise CeleritasInputError("no profiles to fit")
+    batches = [int(b) for b, _, _ in profiles]
+    if len(set(batches)) != len(batches):
+        raise CeleritasInputError(f"profiles repeat a batch size: {sorted(batches)}")
+    names = sorted({n for _, t, m in profiles for n in (*t, *m)})
+    index = {n: i for i, n in enumerate(names)}
+    k, n = len(profiles), len(names)
+    x = np.asarray(batches, dtype=np.float64)
+    times = np.full((k, n), np.nan)
+    mems = np.full((k, n), np.nan)
+    for row, (_, t, m) in enumerate(profiles):
+        for name, v in t.items():
+            times[row, index[name]] = v
+        for name, v in m.items():
+            mems[row, index[name]] = v
+    ts, ti, tr = _fit_lines(x, times)
+    ms, mi, mr = _fit_lines(x, mems)
+    return CostFits(tuple(names), tuple(batches), ts, ti, ms, mi, tr, mr)
+
+
+def _fit_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares slope, intercept and R² per column of ``y`` (NaN = missing point)."""
+    seen = ~np.isnan(y)
+    count = seen.sum(axis=0)
+    xs = np.where(seen, x[:, None], 0.0)
+    ys = np.where(seen, y, 0.0)
+    safe = np.maximum(count, 1)
+    mean_x = xs.sum(axis=0) / safe
+    mean_y = ys.sum(axis=0) / safe
+    dx = np.where(seen, x[:, None] - mean_x, 0.0)
+    dy = np.where(seen, y - mean_y, 0.0)
+    sxx = (dx * dx).sum(axis=0)
+    sxy = (dx * dy).sum(axis=0)
+    syy = (dy * dy).sum(axis=0)
+    slope = np.where(sxx > 0, sxy / np.where(sxx > 0, sxx, 1.0), 0.0)
+    intercept = mean_y - slope * mean_x
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r2 = np.where((sxx > 0) & (syy > 0), sxy * sxy / (sxx * syy), np.nan)
+    return slope, intercept, r2
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Relative deviations ``|estimate − actual| / actual`` of one quantity over comparable ops."""
+
+    quantity: str
+    names: tuple[str, ...]
+    values: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        """Mean relative deviation (0.05 = 5 %); NaN when no op is comparable."""
+        return float(self.values.mean()) if len(self.values) else float("nan")
+
+    def cdf(self, points: Sequence[float] = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)) -> dict[float, float]:
+        """Share of ops whose deviation is at most each point."""
+        if not len(self.values):
+            return {p: float("nan") for p in points}
+        return {p: float((self.values <= p + 1e-12).mean()) for p in points}
+
+
+def relative_deviation(quantity: str, estimate: Mapping[str, float], actual: Mapping[str, float],
+                       *, floor: float = 0.0) -> Deviation:
+    """Per op in both maps whose actual value exceeds ``floor``: ``|e − a| / a``."""
+    names = tuple(sorted(n for n in set(estimate) & set(actual) if actual[n] > floor))
+    e = np.asarray([estimate[n] for n in names], dtype=np.float64)
+    a = np.asarray([actual[n] for n in names], dtype=np.float64)
+    return Deviation(quantity, names, np.abs(e - a) / a if len(names) else np.zeros(0))
+
+
+def _num(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def _float_or_nan(x: Any) -> float:
+    try:
+        return float(x) if x is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")

@@ -1,0 +1,8 @@
+"""TensorFlow adapter: model zoo, training-step graphs, profiling, Standard Evaluation, validation.
+
+Everything here imports TensorFlow, so nothing in :mod:`celeritas_core` imports this package; the
+CLI imports it lazily, only for the commands that need it. Graphs run in
+``tf.compat.v1`` graph mode (``Session`` with ``RunOptions(trace_level=FULL_TRACE)``), with
+logical CPU devices (``ConfigProto(device_count={"CPU": N})``) standing in for GPUs where none
+are present.
+"""

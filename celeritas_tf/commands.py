@@ -1,0 +1,341 @@
+"""The TensorFlow commands of the ``celeritas`` CLI: models, graph, profile, fit, remeasure,
+validate, calibrate-comm.
+
+This module only defines arguments; TensorFlow is imported when a command runs, so ``celeritas
+--help`` and the engine's commands start without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
+
+PROFILE_FORMAT = "celeritas-profile/1"
+
+
+def _say(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def _knobs(pairs: list[str] | None) -> dict[str, Any]:
+    knobs: dict[str, Any] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise CeleritasInputError(f"--set: expected KNOB=VALUE, got {pair!r}")
+        text = value.strip()
+        try:
+            knobs[name.strip()] = int(text)
+        except ValueError:
+            try:
+                knobs[name.strip()] = float(text)
+            except ValueError:
+                knobs[name.strip()] = text
+    return knobs
+
+
+def _model(args: argparse.Namespace) -> Any:
+    from celeritas_tf.models import get_model
+
+    return get_model(args.model, paper=args.paper, **_knobs(args.set))
+
+
+def _batch_list(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CeleritasInputError(f"--batch-sizes: expected comma-separated integers, got {text!r}") from None
+    if len(sizes) < 2 or any(b <= 0 for b in sizes):
+        raise CeleritasInputError(f"--batch-sizes: need at least two positive batch sizes, got {text!r}")
+    return sizes
+
+
+def _check_batch(batch: int) -> int:
+    if batch <= 0:
+        raise CeleritasInputError(f"--batch: must be a positive integer, got {batch}")
+    return batch
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """List the zoo: name, description, paper configuration and batch, small configuration."""
+    import celeritas_tf.zoo  # noqa: F401
+    from celeritas_tf.models import ZOO
+
+    for entry in ZOO.values():
+        paper = ", ".join(f"{k}={v}" for k, v in entry.paper_config.items()) or "-"
+        small = ", ".join(f"{k}={v}" for k, v in entry.small_config.items())
+        print(f"{entry.name:<18} {entry.description}")
+        print(f"{'':<18}   paper: {paper}, batch {entry.paper_batch_size}")
+        print(f"{'':<18}   small (default): {small}")
+    print("\nAlso: MODULE:FUNCTION returning (model, loss, input_signature[, label_signature]) or a "
+          "ModelSpec, or a saved .keras file. Knobs: --set KNOB=VALUE; --paper for the paper's sizes.")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    """Build the training step and write it as a celeritas-graph/1 with the chosen costs."""
+    from celeritas_core.formats import save_graph
+    from celeritas_tf.extract import graph_from_step
+    from celeritas_tf.step import build_training_step
+
+    model = _model(args)
+    batch = _check_batch(args.batch)
+    source = args.costs
+    if source != "static" and source != "profile" and not source.startswith("analytical"):
+        raise CeleritasInputError(f"--costs: expected static, profile or analytical:DEVICE, got {source!r}")
+    step = build_training_step(model, batch)
+    costs = None
+    if source == "profile":
+        from celeritas_tf.profile import trace_costs, trace_step
+
+        costs = trace_costs(trace_step(step, traced_steps=args.steps, progress=_say))
+    elif source.startswith("analytical"):
+        from celeritas_tf.analytical import analytical_costs, parse_cost_source
+
+        costs = analytical_costs(step.step_graph_def(), parse_cost_source(source))
+    graph = graph_from_step(step, costs, meta={"costs": source})
+    save_graph(graph, args.out)
+    print(f"wrote {args.out}: {graph.name} at batch {batch}, {graph.num_nodes:,} ops, {graph.num_edges:,} "
+          f"edges, {len(graph.colocation_names):,} co-location groups, costs: {source}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Trace the step at several small batch sizes on one device; write celeritas-profile/1."""
+    from celeritas_core.formats import write_json_atomic
+    from celeritas_tf.evaluation import profile_small_batches
+
+    model = _model(args)
+    sizes = _batch_list(args.batch_sizes)
+    traces = profile_small_batches(model, sizes, traced_steps=args.steps, progress=_say)
+    doc = {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
+           "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
+                         "step_seconds": t.step_seconds} for t in traces]}
+    write_json_atomic(args.out, doc)
+    print(f"wrote {args.out}: {model.name}, batch sizes {[t.batch_size for t in traces]}, "
+          f"{len(traces[0].time_us):,} traced ops")
+    return 0
+
+
+def read_profiles(path: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, float], dict[str, float]]]]:
+    """Read a celeritas-profile/1 file into ``(document, [(batch, time_us, memory_bytes)])``."""
+    from celeritas_core.formats import read_json
+
+    doc = read_json(path)
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+        raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')", source=path)
+    rows = []
+    for k, p in enumerate(doc.get("profiles") or []):
+        try:
+            batch = int(p["batch_size"])
+            times = {str(n): float(v) for n, v in p["time_us"].items()}
+            mems = {str(n): float(v) for n, v in p["memory_bytes"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CeleritasInputError(f"profiles[{k}]: needs batch_size, time_us and memory_bytes",
+                                      source=path) from None
+        rows.append((batch, times, mems))
+    if len(rows) < 2:
+        raise CeleritasInputError("field 'profiles': need at least two batch sizes to fit", source=path)
+    return doc, rows
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
+    import numpy as np
+
+    from celeritas_core.formats import write_json_atomic
+    from celeritas_core.regression import fit_costs
+
+    _, rows = read_profiles(args.profiles)
+    fits = fit_costs(rows)
+    doc = fits.to_json()
+    write_json_atomic(args.out, doc)
+    mem_r2 = float(np.nanmedian(fits.memory_r2)) if np.isfinite(fits.memory_r2).any() else float("nan")
+    time_r2 = float(np.nanmedian(fits.time_r2)) if np.isfinite(fits.time_r2).any() else float("nan")
+    print(f"wrote {args.out}: {len(fits.names):,} ops fitted on batch sizes {list(fits.batch_sizes)}; "
+          f"median R² memory {mem_r2:.3f}, time {time_r2:.3f}")
+    if args.batch:
+        t, m = fits.predict(_check_batch(args.batch))
+        from celeritas_core.units import format_bytes, format_us
+
+        print(f"predicted at batch {args.batch}: total time {format_us(float(t.sum()))}, "
+              f"total memory {format_bytes(float(m.sum()))}")
+    return 0
+
+
+def cmd_remeasure(args: argparse.Namespace) -> int:
+    """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
+    from celeritas_core.cli import _cluster_from_args
+    from celeritas_core.formats import read_json, save_graph, write_json_atomic
+    from celeritas_core.regression import CostFits
+    from celeritas_tf.evaluation import remeasure
+
+    model = _model(args)
+    batch = _check_batch(args.batch)
+    fits = CostFits.from_json(read_json(args.fits), source=args.fits)
+    cluster = _cluster_from_args(args)
+    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say)
+    save_graph(result.measured, args.out)
+    written = [args.out]
+    if args.estimated_out:
+        save_graph(result.estimated, args.estimated_out)
+        written.append(args.estimated_out)
+    memory, timing = result.accuracy()
+    if args.accuracy_out:
+        write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing), indent=1)
+        written.append(args.accuracy_out)
+    print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
+          f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
+          f"{len(timing.names):,} ops")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def accuracy_document(model: str, batch: int, memory: Any, timing: Any) -> dict[str, Any]:
+    """The estimation-accuracy summary written by ``remeasure --accuracy-out``."""
+    def part(d: Any) -> dict[str, Any]:
+        return {"mean": d.mean, "ops": len(d.names), "cdf": {str(k): v for k, v in d.cdf().items()}}
+
+    return {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
+            "memory": part(memory), "time": part(timing)}
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
+    from celeritas_core.formats import read_json, write_json_atomic
+    from celeritas_tf.evaluation import validate
+
+    model = _model(args)
+    batch = _check_batch(args.batch)
+    doc = read_json(args.placement)
+    if not isinstance(doc, dict) or doc.get("format") != "celeritas-placement/1":
+        raise CeleritasInputError("not a celeritas-placement/1 document (field 'format')",
+                                  source=args.placement)
+    assignment = doc.get("assignment")
+    if not isinstance(assignment, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in assignment.values()):
+        raise CeleritasInputError("field 'assignment' must map op names to device indices",
+                                  source=args.placement)
+    devices = args.devices or len(doc.get("devices") or []) or 1
+    result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
+                      progress=_say, source=args.placement)
+    extra = {"placer": doc.get("placer"), "placement": str(args.placement),
+             "predicted_step_time_us": doc.get("predicted_step_time_us")}
+    write_json_atomic(args.out, result.to_json(extra), indent=1)
+    print(f"{model.name} batch {batch} on {devices} devices ({doc.get('placer')}): mean "
+          f"{result.mean_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms, "
+          f"p90 {result.p90_s * 1e3:.3f} ms "
+          f"over {len(result.step_seconds)} steps after {args.warmup} warm-up")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure transfers between two devices, fit t = k·bytes + b, write a celeritas-cluster/1."""
+    from celeritas_core.formats import save_cluster
+    from celeritas_core.units import parse_size
+    from celeritas_tf.calibrate import calibrate_comm, calibrated_cluster
+
+    memory = parse_size(args.device_memory, field="--device-memory")
+    sizes = None
+    if args.sizes:
+        sizes = [parse_size(s, field="--sizes") for s in args.sizes.split(",") if s.strip()]
+    kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": _say}
+    if sizes:
+        kwargs["sizes"] = sizes
+    calibration = calibrate_comm(2, **kwargs)
+    cluster = calibrated_cluster(calibration, args.devices, memory)
+    save_cluster(cluster, args.out)
+    print(f"fitted t = {calibration.slope_us_per_byte:.4g} µs/B · bytes + {calibration.intercept_us:.4g} µs "
+          f"(R² {calibration.r2:.3f}) from {len(calibration.samples)} sizes")
+    print(f"wrote {args.out}: {args.devices} devices of {args.device_memory}")
+    return 0
+
+
+def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
+    """Register the TensorFlow commands on the CLI's subparsers."""
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", required=True,
+                       help="zoo name (`celeritas models`), MODULE:FUNCTION, or a .keras file")
+        p.add_argument("--paper", action="store_true", help="the paper's model configuration")
+        p.add_argument("--set", action="append", metavar="KNOB=VALUE", help="a model size knob (repeatable)")
+
+    m = sub.add_parser("models", help="list the model zoo (TensorFlow)",
+                       description="List the zoo's models with the paper's and the small configurations.")
+    m.set_defaults(func=cmd_models)
+
+    g = sub.add_parser("graph", help="extract a model's training step as a graph (TensorFlow)",
+                       description="Build MODEL's training step (forward, backward, Adam) at --batch and "
+                                   "write it as celeritas-graph/1: one node per op, tensor bytes from static "
+                                   "shapes, co-location from TensorFlow's constraints. Costs: static "
+                                   "(time 0, memory = output bytes), profile (one traced run on one "
+                                   "device) or analytical:DEVICE (FLOPs and bytes against a device "
+                                   "spec, e.g. analytical:v100; nothing runs).")
+    model_args(g)
+    g.add_argument("--batch", type=int, required=True, help="batch size")
+    g.add_argument("--costs", default="static", help="static, profile or analytical:DEVICE (default: static)")
+    g.add_argument("--steps", type=int, default=3, help="traced steps for --costs profile (default 3)")
+    g.add_argument("--out", required=True, help="graph JSON to write")
+    g.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("profile", help="Standard Evaluation 1: trace small batches on one device",
+                       description="Run MODEL's step with full tracing at each small batch size on one "
+                                   "device and write per-op time (µs) and memory (bytes) as "
+                                   "celeritas-profile/1.")
+    model_args(p)
+    p.add_argument("--batch-sizes", required=True, help="comma-separated small batch sizes, e.g. 2,4,8")
+    p.add_argument("--steps", type=int, default=3, help="traced steps per batch size (median time)")
+    p.add_argument("--out", required=True, help="profile JSON to write")
+    p.set_defaults(func=cmd_profile)
+
+    f = sub.add_parser("fit", help="Standard Evaluation 1: per-op linear fits of time and memory",
+                       description="Fit, per op, time and memory as linear functions of batch size from "
+                                   "a profile; write celeritas-fits/1.")
+    f.add_argument("profiles", metavar="PROFILE", help="celeritas-profile/1 file")
+    f.add_argument("--batch", type=int, help="also print the predicted totals at this batch size")
+    f.add_argument("--out", required=True, help="fits JSON to write")
+    f.set_defaults(func=cmd_fit)
+
+    r = sub.add_parser("remeasure", help="Standard Evaluation 2: sequential placement, re-measured",
+                       description="Place MODEL's step at the large --batch (costs predicted by --fits) "
+                                   "sequentially in CPD-TOPO or DFS order, filling each device to its "
+                                   "memory, run it across the devices with full tracing and write the "
+                                   "re-measured graph; print the estimation accuracy.")
+    model_args(r)
+    r.add_argument("--batch", type=int, required=True, help="the large batch size")
+    r.add_argument("--fits", required=True, help="celeritas-fits/1 file from `celeritas fit`")
+    add_cluster_args(r)
+    r.add_argument("--order", choices=("cpd", "dfs"), default="cpd", help="placement order (default cpd)")
+    r.add_argument("--steps", type=int, default=3, help="traced steps (median time)")
+    r.add_argument("--out", required=True, help="measured graph JSON to write")
+    r.add_argument("--estimated-out", help="also write the graph with predicted costs")
+    r.add_argument("--accuracy-out", help="also write the per-op deviation summary (celeritas-accuracy/1)")
+    r.set_defaults(func=cmd_remeasure)
+
+    v = sub.add_parser("validate", help="run a placement: warm-up, then timed steps",
+                       description="Apply PLACEMENT to MODEL's step at --batch, run --warmup untimed and "
+                                   "--steps timed steps and write mean, median, p90 and every step time "
+                                   "(celeritas-validation/1).")
+    model_args(v)
+    v.add_argument("placement", metavar="PLACEMENT", help="celeritas-placement/1 file")
+    v.add_argument("--batch", type=int, required=True, help="batch size the placement was made for")
+    v.add_argument("--devices", type=int, help="devices to run on (default: the placement's)")
+    v.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
+    v.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
+    v.add_argument("--out", required=True, help="validation JSON to write")
+    v.set_defaults(func=cmd_validate)
+
+    c = sub.add_parser("calibrate-comm", help="fit the transfer model t = k·bytes + b",
+                       description="Time transfers of tensors of several sizes between two devices, fit "
+                                   "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices.")
+    c.add_argument("--devices", type=int, default=4, help="devices in the written cluster (default 4)")
+    c.add_argument("--device-memory", required=True, help="memory per device, e.g. 32GiB")
+    c.add_argument("--sizes", help="comma-separated tensor sizes, e.g. 4KiB,1MiB,64MiB")
+    c.add_argument("--repeats", type=int, default=20, help="timed transfers per size (median)")
+    c.add_argument("--out", required=True, help="cluster JSON to write")
+    c.set_defaults(func=cmd_calibrate)
+

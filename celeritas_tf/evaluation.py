@@ -1,0 +1,215 @@
+"""Standard Evaluation (the paper's two steps) and validation of a placement on real devices.
+
+1. :func:`profile_small_batches`: trace the step at small batch sizes on one device;
+   :func:`celeritas_core.regression.fit_costs` fits per-op lines and predicts the large batch.
+2. :func:`remeasure`: place the large-batch graph (predicted costs) sequentially in DFS or
+   CPD-TOPO order, filling each device to its memory (best effort when all are full), run it
+   across the devices with full tracing and re-measure every op: the measured graph feeds the
+   placers. :func:`estimation_accuracy` compares predicted with re-measured costs.
+
+:func:`validate` runs a placement: warm-up steps, then timed steps (wall clock of
+``Session.run``), as the paper's "Single-step Time" (5 + 50 by default).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.orders import cpd_topo_order, dfs_topo_order
+from celeritas_core.placers.celeritas import order_place
+from celeritas_core.regression import CostFits, Deviation, relative_deviation
+from celeritas_tf.extract import graph_from_step
+from celeritas_tf.models import ModelSpec
+from celeritas_tf.profile import StepTrace, trace_costs, trace_step
+from celeritas_tf.step import build_training_step
+from celeritas_tf.tf import session_config, tensorflow
+
+Progress = Callable[[str], None]
+MAX_LOGICAL_DEVICES = 64
+
+
+def check_devices(num_devices: int) -> None:
+    """Reject a device count the machine cannot provide (GPUs when present, else logical CPUs)."""
+    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+        raise CeleritasInputError(f"--devices: need at least one device, got {num_devices!r}")
+    tf = tensorflow()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus and num_devices > len(gpus):
+        raise CeleritasInputError(f"--devices: {num_devices} requested but this machine has {len(gpus)} GPUs")
+    if num_devices > MAX_LOGICAL_DEVICES:
+        raise CeleritasInputError(
+            f"--devices: {num_devices} logical CPU devices requested, at most {MAX_LOGICAL_DEVICES}")
+
+
+def profile_small_batches(model: ModelSpec, batch_sizes: Sequence[int], *, traced_steps: int = 3,
+                          progress: Progress | None = None) -> list[StepTrace]:
+    """Trace ``model``'s step once per batch size on one device (Standard Evaluation, step 1)."""
+    sizes = [int(b) for b in batch_sizes]
+    if not sizes or any(b <= 0 for b in sizes):
+        raise CeleritasInputError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
+    if len(set(sizes)) < 2:
+        raise CeleritasInputError("profiling needs at least two different batch sizes to fit a line")
+    traces = []
+    for i, b in enumerate(sizes):
+        if progress is not None:
+            progress(f"profiling batch {b} ({i + 1}/{len(sizes)})")
+        traces.append(trace_step(build_training_step(model, b), traced_steps=traced_steps))
+    return traces
+
+
+def sequential_placement(graph: Graph, cluster: Cluster, order: str = "cpd") -> np.ndarray:
+    """Memory-bounded sequential placement: walk ``order`` (``cpd`` or ``dfs``), fill a device to
+    its memory, then the next; best effort (most free memory) when none has room. Co-location
+    groups follow their first member."""
+    if order == "cpd":
+        comm = edge_comm_us(graph, cluster)
+        sequence = cpd_topo_order(graph, comm, cpath=cpath(graph, comm))
+    elif order == "dfs":
+        sequence = dfs_topo_order(graph)
+    else:
+        raise CeleritasInputError(f"order must be 'cpd' or 'dfs', got {order!r}")
+    anchor = colocation_anchor(graph, sequence)
+    devices = order_place(graph, cluster, sequence, anchored_memory(graph, anchor))
+    return apply_colocation(devices, anchor)
+
+
+@dataclass
+class Remeasurement:
+    """The large-batch graph with predicted and with re-measured costs, and how it was placed."""
+
+    estimated: Graph
+    measured: Graph
+    assignment: np.ndarray
+    trace: StepTrace
+
+    def accuracy(self) -> tuple[Deviation, Deviation]:
+        """Memory and time deviations of the prediction from the re-measurement."""
+        return estimation_accuracy(self.estimated, self.measured)
+
+
+def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluster, *, order: str = "cpd",
+              traced_steps: int = 3, progress: Progress | None = None) -> Remeasurement:
+    """Standard Evaluation, step 2: place the large batch sequentially and re-measure every op."""
+    check_devices(cluster.num_devices)
+    step = build_training_step(model, batch_size)
+    estimated = graph_from_step(step, fits.predict_costs(batch_size),
+                                meta={"costs": "regression", "fit_batch_sizes": list(fits.batch_sizes)})
+    assignment = sequential_placement(estimated, cluster, order)
+    if progress is not None:
+        progress(f"re-measuring batch {batch_size} on {cluster.num_devices} devices ({order} order)")
+    trace = trace_step(step, num_devices=cluster.num_devices,
+                       assignment=dict(zip(estimated.node_names, assignment.tolist(), strict=True)),
+                       traced_steps=traced_steps)
+    measured = graph_from_step(step, trace_costs(trace), meta={"costs": "measured", "order": order,
+                                                               "devices": cluster.num_devices})
+    return Remeasurement(estimated, measured, assignment, trace)
+
+
+def estimation_accuracy(estimated: Graph, measured: Graph) -> tuple[Deviation, Deviation]:
+    """Per-op ``|estimate − actual| / actual`` of memory and of time (ops with actual > 0)."""
+    e_mem = dict(zip(estimated.node_names, estimated.memory_bytes.tolist(), strict=True))
+    a_mem = dict(zip(measured.node_names, measured.memory_bytes.tolist(), strict=True))
+    e_time = dict(zip(estimated.node_names, estimated.time_us.tolist(), strict=True))
+    a_time = dict(zip(measured.node_names, measured.time_us.tolist(), strict=True))
+    return relative_deviation("memory", e_mem, a_mem), relative_deviation("time", e_time, a_time)
+
+
+@dataclass
+class Validation:
+    """Measured step times (seconds) of a placement after warm-up."""
+
+    model: str
+    batch_size: int
+    num_devices: int
+    warmup_steps: int
+    step_seconds: list[float]
+    devices_used: list[str] = field(default_factory=list)
+
+    @property
+    def mean_s(self) -> float:
+        """Mean step time (s)."""
+        return float(np.mean(self.step_seconds))
+
+    @property
+    def median_s(self) -> float:
+        """Median step time (s)."""
+        return float(np.median(self.step_seconds))
+
+    @property
+    def p90_s(self) -> float:
+        """90th-percentile step time (s)."""
+        return float(np.percentile(self.step_seconds, 90))
+
+    def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The ``celeritas-validation/1`` document."""
+        return {
+            "format": "celeritas-validation/1", "model": self.model, "batch_size": self.batch_size,
+            "devices": self.num_devices, "warmup_steps": self.warmup_steps, "steps": len(self.step_seconds),
+            "mean_s": self.mean_s, "median_s": self.median_s, "p90_s": self.p90_s,
+            "step_seconds": list(self.step_seconds), "devices_used": self.devices_used, **dict(extra or {}),
+        }
+
+
+def check_assignment(step_ops: Sequence[str], assignment: Mapping[str, int], num_devices: int,
+                     source: str | None = None) -> None:
+    """A placement must name exactly the step's ops, with device indices below ``num_devices``."""
+    ops = set(step_ops)
+    missing = sorted(ops - set(assignment))
+    unknown = sorted(set(assignment) - ops)
+    if missing:
+        raise CeleritasInputError(
+            f"placement does not match the model's step: op {missing[0]!r} is not placed "
+            f"({len(missing)} ops missing)", source=source)
+    if unknown:
+        raise CeleritasInputError(
+            f"placement does not match the model's step: {unknown[0]!r} is not an op of the step "
+            f"({len(unknown)} unknown)", source=source)
+    worst = max(assignment.values(), default=0)
+    if worst >= num_devices:
+        raise CeleritasInputError(f"placement uses device {worst} but only {num_devices} devices are run",
+                                  source=source)
+
+
+def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], num_devices: int, *,
+             warmup_steps: int = 5, steps: int = 50, seed: int = 0, progress: Progress | None = None,
+             source: str | None = None) -> Validation:
+    """Run ``assignment`` (op → device) for ``warmup_steps`` untimed and ``steps`` timed steps."""
+    if warmup_steps < 0 or steps < 1:
+        raise CeleritasInputError(f"need warm-up >= 0 and steps >= 1, got {warmup_steps} and {steps}")
+    check_devices(num_devices)
+    tf = tensorflow()
+    tf1 = tf.compat.v1
+    from celeritas_tf.profile import place_ops
+
+    step = build_training_step(model, batch_size)
+    check_assignment(step.step_op_names(), assignment, num_devices, source)
+    place_ops(step, assignment)
+    rng = np.random.default_rng(seed)
+    feeds = [step.feed_dict(rng) for _ in range(4)]  # reused: input generation is not timed
+    fetches = [step.train_op, step.loss]
+    seconds: list[float] = []
+    with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
+        session.run(step.init_op)
+        metadata = tf1.RunMetadata()
+        session.run(fetches, feeds[0], options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
+                    run_metadata=metadata)
+        used = sorted({d.device for d in metadata.step_stats.dev_stats})
+        for i in range(warmup_steps):
+            session.run(fetches, feeds[i % len(feeds)])
+        for i in range(steps):
+            start = time.perf_counter()
+            session.run(fetches, feeds[i % len(feeds)])
+            seconds.append(time.perf_counter() - start)
+            if progress is not None and (i + 1) % 10 == 0:
+                progress(f"timed step {i + 1}/{steps}")
+    return Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds, used)

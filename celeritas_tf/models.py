@@ -1,0 +1,196 @@
+"""The model zoo and user models: what a training step is built from.
+
+A :class:`ModelSpec` says how to make a fresh Keras model (``weights=None``: nothing is
+downloaded), the shapes and dtypes of its inputs and labels *without* the batch dimension, and
+its loss. Inputs are synthetic tensors of the right shape. Zoo models take size knobs so that
+tests and the demo can run small versions on CPU; ``paper=True`` gives the paper's configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or label tensor: shape without the batch dimension, dtype, value range for ints."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    high: int | None = None
+    """For integer tensors: values are drawn from ``[0, high)`` (e.g. the vocabulary size)."""
+
+
+#: ``loss(labels, outputs) -> scalar tensor``; a string names a Keras loss
+#: (e.g. ``"sparse_categorical_crossentropy"``, ``"mse"``), reduced by its mean.
+LossFn = Callable[[Any, Any], Any] | str
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one model's training step (see :func:`celeritas_tf.step.build_training_step`)."""
+
+    name: str
+    make_model: Callable[[], Any]
+    """Returns a fresh ``keras.Model`` called as ``model(inputs, training=True)``; ``inputs`` is
+    one tensor, or a list in the order of :attr:`inputs`."""
+    inputs: tuple[TensorSpec, ...]
+    labels: TensorSpec
+    loss: LossFn
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """The knobs the model was built with (recorded in the graph's ``meta``)."""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A zoo model: a factory taking size knobs, and the paper's configuration of those knobs."""
+
+    name: str
+    factory: Callable[..., ModelSpec]
+    description: str
+    paper_config: Mapping[str, Any]
+    paper_batch_size: int
+    small_config: Mapping[str, Any]
+    """A configuration that builds and runs a step in seconds on one CPU core (tests, demo)."""
+
+
+ZOO: dict[str, ZooEntry] = {}
+
+
+def register_model(entry: ZooEntry) -> ZooEntry:
+    """Add ``entry`` to the zoo under its name."""
+    ZOO[entry.name] = entry
+    return entry
+
+
+def _mlp(*, features: int = 16, hidden: int = 32, layers: int = 2, classes: int = 10) -> ModelSpec:
+    """A small multi-layer perceptron: the quickest model to build and run (tests, smoke checks)."""
+
+    def make() -> Any:
+        import keras
+
+        inputs = keras.Input((features,), name="features")
+        x = inputs
+        for i in range(layers):
+            x = keras.layers.Dense(hidden, activation="relu", name=f"dense_{i}")(x)
+        outputs = keras.layers.Dense(classes, name="logits")(x)
+        return keras.Model(inputs, outputs, name="mlp")
+
+    return ModelSpec(
+        name="mlp", make_model=make,
+        inputs=(TensorSpec("features", (features,)),),
+        labels=TensorSpec("labels", (), "int32", high=classes),
+        loss=_sparse_softmax_loss,
+        config={"features": features, "hidden": hidden, "layers": layers, "classes": classes},
+        description="multi-layer perceptron (smoke tests)",
+    )
+
+
+def _sparse_softmax_loss(labels: Any, logits: Any) -> Any:
+    """Mean sparse softmax cross-entropy of ``logits`` (last axis classes) against int ``labels``."""
+    from celeritas_tf.tf import tensorflow
+
+    tf = tensorflow()
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+register_model(ZooEntry("mlp", _mlp, "multi-layer perceptron (smoke tests)",
+                        paper_config={}, paper_batch_size=128,
+                        small_config={"features": 16, "hidden": 32, "layers": 2, "classes": 10}))
+
+
+def get_model(name: str, *, paper: bool = False, **knobs: Any) -> ModelSpec:
+    """A zoo model by name (``paper=True``: the paper's configuration; ``knobs`` override), or a
+    user model given as ``module:function`` or a path to a ``.keras`` file."""
+    import celeritas_tf.zoo  # noqa: F401  (registers the paper's models)
+
+    if name in ZOO:
+        entry = ZOO[name]
+        config = {**(entry.paper_config if paper else entry.small_config), **knobs}
+        try:
+            return entry.factory(**config)
+        except TypeError as exc:
+            raise CeleritasInputError(f"model {name!r}: {exc}") from None
+    if name.endswith(".keras"):
+        return load_keras_file(name)
+    if ":" in name:
+        return load_user_function(name)
+    raise CeleritasInputError(
+        f"unknown model {name!r} (zoo: {', '.join(sorted(ZOO))}; or MODULE:FUNCTION, or a .keras file)")
+
+
+def load_user_function(target: str) -> ModelSpec:
+    """``module:function`` returning a ModelSpec, or ``(model, loss, input_signature[, label_signature])``."""
+    module_name, _, func_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CeleritasInputError(f"model {target!r}: cannot import module {module_name!r} ({exc})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise CeleritasInputError(f"model {target!r}: module {module_name!r} has no function {func_name!r}")
+    result = func()
+    if isinstance(result, ModelSpec):
+        return result
+    if not isinstance(result, tuple) or len(result) not in (3, 4):
+        raise CeleritasInputError(
+            f"model {target!r}: expected a ModelSpec or (model, loss, input_signature[, label_signature]), "
+            f"got {type(result).__name__}")
+    model, loss, input_signature = result[:3]
+    label_signature = result[3] if len(result) == 4 else None
+    # each training step is built in a fresh graph, so the function runs again there
+    return _spec_from_keras(target, lambda: func()[0], model, loss, input_signature, label_signature)
+
+
+def load_keras_file(path: str) -> ModelSpec:
+    """A saved ``.keras`` model; its compiled loss (or ``mse``) and its input shapes."""
+    p = Path(path)
+    if not p.is_file():
+        raise CeleritasInputError("file not found", source=path)
+    from celeritas_tf.tf import tensorflow
+
+    tensorflow()
+    import keras
+
+    def make() -> Any:
+        return keras.saving.load_model(str(p), compile=False)
+
+    try:
+        probe = keras.saving.load_model(str(p))
+    except Exception as exc:  # a corrupt or foreign file: keras raises many types
+        raise CeleritasInputError(f"cannot load Keras model ({type(exc).__name__}: {exc})",
+                                  source=path) from None
+    loss = getattr(probe, "loss", None) or "mse"
+    signature = [tuple(i.shape) for i in probe.inputs]
+    return _spec_from_keras(p.stem, make, probe, loss, signature, None)
+
+
+def _spec_from_keras(name: str, make: Callable[[], Any], model: Any, loss: Any, input_signature: Any,
+                     label_signature: Any) -> ModelSpec:
+    """Turn (model, loss, signatures) into a ModelSpec; signatures hold shapes with the batch dim."""
+    def spec_of(sig: Any, fallback_name: str) -> TensorSpec:
+        shape = tuple(getattr(sig, "shape", sig))
+        dtype = getattr(getattr(sig, "dtype", None), "name", None) or "float32"
+        dims = tuple(int(d) for d in shape[1:])
+        return TensorSpec(getattr(sig, "name", None) or fallback_name, dims, dtype)
+
+    sigs = list(input_signature) if isinstance(input_signature, list | tuple) and input_signature and \
+        not isinstance(input_signature[0], int | type(None)) else [input_signature]
+    inputs = tuple(spec_of(s, f"input_{i}") for i, s in enumerate(sigs))
+    if label_signature is not None:
+        labels = spec_of(label_signature, "labels")
+    else:
+        out_shape = tuple(int(d) for d in model.outputs[0].shape[1:])
+        sparse = isinstance(loss, str) and "sparse" in loss
+        labels = TensorSpec("labels", out_shape[:-1] if sparse else out_shape,
+                            "int32" if sparse else "float32", high=out_shape[-1] if sparse else None)
+    return ModelSpec(name=name, make_model=make, inputs=inputs, labels=labels, loss=loss,
+                     config={"source": name}, description=f"user model {name}")

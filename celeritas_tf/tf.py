@@ -1,0 +1,49 @@
+"""Import TensorFlow once, quietly, in graph mode (``tf.compat.v1``), and build session configs."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_TF: Any = None
+
+
+def tensorflow() -> Any:
+    """The ``tensorflow`` module with eager execution disabled and C++ logging quiet."""
+    global _TF
+    if _TF is None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # deterministic op set, no fusion rewrites
+        import tensorflow as tf
+
+        tf.get_logger().setLevel("ERROR")
+        tf.compat.v1.disable_eager_execution()
+        _TF = tf
+    return _TF
+
+
+def session_config(num_devices: int = 1, *, threads: int = 1) -> Any:
+    """A ``ConfigProto`` with ``num_devices`` logical CPU devices, grappler rewrites off (so op
+    names match the graph we built), graph-level optimisation off and a cost model recorded.
+
+    ``threads`` bounds intra- and inter-op parallelism per session so step times are stable on a
+    small machine.
+    """
+    tf = tensorflow()
+    tf1 = tf.compat.v1
+    config = tf1.ConfigProto(device_count={"CPU": int(num_devices)},
+                             intra_op_parallelism_threads=threads,
+                             inter_op_parallelism_threads=max(threads, 1),
+                             allow_soft_placement=False)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config.graph_options.optimizer_options.opt_level = tf1.OptimizerOptions.L0
+    config.graph_options.optimizer_options.do_common_subexpression_elimination = False
+    config.graph_options.optimizer_options.do_constant_folding = False
+    config.graph_options.optimizer_options.do_function_inlining = False
+    config.graph_options.build_cost_model = 1
+    return config
+
+
+def cpu_device(index: int) -> str:
+    """The TensorFlow name of logical CPU device ``index``."""
+    return f"/job:localhost/replica:0/task:0/device:CPU:{index}"

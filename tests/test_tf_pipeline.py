@@ -1,0 +1,234 @@
+"""The TensorFlow adapter end to end on CPU: extraction, profiling, regression, re-measurement,
+applying a placement and 50-step validation, and the CLI's errors. Real TensorFlow, small models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from celeritas_core.cli import main
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import load_graph, save_placement
+from celeritas_core.placers import place
+from celeritas_core.regression import fit_costs
+from celeritas_tf.evaluation import (
+    check_assignment,
+    profile_small_batches,
+    remeasure,
+    sequential_placement,
+    validate,
+)
+from celeritas_tf.extract import graph_from_step
+from celeritas_tf.models import get_model
+from celeritas_tf.profile import trace_step
+from celeritas_tf.step import build_training_step
+
+MLP = {"features": 32, "hidden": 64, "layers": 2, "classes": 10}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return get_model("mlp", **MLP)
+
+
+@pytest.fixture(scope="module")
+def step(model):
+    return build_training_step(model, 16)
+
+
+@pytest.fixture(scope="module")
+def graph(step):
+    return graph_from_step(step)
+
+
+def test_extraction_matches_the_graphdef(step, graph):
+    graph_def = step.step_graph_def()
+    assert list(graph.node_names) == [n.name for n in graph_def.node]
+    assert list(graph.ops) == [n.op for n in graph_def.node]
+    assert graph.num_edges == sum(len(n.input) for n in graph_def.node)
+    ix = graph.index
+    # the first layer's MatMul reads the fed features: batch 16 × 32 float32
+    matmul = next(n for n in graph.node_names if n.endswith("dense_0_1/MatMul") or
+                  (graph.ops[ix[n]] == "MatMul" and "dense_0" in n and "grad" not in n))
+    into = [k for k in range(graph.num_edges) if graph.edge_dst[k] == ix[matmul]
+            and graph.node_names[graph.edge_src[k]] == "features"]
+    assert into and graph.edge_bytes[into[0]] == 16 * 32 * 4
+    assert graph.meta["batch_size"] == 16 and graph.meta["source"] == "tensorflow"
+
+
+def test_colocation_groups_keep_variables_with_their_reads_and_updates(graph):
+    groups: dict[str, set[str]] = {}
+    for name, group in zip(graph.node_names, graph.colocation, strict=True):
+        if group:
+            groups.setdefault(group, set()).add(graph.ops[graph.index[name]])
+    kernel = next(g for g in groups if g.endswith("dense_0/kernel"))
+    assert {"VarHandleOp", "ReadVariableOp", "ResourceApplyAdam"} <= groups[kernel]
+
+
+def test_variable_memory_is_its_size(graph):
+    ix = graph.index
+    kernel = next(n for n in graph.node_names
+                  if n.endswith("dense_0/kernel") and graph.ops[ix[n]] == "VarHandleOp")
+    assert graph.memory_bytes[ix[kernel]] == 32 * 64 * 4
+
+
+def test_names_are_stable_across_batch_sizes(model, step):
+    assert build_training_step(model, 4).step_op_names() == step.step_op_names()
+
+
+def test_bad_batch_size(model):
+    with pytest.raises(CeleritasInputError, match="batch size must be a positive integer"):
+        build_training_step(model, 0)
+
+
+def test_regression_predicts_memory_of_a_larger_batch(model):
+    traces = profile_small_batches(model, [4, 8, 16], traced_steps=2)
+    fits = fit_costs([(t.batch_size, t.time_us, t.memory_bytes) for t in traces])
+    predicted = fits.predict_costs(64)
+    actual = trace_step(build_training_step(model, 64), traced_steps=2)
+    ops = [n for n in actual.memory_bytes if n in predicted and actual.memory_bytes[n] > 0]
+    assert len(ops) > 20
+    dev = [abs(predicted[n][1] - actual.memory_bytes[n]) / actual.memory_bytes[n] for n in ops]
+    assert float(np.mean(dev)) < 0.02  # output sizes are linear in the batch
+
+
+def test_applied_placement_runs_ops_on_the_named_devices(model, graph):
+    cluster = Cluster.homogeneous(2, graph.total_memory_bytes * 0.6)
+    assignment = sequential_placement(graph, cluster, "dfs")
+    assert set(assignment.tolist()) == {0, 1}
+    by_name = dict(zip(graph.node_names, assignment.tolist(), strict=True))
+    trace = trace_step(build_training_step(model, 16), num_devices=2, assignment=by_name, traced_steps=1)
+    checked = 0
+    for name, device in trace.devices.items():
+        if name in graph.index:
+            assert device.endswith(f"CPU:{assignment[graph.index[name]]}"), name
+            checked += 1
+    assert checked > 0.8 * graph.num_nodes
+
+
+def test_remeasure_gives_a_measured_graph_and_accuracy(model):
+    traces = profile_small_batches(model, [4, 8], traced_steps=1)
+    fits = fit_costs([(t.batch_size, t.time_us, t.memory_bytes) for t in traces])
+    estimated_total = float(fits.predict(32)[1].sum())
+    cluster = Cluster.homogeneous(2, estimated_total * 0.6)
+    result = remeasure(model, 32, fits, cluster, traced_steps=1)
+    assert result.measured.node_names == result.estimated.node_names
+    assert result.measured.total_time_us > 0 and result.measured.meta["costs"] == "measured"
+    assert set(result.assignment.tolist()) == {0, 1}  # the model does not fit on one device
+    memory, timing = result.accuracy()
+    assert len(memory.names) > 20 and memory.mean < 0.05
+    assert len(timing.names) > 0 and np.isfinite(timing.mean)
+
+
+def test_validation_times_fifty_steps_after_warmup(model, graph, tmp_path):
+    placement = place(graph, Cluster.homogeneous(2, graph.total_memory_bytes), "m-topo")
+    assignment = dict(zip(graph.node_names, placement.assignment.tolist(), strict=True))
+    result = validate(model, 16, assignment, 2, warmup_steps=5, steps=50)
+    assert len(result.step_seconds) == 50 and all(s > 0 for s in result.step_seconds)
+    assert result.median_s <= result.p90_s
+    doc = result.to_json()
+    assert doc["format"] == "celeritas-validation/1" and doc["steps"] == 50 and doc["warmup_steps"] == 5
+
+
+def test_a_placement_for_another_graph_is_refused(step):
+    names = step.step_op_names()
+    with pytest.raises(CeleritasInputError, match="is not placed"):
+        check_assignment(names, {n: 0 for n in names[1:]}, 2)
+    with pytest.raises(CeleritasInputError, match="is not an op of the step"):
+        check_assignment(names, {**{n: 0 for n in names}, "ghost": 0}, 2)
+    with pytest.raises(CeleritasInputError, match="uses device 3"):
+        check_assignment(names, {n: 3 for n in names}, 2)
+
+
+def _cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_profile_fit_remeasure_place_validate(tmp_path, capsys):
+    knobs = ["--model", "mlp", "--set", "hidden=32"]
+    prof, fits, measured = tmp_path / "p.json", tmp_path / "f.json", tmp_path / "m.json"
+    code, _, err = _cli(["profile", *knobs, "--batch-sizes", "4,8", "--steps", "1", "--out", str(prof)],
+                        capsys)
+    assert code == 0, err
+    code, out, _ = _cli(["fit", str(prof), "--batch", "32", "--out", str(fits)], capsys)
+    assert code == 0 and "predicted at batch 32" in out
+    code, out, err = _cli(["remeasure", *knobs, "--batch", "32", "--fits", str(fits), "--devices", "2",
+                           "--device-memory", "1MB", "--steps", "1", "--out", str(measured),
+                           "--accuracy-out", str(tmp_path / "a.json")], capsys)
+    assert code == 0, err
+    assert "mean memory deviation" in out
+    assert json.loads((tmp_path / "a.json").read_text())["format"] == "celeritas-accuracy/1"
+    graph = load_graph(measured)
+    placement = place(graph, Cluster.homogeneous(2, 1e6), "celeritas")
+    save_placement(placement, tmp_path / "pl.json")
+    code, out, err = _cli(["validate", *knobs, str(tmp_path / "pl.json"), "--batch", "32", "--steps", "3",
+                           "--warmup", "1", "--out", str(tmp_path / "v.json")], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "v.json").read_text())["steps"] == 3
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["graph", "--model", "nope", "--batch", "4", "--out", "{out}"], "unknown model 'nope'"),
+    (["graph", "--model", "mlp", "--batch", "0", "--out", "{out}"], "--batch: must be a positive integer"),
+    (["graph", "--model", "mlp", "--batch", "4", "--costs", "magic", "--out", "{out}"], "--costs"),
+    (["graph", "--model", "mlp", "--set", "hidden", "--batch", "4", "--out", "{out}"], "--set: expected"),
+    (["profile", "--model", "mlp", "--batch-sizes", "4", "--out", "{out}"], "at least two positive"),
+    (["fit", "{missing}", "--out", "{out}"], "file not found"),
+])
+def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
+    out_file = tmp_path / "out.json"
+    argv = [a.format(out=out_file, missing=tmp_path / "missing.json") for a in argv]
+    code, _, err = _cli(argv, capsys)
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not out_file.exists()
+
+
+def test_cli_validate_refuses_too_many_devices_and_foreign_placements(tmp_path, capsys, graph):
+    placement = place(graph, Cluster.homogeneous(2, graph.total_memory_bytes), "single")
+    path = tmp_path / "pl.json"
+    save_placement(placement, path)
+    base = ["validate", "--model", "mlp", "--set", "features=32", "--set", "hidden=64", str(path),
+            "--batch", "16", "--steps", "1", "--warmup", "0", "--out", str(tmp_path / "v.json")]
+    code, _, err = _cli([*base, "--devices", "100"], capsys)
+    assert code == 2 and "at most 64" in err
+    code, _, err = _cli(["validate", "--model", "mlp", "--set", "layers=3", str(path), "--batch", "16",
+                         "--out", str(tmp_path / "v.json")], capsys)  # one more layer: other ops
+    assert code == 2 and "does not match the model's step" in err and err.count("\n") == 1
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_user_model_from_module_function(tmp_path, monkeypatch):
+    module = tmp_path / "my_models.py"
+    module.write_text(
+        "import keras\n"
+        "def tiny():\n"
+        "    inputs = keras.Input((5,))\n"
+        "    model = keras.Model(inputs, keras.layers.Dense(3)(inputs))\n"
+        "    return model, 'mse', [(None, 5)]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = get_model("my_models:tiny")
+    assert spec.inputs[0].shape == (5,) and spec.labels.shape == (3,)
+    step = build_training_step(spec, 4)
+    assert any(n.endswith("ResourceApplyAdam") or "Adam" in n for n in step.step_op_names())
+    with pytest.raises(CeleritasInputError, match="has no function 'nope'"):
+        get_model("my_models:nope")
+    with pytest.raises(CeleritasInputError, match="cannot import module"):
+        get_model("no_such_module_xyz:f")
+
+
+def test_graph_command_with_profiled_costs(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    code, text, err = _cli(["graph", "--model", "mlp", "--batch", "8", "--costs", "profile", "--steps", "1",
+                            "--out", str(out)], capsys)
+    assert code == 0, err
+    graph = load_graph(out)
+    assert graph.total_time_us > 0 and graph.meta["costs"] == "profile"
+    assert Path(out).stat().st_size > 1000 and "co-location groups" in text
