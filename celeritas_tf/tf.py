@@ -22,18 +22,20 @@ def tensorflow() -> Any:
     return _TF
 
 
-def session_config(num_devices: int = 1, *, threads: int = 1) -> Any:
+def session_config(num_devices: int = 1) -> Any:
     """A ``ConfigProto`` with ``num_devices`` logical CPU devices, grappler rewrites off (so op
     names match the graph we built), graph-level optimisation off and a cost model recorded.
 
-    ``threads`` bounds intra- and inter-op parallelism per session so step times are stable on a
-    small machine.
+    Each op runs single-threaded (intra-op 1), so one logical device behaves like one processor;
+    up to ``min(num_devices, cores)`` ops run at once (inter-op), so devices can overlap as far
+    as the machine's cores allow.
     """
     tf = tensorflow()
     tf1 = tf.compat.v1
+    cores = os.cpu_count() or 1
     config = tf1.ConfigProto(device_count={"CPU": int(num_devices)},
-                             intra_op_parallelism_threads=threads,
-                             inter_op_parallelism_threads=max(threads, 1),
+                             intra_op_parallelism_threads=1,
+                             inter_op_parallelism_threads=max(1, min(int(num_devices), cores)),
                              allow_soft_placement=False)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     config.graph_options.optimizer_options.opt_level = tf1.OptimizerOptions.L0

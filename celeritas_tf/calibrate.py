@@ -1,0 +1,199 @@
+"""Calibrate the transfer model t = k·bytes + b (µs) by moving tensors between logical devices.
+
+**Method.** One ``tf.compat.v1`` graph holds, for every size d, two copies of a tiny pipeline:
+a producer ``tf.fill([d/4], 1.0)`` pinned to CPU:0 and a consumer ``tf.reduce_sum`` of it,
+pinned to CPU:1 (*cross*) or to CPU:0 (*local*). Each is run with ``FULL_TRACE``; the step stats
+give, on one clock, the producer's end (``all_start_nanos + all_end_rel_nanos``) and the
+consumer's start (``all_start_nanos``). That gap is the transfer (``_Send``/``_Recv`` through
+the rendezvous; these are not traced themselves on CPU) plus executor scheduling; the *local* gap
+is scheduling alone. The sample for size d is ``median(cross gaps) − median(local gaps)`` over
+``repeats`` traced runs of each (after ``warmup`` untraced-for-the-result runs), cross and local
+runs interleaved so drift hits both alike, clipped at 0. Producer and consumer times themselves
+are excluded, so the fill and the sum do not pollute the transfer.
+
+Between logical CPU devices of one process TensorFlow passes host tensors by reference (no
+copy), so what this measures is the rendezvous and cross-device scheduling cost — with more than
+one inter-op thread, mostly the hand-off to another thread — not a memory copy: a few to tens of
+µs, noisy, and not necessarily linear in size (a 64 MiB copy would take milliseconds).
+:func:`fit_transfer_model` is well defined whatever the samples are (one size, all zeros,
+decreasing): k and b are clipped at ≥ 0, and ``r2`` says how well a line explains them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_tf.tf import cpu_device, session_config, tensorflow
+
+KIB = 1024
+MIB = 1024 * KIB
+
+#: Default sizes (bytes): 4 KiB to 64 MiB, ×4 apart.
+DEFAULT_SIZES: tuple[int, ...] = (4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB,
+                                  1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
+
+FLOAT32_BYTES = 4
+
+
+@dataclass
+class CommCalibration:
+    """A fitted transfer model and the samples it was fitted to."""
+
+    slope_us_per_byte: float
+    intercept_us: float
+    samples: list[tuple[int, float]]
+    """(bytes, median transfer µs) per size, in the order measured."""
+    r2: float
+    """Coefficient of determination of the (clipped) fit on the samples (1.0 for a perfect fit,
+    also when every sample is the same and the fit is that constant)."""
+    method: str = "step-stats gap, cross-device minus same-device, median"
+    details: dict[str, Any] = field(default_factory=dict)
+    """Raw medians per size: ``{"cross_us": [...], "local_us": [...]}``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (used by the CLI to record the calibration next to the cluster)."""
+        return {"slope_us_per_byte": self.slope_us_per_byte, "intercept_us": self.intercept_us,
+                "r2": self.r2, "samples": [[int(d), float(t)] for d, t in self.samples],
+                "method": self.method, **self.details}
+
+
+def fit_transfer_model(samples: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+    """Least-squares fit of t = k·d + b to ``(bytes, µs)`` samples with k, b ≥ 0; returns (k, b, r²).
+
+    A negative slope is refitted as a constant (k = 0, b = mean t); a negative intercept as a line
+    through the origin (b = 0). Fewer than two distinct sizes give k = 0, b = mean t (clipped ≥ 0).
+    """
+    if len(samples) == 0:
+        raise CeleritasInputError("cannot fit a transfer model to no samples")
+    d = np.asarray([float(s[0]) for s in samples])
+    t = np.asarray([float(s[1]) for s in samples])
+    if not (np.all(np.isfinite(d)) and np.all(np.isfinite(t))):
+        raise CeleritasInputError("transfer samples must be finite numbers")
+    if np.unique(d).size < 2:
+        k, b = 0.0, max(float(t.mean()), 0.0)
+    else:
+        design = np.column_stack([d, np.ones_like(d)])
+        (k, b), *_ = np.linalg.lstsq(design, t, rcond=None)
+        k, b = float(k), float(b)
+        if k < 0:
+            k, b = 0.0, float(t.mean())
+        if b < 0:
+            denom = float(np.dot(d, d))
+            k, b = (max(float(np.dot(d, t)) / denom, 0.0) if denom > 0 else 0.0), 0.0
+        b = max(b, 0.0)
+    residual = float(np.sum((t - (k * d + b)) ** 2))
+    total = float(np.sum((t - t.mean()) ** 2))
+    if total > 0:
+        r2 = 1.0 - residual / total
+    else:
+        r2 = 1.0 if residual <= 1e-18 * max(1.0, float(np.sum(t**2))) else 0.0
+    return k, b, r2
+
+
+def _check_args(num_devices: Any, sizes: Any, repeats: Any, warmup: Any) -> list[int]:
+    def is_int(x: Any) -> bool:
+        return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+    if not is_int(num_devices) or num_devices < 2:
+        raise CeleritasInputError(f"calibration needs num_devices >= 2, got {num_devices!r}")
+    if not is_int(repeats) or repeats < 1:
+        raise CeleritasInputError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if not is_int(warmup) or warmup < 0:
+        raise CeleritasInputError(f"warmup must be an integer >= 0, got {warmup!r}")
+    try:
+        values = list(sizes)
+    except TypeError:
+        raise CeleritasInputError(f"sizes must be a sequence of byte counts, got {sizes!r}") from None
+    if not values:
+        raise CeleritasInputError("sizes is empty: give at least one tensor size in bytes")
+    for s in values:
+        if not is_int(s) or s <= 0:
+            raise CeleritasInputError(f"sizes must be positive integers (bytes), got {s!r}")
+    return [int(s) for s in values]
+
+
+def calibrate_comm(
+    num_devices: int = 2,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    repeats: int = 20,
+    warmup: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> CommCalibration:
+    """Measure transfers of float32 tensors of ``sizes`` bytes from CPU:0 to CPU:1 and fit
+    t = k·bytes + b (µs); see the module docstring for the method. ``num_devices`` logical CPU
+    devices are configured (only 0 and 1 are used). Sizes are rounded up to whole float32s."""
+    byte_sizes = _check_args(num_devices, sizes, repeats, warmup)
+    tf = tensorflow()
+    tf1 = tf.compat.v1
+    graph = tf.Graph()
+    pipelines: dict[tuple[int, str], tuple[str, str, Any]] = {}
+    with graph.as_default():
+        for i, size in enumerate(byte_sizes):
+            elements = max(1, math.ceil(size / FLOAT32_BYTES))
+            for variant, consumer_device in (("cross", 1), ("local", 0)):
+                with tf.device(cpu_device(0)):
+                    produced = tf.fill([elements], 1.0, name=f"calibrate/{i}_{variant}/producer")
+                with tf.device(cpu_device(consumer_device)):
+                    consumed = tf.reduce_sum(produced, name=f"calibrate/{i}_{variant}/consumer")
+                pipelines[(i, variant)] = (produced.op.name, consumed.op.name, consumed.op)
+    options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+    samples: list[tuple[int, float]] = []
+    cross_medians: list[float] = []
+    local_medians: list[float] = []
+    with tf1.Session(graph=graph, config=session_config(num_devices)) as session:
+        for i, size in enumerate(byte_sizes):
+            nbytes = max(1, math.ceil(size / FLOAT32_BYTES)) * FLOAT32_BYTES
+            gaps: dict[str, list[float]] = {"cross": [], "local": []}
+            for r in range(warmup + repeats):
+                for variant in ("cross", "local"):
+                    producer, consumer, target = pipelines[(i, variant)]
+                    metadata = tf1.RunMetadata()
+                    session.run(target, options=options, run_metadata=metadata)
+                    if r >= warmup:
+                        gaps[variant].append(_gap_us(metadata.step_stats, producer, consumer))
+            cross = float(np.median(gaps["cross"]))
+            local = float(np.median(gaps["local"]))
+            cross_medians.append(cross)
+            local_medians.append(local)
+            samples.append((nbytes, max(cross - local, 0.0)))
+            if progress is not None:
+                progress(f"calibrate: {nbytes} bytes: {samples[-1][1]:.2f} µs "
+                         f"(cross {cross:.2f} µs, same device {local:.2f} µs, median of {repeats})")
+    k, b, r2 = fit_transfer_model(samples)
+    return CommCalibration(k, b, samples, r2,
+                           details={"cross_us": cross_medians, "local_us": local_medians,
+                                    "repeats": repeats, "warmup": warmup})
+
+
+def _gap_us(step_stats: Any, producer: str, consumer: str) -> float:
+    """µs from the end of ``producer`` to the start of ``consumer`` in one traced run."""
+    end = start = None
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            if ns.node_name == producer:
+                end = _nanos(ns.all_start_nanos, ns.all_start_micros) + _nanos(
+                    ns.all_end_rel_nanos, ns.all_end_rel_micros)
+            elif ns.node_name == consumer:
+                start = _nanos(ns.all_start_nanos, ns.all_start_micros)
+    if end is None or start is None:
+        missing = producer if end is None else consumer
+        raise RuntimeError(f"calibration: op {missing!r} is missing from the step stats")
+    return (start - end) / 1e3
+
+
+def _nanos(nanos: int, micros: int) -> int:
+    return int(nanos) if nanos else int(micros) * 1000
+
+
+def calibrated_cluster(calibration: CommCalibration, num_devices: int, device_memory_bytes: float) -> Cluster:
+    """A homogeneous cluster of ``num_devices`` devices with the calibrated k and b."""
+    return Cluster.homogeneous(num_devices, device_memory_bytes,
+                               slope_us_per_byte=float(calibration.slope_us_per_byte),
+                               intercept_us=float(calibration.intercept_us))
