@@ -30,6 +30,7 @@ demo: setup
 bench: setup
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_placers.py
+	$(PY) bench/bench_tf.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

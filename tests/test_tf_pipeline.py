@@ -232,3 +232,20 @@ def test_graph_command_with_profiled_costs(tmp_path, capsys):
     graph = load_graph(out)
     assert graph.total_time_us > 0 and graph.meta["costs"] == "profile"
     assert Path(out).stat().st_size > 1000 and "co-location groups" in text
+
+
+def test_graph_command_with_analytical_costs_and_models_listing(tmp_path, capsys):
+    out = tmp_path / "g.json"
+    code, _, err = _cli(["graph", "--model", "mlp", "--batch", "64", "--costs", "analytical:v100",
+                         "--out", str(out)], capsys)
+    assert code == 0, err
+    graph = load_graph(out)
+    assert graph.meta["costs"] == "analytical:v100" and graph.total_time_us > 0
+    code, _, err = _cli(["graph", "--model", "mlp", "--batch", "64", "--costs", "analytical:tpu",
+                         "--out", str(out)], capsys)
+    assert code == 2 and "tpu" in err and err.count("\n") == 1
+    code, text, _ = _cli(["models"], capsys)
+    assert code == 0
+    for name in ("inception_v3", "nmt", "transformer", "tensor_holography"):
+        assert name in text
+    assert "batch 512" in text and "MODULE:FUNCTION" in text
