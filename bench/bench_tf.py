@@ -37,6 +37,7 @@ from celeritas_core.compare import params_for  # noqa: E402
 from celeritas_core.formats import write_json_atomic  # noqa: E402
 from celeritas_core.levels import ccr  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
+from celeritas_core.plots import deviation_cdf_chart  # noqa: E402
 from celeritas_core.regression import fit_costs, relative_deviation  # noqa: E402
 from celeritas_core.units import format_bytes, format_us  # noqa: E402
 from celeritas_tf.analytical import analytical_costs, parse_cost_source  # noqa: E402
@@ -56,6 +57,7 @@ DEVICE_SHARE = 0.30
 FIDELITY_MODELS = ("tensor_holography", "nmt")
 FIDELITY_PLACERS = ("single", "metis", "m-topo", "m-etf", "m-sct", "order-place", "celeritas")
 MEMORY_TARGET, TIME_TARGET, SPEARMAN_TARGET = 0.02, 0.08, 0.8
+CDF_FIGURE = Path("build/bench/estimation_cdf.png")
 
 
 def _say(text: str) -> None:
@@ -70,7 +72,7 @@ def accuracy(models: list[str], traced: int, comm: tuple[float, float]) -> tuple
     *noise floor*: the per-op deviation between two traces of the same re-measured placement,
     which no estimate can beat.
     """
-    rows, measured = [], {}
+    rows, measured, curves = [], {}, []
     for name in models:
         model = get_model(name)
         start = time.perf_counter()
@@ -90,12 +92,15 @@ def accuracy(models: list[str], traced: int, comm: tuple[float, float]) -> tuple
         common = list(tim.names)
         weighted = (sum(abs(est[n] - first[n]) for n in common) / sum(first[n] for n in common)
                     if common else float("nan"))
+        curves.append((name, mem, tim))
         rows.append({"model": name, "ops": result.measured.num_nodes, "memory_dev": mem.mean,
                      "memory_ops": len(mem.names), "time_dev": tim.mean, "time_ops": len(tim.names),
                      "time_dev_weighted": weighted, "time_noise_floor": noise.mean,
                      "memory_cdf": mem.cdf(), "time_cdf": tim.cdf(),
                      "seconds": time.perf_counter() - start})
         measured[name] = (model, result.measured, cluster)
+    deviation_cdf_chart(curves, CDF_FIGURE, title=f"Standard Evaluation: batch {list(SMALL_BATCHES)} -> "
+                        f"{LARGE_BATCH}, re-measured on {DEVICES} logical CPU devices")
     return rows, measured
 
 
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(checks))
     write_json_atomic(Path(args.out), {"accuracy": acc_rows, "fidelity": fid_rows, "node_counts": count_rows,
                                        "checks": checks}, indent=1)
-    print(f"\nwrote {args.out}")
+    print(f"\nwrote {args.out}, {CDF_FIGURE}")
     return 0
 
 

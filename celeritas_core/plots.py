@@ -122,3 +122,32 @@ def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | 
         return _save_atomic(fig, path)
     finally:
         plt.close(fig)
+
+
+def deviation_cdf_chart(curves: Sequence[tuple[str, Any, Any]], path: str | os.PathLike[str],
+                        *, title: str = "") -> Path:
+    """Write the paper's estimation-accuracy figure: CDFs of per-op relative deviation of memory
+    (left) and time (right). ``curves`` holds ``(label, memory Deviation, time Deviation)``;
+    deviations above 100 % are drawn at the right edge. Returns the PNG path."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, which, name in ((axes[0], 1, "memory"), (axes[1], 2, "time")):
+        for curve in curves:
+            values = np.sort(np.minimum(np.asarray(curve[which].values, dtype=np.float64), 1.0)) * 100
+            if not len(values):
+                continue
+            share = np.arange(1, len(values) + 1) / len(values)
+            ax.step(np.concatenate([[0.0], values]), np.concatenate([[0.0], share]), where="post",
+                    label=f"{curve[0]} (mean {curve[which].mean * 100:.1f} %)")
+        ax.set_xlim(0, 100)
+        ax.set_ylim(0, 1.01)
+        ax.set_xlabel(f"relative deviation of {name} (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_ylabel("share of ops (CDF)")
+    fig.suptitle(title or "estimated vs re-measured per-op costs", fontsize=10)
+    fig.tight_layout()
+    try:
+        return _save_atomic(fig, path)
+    finally:
+        plt.close(fig)

@@ -188,6 +188,11 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     if args.accuracy_out:
         write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing), indent=1)
         written.append(args.accuracy_out)
+    if args.cdf_out:
+        from celeritas_core.plots import deviation_cdf_chart
+
+        written.append(deviation_cdf_chart([(model.name, memory, timing)], args.cdf_out,
+                                           title=f"{model.name}: estimated (batch {batch}) vs re-measured"))
     print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
           f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
           f"{len(timing.names):,} ops")
@@ -226,6 +231,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
              "predicted_step_time_us": doc.get("predicted_step_time_us")}
     write_json_atomic(args.out, result.to_json(extra), indent=1)
+    predicted = doc.get("predicted_step_time_us")
+    if isinstance(predicted, int | float):
+        print(f"simulated step time in the placement file: {predicted / 1e3:.3f} ms")
     print(f"{model.name} batch {batch} on {devices} devices ({doc.get('placer')}): mean "
           f"{result.mean_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms, "
           f"p90 {result.p90_s * 1e3:.3f} ms "
@@ -314,6 +322,7 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
     r.add_argument("--out", required=True, help="measured graph JSON to write")
     r.add_argument("--estimated-out", help="also write the graph with predicted costs")
     r.add_argument("--accuracy-out", help="also write the per-op deviation summary (celeritas-accuracy/1)")
+    r.add_argument("--cdf-out", help="also write the CDF plot of per-op deviations (PNG)")
     r.set_defaults(func=cmd_remeasure)
 
     v = sub.add_parser("validate", help="run a placement: warm-up, then timed steps",

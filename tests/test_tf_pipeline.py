@@ -162,10 +162,12 @@ def test_cli_profile_fit_remeasure_place_validate(tmp_path, capsys):
     assert code == 0 and "predicted at batch 32" in out
     code, out, err = _cli(["remeasure", *knobs, "--batch", "32", "--fits", str(fits), "--devices", "2",
                            "--device-memory", "1MB", "--steps", "1", "--out", str(measured),
-                           "--accuracy-out", str(tmp_path / "a.json")], capsys)
+                           "--accuracy-out", str(tmp_path / "a.json"),
+                           "--cdf-out", str(tmp_path / "cdf.png")], capsys)
     assert code == 0, err
     assert "mean memory deviation" in out
     assert json.loads((tmp_path / "a.json").read_text())["format"] == "celeritas-accuracy/1"
+    assert (tmp_path / "cdf.png").read_bytes()[:4] == b"\x89PNG"
     graph = load_graph(measured)
     placement = place(graph, Cluster.homogeneous(2, 1e6), "celeritas")
     save_placement(placement, tmp_path / "pl.json")
