@@ -4,6 +4,7 @@ applying a placement and 50-step validation, and the CLI's errors. Real TensorFl
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -251,3 +252,29 @@ def test_graph_command_with_analytical_costs_and_models_listing(tmp_path, capsys
     for name in ("inception_v3", "nmt", "transformer", "tensor_holography"):
         assert name in text
     assert "batch 512" in text and "MODULE:FUNCTION" in text
+
+
+def test_user_model_from_a_keras_file(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "tiny.keras"
+    script = ("import keras\n"
+              "inputs = keras.Input((6,))\n"
+              "model = keras.Model(inputs, keras.layers.Dense(4)(inputs))\n"
+              "model.compile(loss='sparse_categorical_crossentropy')\n"
+              f"model.save({str(path)!r})\n")
+    # saved the usual way, in an eager process of its own (this process runs TF in graph mode)
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    spec = get_model(str(path))
+    assert spec.inputs[0].shape == (6,)
+    assert spec.labels.dtype == "int32" and spec.labels.shape == () and spec.labels.high == 4
+    step = build_training_step(spec, 4)
+    assert "train_step" in step.step_op_names()
+    with pytest.raises(CeleritasInputError, match="file not found"):
+        get_model(str(tmp_path / "missing.keras"))
+    broken = tmp_path / "broken.keras"
+    broken.write_text("not a zip")
+    with pytest.raises(CeleritasInputError, match="cannot load Keras model"):
+        get_model(str(broken))
