@@ -314,3 +314,24 @@ def test_random_dags_are_fully_placed_and_above_the_lower_bound(seed, placer):
     assert p.assignment.min() >= 0 and p.assignment.max() < cluster.num_devices
     assert p.predicted_step_time_us >= p.lower_bound_us * (1 - 1e-9)
     assert not p.oom  # 3 × 40 % of the memory always leaves room for a 30-op graph here
+
+
+def test_groups_stay_whole_when_best_effort_overfills_devices(rng):
+    # Memory far too small: every op is best effort and free memory goes negative; members of a
+    # group placed earlier must still follow it (a regression found on a real TensorFlow graph).
+    from celeritas_core.colocation import colocation_respected
+
+    for _ in range(20):
+        n = int(rng.integers(8, 40))
+        edges = [(f"n{i}", f"n{j}", float(rng.integers(1, 100)))
+                 for i in range(n) for j in range(i + 1, n) if rng.random() < 0.15]
+        groups = {f"n{i}": f"g{int(rng.integers(0, 3))}" for i in range(n) if rng.random() < 0.4}
+        g = make_graph(edges, nodes=[f"n{i}" for i in range(n)], colocation=groups,
+                       memory={f"n{i}": float(rng.integers(1, 50)) for i in range(n)})
+        total = float(g.memory_bytes.sum())
+        cluster = Cluster.homogeneous(3, max(total / 8, float(np.bincount(
+            g.colocation_ids[g.colocation_ids >= 0], weights=g.memory_bytes[g.colocation_ids >= 0]).max(
+            initial=0.0)) + 1))
+        for name in ("m-etf", "m-sct"):
+            p = place(g, cluster, name)
+            assert colocation_respected(g, p.assignment), name

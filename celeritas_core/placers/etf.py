@@ -188,9 +188,11 @@ def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None =
         heappush(arr_heaps[d], (a, rank[v], v))
 
     def force(v: int) -> None:
-        """Best effort: v fits nowhere; make it a candidate on the device with most free memory."""
+        """Best effort: v fits nowhere; make it a candidate on the device with most free memory
+        (on its group's device when its co-location group is already placed)."""
         nonlocal best_effort, forced_push
-        d = max(range(num_dev), key=lambda k: (free[k], -k))
+        g = group_of[v]
+        d = group_dev[g] if g >= 0 and group_dev[g] >= 0 else max(range(num_dev), key=lambda k: (free[k], -k))
         forced[v] = True
         alive[v] = 1
         best_effort += 1
