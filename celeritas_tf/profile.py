@@ -3,8 +3,9 @@
 ``RunOptions(trace_level=FULL_TRACE)`` fills ``RunMetadata.step_stats``: per device, per executed
 op, its start and end (µs) and the allocations of its outputs. An op's **time** is
 ``op_end_rel_micros − op_start_rel_micros``, the median over the traced steps; its **memory** is
-the bytes of its outputs (``allocation_description.requested_bytes``) plus its temporary and
-persistent memory (``memory_stats``), the largest over the traced steps. Variables hold their
+the bytes of its outputs (``allocation_description.requested_bytes``) plus its persistent memory
+(``memory_stats``), the largest over the traced steps. Scratch (temp) memory is left out: it is
+freed when the op ends, so summing it over a device's ops would overstate what the device holds. Variables hold their
 own size (a resource handle's output is 0 bytes). Ops the runtime does not trace (fed
 placeholders appear as ``_arg_NAME_0_K``; constants folded away) keep time 0 and the bytes of
 their static outputs.
@@ -95,8 +96,8 @@ def trace_step(
                     times.setdefault(name, []).append(float(ns.op_end_rel_micros - ns.op_start_rel_micros))
                     out = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
                     extra = 0
-                    if ns.HasField("memory_stats"):
-                        extra = ns.memory_stats.temp_memory_size + ns.memory_stats.persistent_memory_size
+                    if ns.HasField("memory_stats"):  # scratch (temp) memory is freed when the op ends
+                        extra = ns.memory_stats.persistent_memory_size
                     memory[name] = max(memory.get(name, 0.0), float(out + extra))
                     devices[name] = dev.device
             if progress is not None:
