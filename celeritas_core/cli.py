@@ -361,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
     from celeritas_tf.commands import add_commands  # argparse only: TensorFlow loads when a command runs
 
     add_commands(sub, _add_cluster_args)
+
+    from tasks.commands import add_commands as add_pipeline_commands  # argparse only, too
+
+    add_pipeline_commands(sub)
     return parser
 
 

@@ -5,10 +5,10 @@ op, its start and end (µs) and the allocations of its outputs. An op's **time**
 ``op_end_rel_micros − op_start_rel_micros``, the median over the traced steps; its **memory** is
 the bytes of its outputs (``allocation_description.requested_bytes``) plus its persistent memory
 (``memory_stats``), the largest over the traced steps. Scratch (temp) memory is left out: it is
-freed when the op ends, so summing it over a device's ops would overstate what the device holds. Variables hold their
-own size (a resource handle's output is 0 bytes). Ops the runtime does not trace (fed
-placeholders appear as ``_arg_NAME_0_K``; constants folded away) keep time 0 and the bytes of
-their static outputs.
+freed when the op ends, so summing it over a device's ops would overstate what the device
+holds. Variables hold their own size (a resource handle's output is 0 bytes). Ops the runtime
+does not trace (fed placeholders appear as ``_arg_NAME_0_K``; constants folded away) keep time 0
+and the bytes of their static outputs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,103 @@
+"""What the pipeline's steps share: artifact names under the run directory, the model and the cluster.
+
+Every artifact of a run lives at a fixed name under the run directory, so a retried task
+overwrites its own outputs (atomically, through :mod:`tasks.storage`) and never duplicates them.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from celeritas_core.cluster import Cluster
+from tasks import storage
+
+#: Artifact names relative to the run directory.
+ARTIFACTS = {
+    "params": "params.json",
+    "cluster": "cluster.json",
+    "profile": "profile.json",
+    "fits": "fits.json",
+    "estimated_graph": "graph.estimated.json",
+    "measured_graph": "graph.measured.json",
+    "accuracy": "accuracy.json",
+    "accuracy_cdf": "estimation_cdf.png",
+    "fusion": "fusion.json",
+    "coarse_graph": "graph.coarse.json",
+    "compare": "compare.json",
+    "compare_csv": "compare.csv",
+    "gantt": "gantt.png",
+    "memory_chart": "memory.png",
+    "validation_summary": "validation.json",
+    "publish": "publish.json",
+}
+
+
+def artifact(run_dir: str, name: str) -> str:
+    """URI of the artifact ``name`` (a key of :data:`ARTIFACTS`) of the run at ``run_dir``."""
+    return storage.join(run_dir, ARTIFACTS[name])
+
+
+def placement_uri(run_dir: str, placer: str) -> str:
+    """URI of one placer's placement in the run."""
+    return storage.join(run_dir, "placements", f"{placer}.json")
+
+
+def validation_uri(run_dir: str, placer: str) -> str:
+    """URI of one placer's validation in the run."""
+    return storage.join(run_dir, "validation", f"{placer}.json")
+
+
+def model_spec(params: Mapping[str, Any]) -> Any:
+    """The run's ModelSpec (a ``.keras`` model on S3 is copied to a local temp file first)."""
+    from celeritas_tf.models import ZOO, get_model
+
+    name = params["model"]
+    if storage.is_s3(name):
+        local = Path(tempfile.mkdtemp(prefix="celeritas-model-")) / Path(name).name
+        local.write_bytes(storage.read_bytes(name))
+        name = str(local)
+    knobs = dict(params.get("model_knobs") or {}) if name in ZOO else {}
+    return get_model(name, paper=bool(params.get("paper_config")), **knobs)
+
+
+def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
+    """The run's cluster: the calibrated ``cluster.json`` when given, else the parameters' devices
+    with the default transfer model."""
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.formats import cluster_from_json
+    from celeritas_core.units import parse_size
+
+    if cluster_uri:
+        try:
+            return cluster_from_json(storage.read_json(cluster_uri))
+        except CeleritasInputError as exc:
+            raise exc.with_source(cluster_uri) from None
+    return Cluster.homogeneous(int(params["num_devices"]), parse_size(params["device_memory"]))
+
+
+def load_graph_uri(uri: str) -> Any:
+    """A ``celeritas-graph/1`` artifact as a Graph."""
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.formats import graph_from_json
+
+    try:
+        return graph_from_json(storage.read_json(uri))
+    except CeleritasInputError as exc:
+        raise exc.with_source(uri) from None
+
+
+
+def log_documents(run_id: str, documents: Mapping[str, Any], artifact_path: str | None = None) -> None:
+    """Log JSON documents (file name → document) to the MLflow run ``run_id`` as artifacts."""
+    import json
+
+    from tasks import tracking
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for filename, doc in documents.items():
+            path = Path(tmp) / filename
+            path.write_text(json.dumps(doc, indent=1, allow_nan=False))
+            tracking.log_artifact(run_id, str(path), artifact_path)

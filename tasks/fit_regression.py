@@ -1,0 +1,35 @@
+"""Pipeline step (light): Standard Evaluation 1, per-op linear fits of time and memory on batch size."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.regression import fit_costs
+from tasks import storage, tracking
+from tasks.common import artifact
+
+
+def fit_regression(params: Mapping[str, Any], run_dir: str, profile_uri: str,
+                   parent_run_id: str) -> dict[str, Any]:
+    """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
+    doc = storage.read_json(profile_uri)
+    if not isinstance(doc, dict) or doc.get("format") != "celeritas-profile/1":
+        raise CeleritasInputError("not a celeritas-profile/1 document", source=profile_uri)
+    rows = [(int(p["batch_size"]), p["time_us"], p["memory_bytes"]) for p in doc["profiles"]]
+    fits = fit_costs(rows)
+    uri = storage.write_json(artifact(run_dir, "fits"), fits.to_json())
+    time_us, memory = fits.predict(int(params["batch_size"]))
+    metrics = {"predicted_total_time_us": float(time_us.sum()),
+               "predicted_total_memory_bytes": float(memory.sum()),
+               "fit_median_memory_r2": _median(fits.memory_r2), "fit_median_time_r2": _median(fits.time_r2)}
+    tracking.log_metrics(parent_run_id, {k: v for k, v in metrics.items() if np.isfinite(v)})
+    return {"fits_uri": uri, "ops": len(fits.names), **metrics}
+
+
+def _median(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if len(finite) else float("nan")

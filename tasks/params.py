@@ -1,0 +1,127 @@
+"""The pipeline's parameters: one JSON schema for the Airflow trigger form and ``celeritas run``.
+
+Each field has a title, a description and a form section; the DAG turns them into Airflow
+``Param`` objects (the trigger form validates them with the same schema), and
+:func:`resolve_params` fills defaults and validates a plain dict for the CLI, raising a one-line
+:class:`~celeritas_core.errors.CeleritasInputError` that names the field. Importing this module
+is cheap (no numpy), since the DAG file imports it at parse time.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "order-place", "single"]
+
+#: field name → JSON schema (with ``default``, ``title``, ``description`` and ``section``).
+FIELDS: dict[str, dict[str, Any]] = {
+    "model": {
+        "type": "string", "minLength": 1, "default": "tensor_holography", "section": "Model",
+        "title": "Model",
+        "description": "A zoo model (inception_v3, nmt, transformer, tensor_holography, mlp), a Python "
+                       "MODULE:FUNCTION returning a Keras model, its loss and input signature, or the "
+                       "path of a saved .keras file.",
+    },
+    "model_knobs": {
+        "type": "object", "default": {}, "section": "Model", "title": "Model size knobs",
+        "description": "Overrides of the zoo model's size knobs, e.g. {\"layers\": 8, \"filters\": 16} "
+                       "(`celeritas models` lists them). Ignored for user models.",
+    },
+    "paper_config": {
+        "type": "boolean", "default": False, "section": "Model", "title": "Paper configuration",
+        "description": "Build the zoo model at the Celeritas paper's size instead of the small default.",
+    },
+    "batch_size": {
+        "type": "integer", "minimum": 1, "default": 32, "section": "Model", "title": "Batch size",
+        "description": "The (large) training batch size to place the model for.",
+    },
+    "profile_batch_sizes": {
+        "type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "uniqueItems": True,
+        "default": [2, 4, 8], "section": "Standard Evaluation", "title": "Profiling batch sizes",
+        "description": "Small batch sizes profiled on one device to fit per-op costs (at least two).",
+    },
+    "num_devices": {
+        "type": "integer", "minimum": 1, "maximum": 64, "default": 4, "section": "Cluster",
+        "title": "Devices", "description": "Number of GPUs (logical CPU devices where there are none).",
+    },
+    "device_memory": {
+        "type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[a-zA-Z]*\s*$",
+        "default": "16MiB", "section": "Cluster", "title": "Memory per device",
+        "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes).",
+    },
+    "calibrate_comm": {
+        "type": "boolean", "default": True, "section": "Cluster", "title": "Calibrate transfers",
+        "description": "Measure transfers between two devices and fit t = k·bytes + b; otherwise use the "
+                       "default PCIe-like model (1e-4 µs/B + 25 µs).",
+    },
+    "R": {
+        "type": "integer", "minimum": 1, "default": 200, "section": "Placement",
+        "title": "Exploration range R",
+        "description": "Operation fusion puts at most R ops in one cluster (the paper uses 200).",
+    },
+    "memory_fraction": {
+        "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.25, "section": "Placement",
+        "title": "Cluster memory cap",
+        "description": "Per-cluster memory cap M as a fraction of device memory.",
+    },
+    "placers": {
+        "type": "array", "items": {"type": "string", "enum": PLACERS}, "minItems": 1, "uniqueItems": True,
+        "default": ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "order-place"],
+        "section": "Placement", "title": "Placers to compare",
+        "description": "Celeritas and the baselines to run; each becomes a child run in MLflow.",
+    },
+    "validation_steps": {
+        "type": "integer", "minimum": 1, "maximum": 10000, "default": 50, "section": "Validation",
+        "title": "Timed steps",
+        "description": "Training steps timed per placement after warm-up (paper: 50).",
+    },
+    "warmup_steps": {
+        "type": "integer", "minimum": 0, "maximum": 1000, "default": 5, "section": "Validation",
+        "title": "Warm-up steps", "description": "Untimed steps before timing (paper: 5).",
+    },
+    "improvement_threshold": {
+        "type": "number", "minimum": 0, "maximum": 1, "default": 0.02, "section": "Publishing",
+        "title": "Improvement threshold",
+        "description": "Publish the new placement only if its measured step time beats the production "
+                       "placement's by at least this fraction (0.02 = 2 %).",
+    },
+    "run_dir": {
+        "type": "string", "default": "", "section": "Storage", "title": "Run directory",
+        "description": "Where the run's artifacts go: a local folder or s3://bucket/prefix. Empty: "
+                       "build/runs/MODEL/RUN_ID under the project.",
+    },
+}
+
+
+def schema() -> dict[str, Any]:
+    """The whole parameter object as one JSON schema (no extra fields allowed)."""
+    props = {}
+    for name, field in FIELDS.items():
+        props[name] = {k: v for k, v in field.items() if k != "section"}
+    return {"type": "object", "properties": props, "additionalProperties": False}
+
+
+def defaults() -> dict[str, Any]:
+    """Every field's default value."""
+    return {name: copy.deepcopy(field["default"]) for name, field in FIELDS.items()}
+
+
+def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults overlaid with ``given``, validated against :func:`schema` (one-line errors)."""
+    import jsonschema
+
+    from celeritas_core.errors import CeleritasInputError
+
+    params = {**defaults(), **dict(given or {})}
+    validator = jsonschema.Draft7Validator(schema())
+    errors = sorted(validator.iter_errors(params), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        where = ".".join(str(p) for p in error.absolute_path) or "params"
+        raise CeleritasInputError(f"parameter {where!r}: {error.message}")
+    from celeritas_core.units import parse_size
+
+    parse_size(params["device_memory"], field="parameter 'device_memory'")
+    return params

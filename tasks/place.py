@@ -1,0 +1,74 @@
+"""Pipeline step (light): Celeritas and the chosen baselines on the measured graph; one child run each."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
+from tasks import storage, tracking
+from tasks.common import artifact, cluster_from, load_graph_uri, log_documents, placement_uri
+
+
+def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: str,
+          parent_run_id: str) -> dict[str, Any]:
+    """Run every placer in ``params["placers"]`` on the measured graph, replay each in the simulator,
+    write each placement, ``compare.json``/``.csv`` and the Gantt and memory charts, and log one
+    MLflow child run per placer. Fails (not retried) when no placement fits in memory."""
+    from celeritas_core.compare import compare_placers
+    from celeritas_core.formats import save_placement
+    from celeritas_core.plots import gantt_chart, memory_chart
+
+    graph = load_graph_uri(graph_uri)
+    cluster = cluster_from(params, cluster_uri)
+    shared = {"R": int(params["R"]), "memory_fraction": float(params["memory_fraction"])}
+    comparison = compare_placers(graph, cluster, list(params["placers"]), shared)
+    if all(p.oom for p in comparison.placements):
+        worst = comparison.best
+        raise CeleritasInputError(
+            f"model {params['model']!r} does not fit on {cluster.num_devices} devices of "
+            f"{params['device_memory']} even with best effort (fastest placement, {worst.placer}, overfills "
+            f"{', '.join(worst.oom_devices)})")
+    baselines = [p for p in comparison.placements if p.placer != "celeritas" and not p.oom]
+    best_baseline = min((p.predicted_step_time_us for p in baselines), default=float("nan"))
+    placements: dict[str, str] = {}
+    children: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in comparison.placements:
+            local = save_placement(p, Path(tmp) / f"{p.placer}.json")
+            placements[p.placer] = storage.upload_file(str(local), placement_uri(run_dir, p.placer))
+            metrics = {
+                "placement_seconds": p.placement_seconds,
+                "simulated_step_time_us": p.predicted_step_time_us,
+                "speedup_vs_single": p.speedup_vs_single,
+                "simulated_speedup_vs_best_baseline": best_baseline / p.predicted_step_time_us,
+                "oom": float(p.oom),
+                **{f"peak_memory_bytes_{name.replace(':', '_')}": float(m)
+                   for name, m in zip(p.devices, p.device_memory_bytes, strict=True)},
+            }
+            if p.coarse_nodes is not None:
+                metrics["coarse_nodes"] = float(p.coarse_nodes)
+            children[p.placer] = tracking.child_run(
+                parent_run_id, p.placer, params={**p.params, "placer": p.placer},
+                metrics={k: v for k, v in metrics.items() if v == v and abs(v) != float("inf")},
+                artifacts={"placement": str(local)})
+        gantt = gantt_chart(graph, cluster, comparison.best, Path(tmp) / "gantt.png")
+        memory = memory_chart(comparison.placements, cluster, Path(tmp) / "memory.png",
+                              title=f"{graph.name}: memory per device")
+        storage.upload_file(str(gantt), artifact(run_dir, "gantt"))
+        storage.upload_file(str(memory), artifact(run_dir, "memory_chart"))
+        tracking.log_artifact(parent_run_id, str(gantt), "placement")
+        tracking.log_artifact(parent_run_id, str(memory), "placement")
+    compare_uri = storage.write_json(artifact(run_dir, "compare"), comparison.to_json())
+    storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
+    log_documents(parent_run_id, {"compare.json": comparison.to_json()}, "placement")
+    tracking.log_metrics(parent_run_id, {
+                         "best_simulated_step_time_us": comparison.best.predicted_step_time_us,
+                                         "single_device_time_us": comparison.single_device_time_us})
+    tracking.set_tags(parent_run_id, {"celeritas.best_simulated_placer": comparison.best.placer})
+    return {"placements": placements, "child_runs": children, "compare_uri": compare_uri,
+            "best_simulated": comparison.best.placer,
+            "simulated_step_time_us": {p.placer: p.predicted_step_time_us for p in comparison.placements},
+            "oom": {p.placer: p.oom for p in comparison.placements}}

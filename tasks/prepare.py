@@ -1,0 +1,51 @@
+"""Pipeline step 0 (light): validate the parameters, fix the run directory, open the MLflow parent run."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tasks import storage, tracking
+from tasks.common import artifact
+from tasks.params import resolve_params
+
+
+def default_run_dir(model: str, job_id: str) -> str:
+    """``build/runs/MODEL/JOB`` under the project (``CELERITAS_HOME``, default the working folder)."""
+    import os
+    import re
+
+    home = Path(os.environ.get("CELERITAS_HOME") or Path.cwd())
+    safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"  # noqa: E731
+    return str(home / "build" / "runs" / safe(Path(model).stem if "/" in model else model) / safe(job_id))
+
+
+def git_commit() -> str:
+    """The project's git commit, or ``unknown`` outside a checkout."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=False, timeout=5, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def prepare(params: Mapping[str, Any], *, job_id: str,
+            tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Resolve ``params``, write ``params.json`` in the run directory and start the parent run.
+
+    Returns ``{"params", "run_dir", "params_uri", "parent_run_id"}``. ``job_id`` identifies the job
+    (the Airflow run id): a retry reuses the same parent run and run directory.
+    """
+    resolved = resolve_params(params)
+    run_dir = resolved["run_dir"] or default_run_dir(resolved["model"], job_id)
+    resolved["run_dir"] = run_dir
+    params_uri = storage.write_json(artifact(run_dir, "params"), resolved)
+    all_tags = {"celeritas.batch_size": str(resolved["batch_size"]),
+                "celeritas.devices": str(resolved["num_devices"]), "celeritas.run_dir": run_dir,
+                "celeritas.git_commit": git_commit(), **dict(tags or {})}
+    parent = tracking.start_parent_run(model=resolved["model"], run_name=f"{resolved['model']} {job_id}",
+                                       job_id=job_id, tags=all_tags, params=resolved)
+    return {"params": resolved, "run_dir": run_dir, "params_uri": params_uri, "parent_run_id": parent}

@@ -1,0 +1,49 @@
+"""Pipeline step (GPU node): Standard Evaluation 2, sequential placement of the large batch, re-measured."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from celeritas_core.formats import graph_to_json
+from celeritas_core.regression import CostFits
+from tasks import storage, tracking
+from tasks.common import artifact, cluster_from, log_documents, model_spec
+
+
+def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str, cluster_uri: str,
+                          parent_run_id: str) -> dict[str, Any]:
+    """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
+    devices with full tracing, write the estimated and the measured graph, the accuracy and its CDF."""
+    from celeritas_core.plots import deviation_cdf_chart
+    from celeritas_tf.commands import accuracy_document
+    from celeritas_tf.evaluation import remeasure
+
+    model = model_spec(params)
+    fits = CostFits.from_json(storage.read_json(fits_uri), source=fits_uri)
+    cluster = cluster_from(params, cluster_uri)
+    batch = int(params["batch_size"])
+    result = remeasure(model, batch, fits, cluster)
+    memory, timing = result.accuracy()
+    documents = {"graph.estimated.json": graph_to_json(result.estimated),
+                 "graph.measured.json": graph_to_json(result.measured),
+                 "accuracy.json": accuracy_document(model.name, batch, memory, timing)}
+    uris = {
+        "estimated_graph_uri": storage.write_json(artifact(run_dir, "estimated_graph"),
+                                                  documents["graph.estimated.json"]),
+        "measured_graph_uri": storage.write_json(artifact(run_dir, "measured_graph"),
+                                                 documents["graph.measured.json"]),
+        "accuracy_uri": storage.write_json(artifact(run_dir, "accuracy"), documents["accuracy.json"]),
+    }
+    log_documents(parent_run_id, {**documents, "fits.json": fits.to_json()}, "standard_evaluation")
+    with tempfile.TemporaryDirectory() as tmp:
+        png = deviation_cdf_chart([(model.name, memory, timing)], Path(tmp) / "cdf.png",
+                                  title=f"{model.name}: estimated vs re-measured at batch {batch}")
+        uris["accuracy_cdf_uri"] = storage.upload_file(str(png), artifact(run_dir, "accuracy_cdf"))
+        tracking.log_artifact(parent_run_id, str(png), "standard_evaluation")
+    metrics = {"estimation_memory_deviation": memory.mean, "estimation_time_deviation": timing.mean,
+               "ops": float(result.measured.num_nodes)}
+    tracking.log_metrics(parent_run_id, {k: v for k, v in metrics.items() if v == v})
+    return {**uris, **metrics}

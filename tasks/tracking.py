@@ -1,0 +1,686 @@
+"""The pipeline's one MLflow module: parent/child runs, metrics, artifacts, champion/challenger tags.
+
+One Airflow DAG run (one placement job for one model) is one MLflow *parent* run tagged
+``celeritas.role=parent``, ``celeritas.model`` and ``celeritas.job_id``; every placer gets one
+*child* run (``mlflow.parentRunId``, ``celeritas.role=child``, ``celeritas.placer``) named after it.
+Airflow tasks run in separate processes, so nothing here relies on MLflow's global active run:
+every function takes the run id it works on and talks through an explicit ``MlflowClient``.
+
+Where runs go:
+
+* :func:`tracking_uri`: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<home>/build/mlflow/mlflow.db``
+  where ``<home>`` is ``CELERITAS_HOME`` (default: the working folder). MLflow 3 refuses the plain
+  file store (``./mlruns``), so such URIs are rejected with a one-line error.
+* Experiments created here on a SQLite store keep their artifacts next to the database
+  (``<db folder>/artifacts``, i.e. ``<home>/build/mlflow/artifacts`` for the default store), on
+  another database in ``<home>/build/mlflow/artifacts``, and on a tracking server in the
+  server's default artifact root.
+
+Errors: an unreachable (or overloaded, 5xx) tracking server raises :class:`TransientTrackingError`
+(a ``RuntimeError`` worth an Airflow retry, one line naming the URI); bad input (empty names,
+quotes in filter values, non-numeric metrics, missing files, unknown run ids) raises
+:class:`CeleritasInputError`. Against a server, MLflow's own HTTP retries default here to
+2 retries, backoff factor 1 and a 30 s timeout (set ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT`` to override; MLflow's own
+defaults, 7 retries with exponential backoff and 120 s, would hold a task for minutes before
+Airflow's retry policy gets a say).
+
+Retries are idempotent: :func:`start_parent_run` returns the unfinished parent run of the same
+``job_id`` and :func:`child_run` the existing child of the same (parent, placer). Parameters, which
+MLflow never overwrites, are only logged when not logged yet (a different value is kept and a
+warning logged); metrics and tags are simply logged again (the newest value wins).
+
+mlflow is imported lazily, inside the functions, so DAG files importing this module parse without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import logging
+import math
+import numbers
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from celeritas_core.errors import CeleritasInputError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "celeritas-placement"
+HOME_ENV = "CELERITAS_HOME"
+URI_ENV = "MLFLOW_TRACKING_URI"
+
+TAG_MODEL = "celeritas.model"
+TAG_ROLE = "celeritas.role"
+TAG_JOB = "celeritas.job_id"
+TAG_PLACER = "celeritas.placer"
+TAG_PRODUCTION = "celeritas.production"
+TAG_PLACEMENT_URI = "celeritas.placement_uri"
+TAG_PROMOTED_AT = "celeritas.promoted_at"
+TAG_PROMOTE_REASON = "celeritas.promote_reason"
+TAG_SUPERSEDED_BY = "celeritas.superseded_by"
+TAG_SUPERSEDED_AT = "celeritas.superseded_at"
+TAG_DECISION = "celeritas.publish_decision"
+TAG_REASON = "celeritas.publish_reason"
+TAG_BATCH_SIZE = "celeritas.batch_size"
+TAG_DEVICES = "celeritas.devices"
+TAG_BEST_MEASURED = "celeritas.best_measured_placer"
+TAG_BEST_SIMULATED = "celeritas.best_simulated_placer"
+TAG_PARENT = "mlflow.parentRunId"
+
+END_STATUSES = ("FINISHED", "FAILED", "KILLED")
+LIVE_STATUSES = ("RUNNING", "SCHEDULED")
+# MLflow's limits (mlflow.utils.validation): values longer than these are rejected or truncated.
+MAX_PARAM_VALUE = 6000
+MAX_TAG_VALUE = 8000
+_BATCH_METRICS = 1000
+_BATCH_PARAMS_TAGS = 100
+# Defaults for MLflow's HTTP client against a server: fail within seconds, let Airflow retry.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+_INPUT_ERROR_CODES = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
+                                "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS"})
+_TRANSIENT_ERROR_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
+# Metric columns of `celeritas runs compare` (parent-run metrics).
+RUN_METRICS = ("best_measured_step_time_s", "best_simulated_step_time_us", "speedup_vs_single",
+               "placement_seconds")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TransientTrackingError(RuntimeError):
+    """The tracking server could not be reached or answered 5xx: worth a retry."""
+
+    def __init__(self, uri: str, cause: str) -> None:
+        self.uri = uri
+        self.cause = cause
+        super().__init__(f"MLflow tracking server {uri} unreachable: {cause}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.uri, self.cause))
+
+
+# ---------------------------------------------------------------------------- configuration
+def project_home() -> Path:
+    """The project root: ``CELERITAS_HOME`` if set, else the working folder (absolute)."""
+    return Path(os.environ.get(HOME_ENV) or os.getcwd()).resolve()
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for in-memory or other schemes)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return None if path in ("", ":memory:") else Path(path).resolve()
+
+
+def _is_remote(uri: str) -> bool:
+    return uri.split(":", 1)[0].lower() in ("http", "https", "databricks", "databricks-uc", "uc")
+
+
+def tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<home>/build/mlflow/mlflow.db`` (folder created)."""
+    uri = os.environ.get(URI_ENV, "").strip()
+    if not uri:
+        folder = project_home() / "build" / "mlflow"
+        folder.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{folder / 'mlflow.db'}"
+    scheme = uri.split(":", 1)[0].lower() if "://" in uri or uri.startswith("databricks") else ""
+    if scheme in ("", "file"):
+        raise CeleritasInputError(f"{URI_ENV}={uri}: MLflow 3 no longer accepts the file store; use a "
+                                  "database (sqlite:///path/mlflow.db) or a server (http://host:5000)")
+    db = _sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    return uri
+
+
+def artifact_root(uri: str) -> str | None:
+    """Artifact root for experiments created here on ``uri`` (None: the server decides)."""
+    if _is_remote(uri):
+        return None
+    db = _sqlite_path(uri)
+    folder = db.parent / "artifacts" if db is not None else project_home() / "build" / "mlflow" / "artifacts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.as_uri()
+
+
+def _client() -> MlflowClient:
+    """An ``MlflowClient`` on :func:`tracking_uri` (HTTP retry defaults applied for servers)."""
+    uri = tracking_uri()
+    if _is_remote(uri):
+        for name, value in _HTTP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+# ---------------------------------------------------------------------------- errors
+def _one_line(text: object, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _transient_cause(exc: BaseException) -> str | None:
+    """Why ``exc`` is a transient tracking failure, or None when it is not one."""
+    message = str(getattr(exc, "message", exc))
+    context = exc.__cause__ or exc.__context__
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return type(exc).__name__
+    if type(exc).__module__.split(".")[0] in ("requests", "urllib3"):
+        return type(exc).__name__
+    if getattr(exc, "error_code", None) in _TRANSIENT_ERROR_CODES:
+        return _one_line(message, 160)
+    if message.startswith("API request to"):  # mlflow.utils.rest_utils.http_request gave up
+        if context is not None and type(context).__module__.split(".")[0] in ("requests", "urllib3"):
+            inner = str(context)
+            if "Connection refused" in inner:
+                return f"connection refused ({type(context).__name__})"
+            if "too many" in inner and "error responses" in inner:
+                return _one_line(inner[inner.find("too many"):].rstrip(")'\""), 120)
+            return type(context).__name__
+        return "request failed" + (" (timeout)" if "timeout" in message else "")
+    return None
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """Turn MLflow/network exceptions into TransientTrackingError or CeleritasInputError."""
+    try:
+        yield
+    except (CeleritasInputError, TransientTrackingError):
+        raise
+    except Exception as exc:
+        if isinstance(exc, ImportError):
+            raise
+        from mlflow.exceptions import MlflowException
+
+        uri = os.environ.get(URI_ENV, "").strip() or "(the default SQLite store)"
+        cause = _transient_cause(exc)
+        if cause is not None and (_is_remote(uri) or not isinstance(exc, MlflowException)):
+            raise TransientTrackingError(uri, cause) from exc
+        if isinstance(exc, MlflowException) and exc.error_code in _INPUT_ERROR_CODES:
+            raise CeleritasInputError(f"MLflow: {_one_line(exc.message)}") from exc
+        raise
+
+
+def _tracked(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` under :func:`_translated`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _translated():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------- value helpers
+def _text(value: object, what: str) -> str:
+    """A non-empty one-line string, usable inside an MLflow search filter."""
+    if not isinstance(value, str) or not value.strip():
+        raise CeleritasInputError(f"{what}: expected a non-empty string, got {value!r}")
+    if "\n" in value or "\r" in value or ("'" in value and '"' in value):
+        raise CeleritasInputError(f"{what}: must be one line without both quote characters, got {value!r}")
+    return value
+
+
+def _quote(value: str) -> str:
+    """``value`` as an MLflow filter string literal (validated by :func:`_text`)."""
+    return f'"{value}"' if "'" in value else f"'{value}'"
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _param_value(value: object) -> str:
+    """A parameter value as MLflow stores it: a string of at most 6000 characters."""
+    if isinstance(value, str):
+        text = value
+    elif value is None or isinstance(value, bool | int | float):
+        text = str(value)
+    else:
+        try:
+            text = json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            text = str(value)
+    return _truncate(text, MAX_PARAM_VALUE)
+
+
+def _tag_values(tags: Mapping[str, object] | None) -> dict[str, str]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise CeleritasInputError(f"tags: expected a mapping, got {type(tags).__name__}")
+    out: dict[str, str] = {}
+    for key, value in tags.items():
+        _text(key, "tag key")
+        out[key] = _truncate(str(value), MAX_TAG_VALUE)
+    return out
+
+
+def _metric_values(metrics: Mapping[str, object] | None) -> dict[str, float]:
+    """Metrics as floats; non-finite values are dropped with a warning, non-numbers rejected."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, Mapping):
+        raise CeleritasInputError(f"metrics: expected a mapping, got {type(metrics).__name__}")
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        _text(key, "metric name")
+        if not isinstance(value, numbers.Real):
+            raise CeleritasInputError(f"metric {key!r}: expected a number, got {value!r}")
+        number = float(value)
+        if math.isfinite(number):
+            out[key] = number
+        else:
+            log.warning("metric %s=%s is not finite: not logged", key, number)
+    return out
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i: i + size]
+
+
+# ---------------------------------------------------------------------------- low-level logging
+def _log_batch(client: MlflowClient, run_id: str, *, metrics: Sequence[Any] = (),
+               params: Sequence[Any] = (), tags: Sequence[Any] = ()) -> None:
+    """``log_batch`` within MLflow's per-request limits."""
+    for chunk in _chunks(list(metrics), _BATCH_METRICS):
+        client.log_batch(run_id, metrics=list(chunk))
+    for chunk in _chunks(list(params), _BATCH_PARAMS_TAGS):
+        client.log_batch(run_id, params=list(chunk))
+    for chunk in _chunks(list(tags), _BATCH_PARAMS_TAGS):
+        client.log_batch(run_id, tags=list(chunk))
+
+
+def _log_params(client: MlflowClient, run: Run, params: Mapping[str, object] | None) -> None:
+    """Log the parameters not yet logged on ``run``; differing values are kept, with a warning."""
+    from mlflow.entities import Param
+
+    if not params:
+        return
+    if not isinstance(params, Mapping):
+        raise CeleritasInputError(f"params: expected a mapping, got {type(params).__name__}")
+    existing = run.data.params
+    new: list[Param] = []
+    for key, value in params.items():
+        _text(key, "param name")
+        text = _param_value(value)
+        if key not in existing:
+            new.append(Param(key, text))
+        elif existing[key] != text:
+            log.warning("run %s: param %s already logged as %r; %r not logged (MLflow params are "
+                        "immutable)", run.info.run_id, key, existing[key], text)
+    _log_batch(client, run.info.run_id, params=new)
+
+
+def _log_metric_dict(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+    from mlflow.entities import Metric
+
+    ts = _now_ms()
+    _log_batch(client, run_id, metrics=[Metric(k, v, ts, step) for k, v in metrics.items()])
+
+
+def _set_tag_dict(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    _log_batch(client, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+
+def _upload(client: MlflowClient, run_id: str, local: Path, artifact_path: str | None) -> None:
+    if local.is_dir():
+        client.log_artifacts(run_id, str(local), artifact_path)
+    else:
+        client.log_artifact(run_id, str(local), artifact_path)
+
+
+def _local_path(local_path: str | os.PathLike[str], what: str = "artifact") -> Path:
+    path = Path(local_path)
+    if not path.exists():
+        raise CeleritasInputError(f"{what} not found", source=str(local_path))
+    return path
+
+
+def _search(client: MlflowClient, experiment_ids: list[str], filter_string: str, *,
+            max_results: int = 1000, order_by: Sequence[str] = ("attributes.start_time DESC",)) -> list[Run]:
+    """Active runs matching ``filter_string``, newest first, all pages up to ``max_results``."""
+    runs: list[Run] = []
+    token = None
+    while len(runs) < max_results:
+        page = client.search_runs(experiment_ids, filter_string, order_by=list(order_by), page_token=token,
+                                  max_results=min(1000, max_results - len(runs)))
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    return runs
+
+
+def _experiment_ids(client: MlflowClient, name: str) -> list[str]:
+    """The id of experiment ``name`` as a list, empty when it does not exist (no creation)."""
+    exp = client.get_experiment_by_name(name)
+    return [] if exp is None or exp.lifecycle_stage != "active" else [exp.experiment_id]
+
+
+# ---------------------------------------------------------------------------- experiments and runs
+@_tracked
+def experiment_id(name: str = EXPERIMENT) -> str:
+    """The id of experiment ``name``, created (artifacts per :func:`artifact_root`) if missing."""
+    from mlflow.exceptions import MlflowException
+
+    _text(name, "experiment name")
+    client = _client()
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        if exp.lifecycle_stage != "active":
+            raise CeleritasInputError(f"MLflow experiment {name!r} is deleted; restore it or use another")
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=artifact_root(tracking_uri()))
+    except MlflowException as exc:  # created concurrently by another task
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+@_tracked
+def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[str, object] | None = None,
+                     params: Mapping[str, object] | None = None, experiment: str = EXPERIMENT) -> str:
+    """Start the job's parent run, or return the unfinished parent run of the same ``job_id`` (retries)."""
+    _text(model, "model")
+    _text(job_id, "job_id")
+    if not isinstance(run_name, str) or not run_name.strip():
+        raise CeleritasInputError(f"run_name: expected a non-empty string, got {run_name!r}")
+    reserved = {TAG_MODEL: model, TAG_ROLE: "parent", TAG_JOB: job_id}
+    extra = _tag_values(tags)
+    for key, value in reserved.items():
+        if key in extra and extra[key] != value:
+            raise CeleritasInputError(f"tag {key}: set by start_parent_run to {value!r}, got {extra[key]!r}")
+    all_tags = {**extra, **reserved}
+    client = _client()
+    exp = experiment_id(experiment)
+    existing = _search(client, [exp], f"tags.`{TAG_JOB}` = {_quote(job_id)} and tags.`{TAG_ROLE}` = 'parent' "
+                                      f"and tags.`{TAG_MODEL}` = {_quote(model)}")
+    live = [r for r in existing if r.info.status in LIVE_STATUSES]
+    if live:
+        run = live[0]
+        log.info("reusing parent run %s of job %s", run.info.run_id, job_id)
+        _set_tag_dict(client, run.info.run_id, all_tags)
+    else:
+        with suppress(Exception):
+            all_tags.setdefault("mlflow.user", getpass.getuser())
+        run = client.create_run(exp, run_name=run_name, tags=all_tags)
+    _log_params(client, run, params)
+    return run.info.run_id
+
+
+@_tracked
+def child_run(parent_id: str, placer: str, *, params: Mapping[str, object] | None = None,
+              metrics: Mapping[str, float] | None = None, artifacts: Mapping[str, str] | None = None,
+              tags: Mapping[str, object] | None = None) -> str:
+    """Create (or reuse, per (parent, placer)) the placer's child run, log to it and end it FINISHED.
+
+    ``artifacts`` maps an artifact folder in the run (``""`` for its root) to a local file or
+    folder to upload there, e.g. ``{"placement": "/tmp/x/celeritas.json"}``.
+    """
+    _text(parent_id, "parent run id")
+    _text(placer, "placer")
+    values = _metric_values(metrics)
+    extra = _tag_values(tags)
+    uploads = [(_local_path(local), folder or None) for folder, local in (artifacts or {}).items()]
+    client = _client()
+    parent = client.get_run(parent_id)
+    exp = parent.info.experiment_id
+    found = _search(client, [exp], f"tags.`{TAG_PARENT}` = {_quote(parent_id)} "
+                                   f"and tags.`{TAG_PLACER}` = {_quote(placer)}")
+    if found:
+        run = found[0]
+        if extra:
+            _set_tag_dict(client, run.info.run_id, extra)
+    else:
+        ptags = parent.data.tags
+        inherited = {k: ptags[k] for k in (TAG_MODEL, TAG_JOB, "mlflow.user") if k in ptags}
+        run = client.create_run(exp, run_name=placer, tags={
+            **extra, **inherited, TAG_PARENT: parent_id, TAG_ROLE: "child", TAG_PLACER: placer})
+    run_id = run.info.run_id
+    _log_params(client, run, params)
+    _log_metric_dict(client, run_id, values, 0)
+    for local, folder in uploads:
+        _upload(client, run_id, local, folder)
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
+@_tracked
+def log_params(run_id: str, params: Mapping[str, object]) -> None:
+    """Log parameters (stringified, ≤ 6000 characters) not yet logged on the run."""
+    client = _client()
+    _log_params(client, client.get_run(_text(run_id, "run id")), params)
+
+
+@_tracked
+def log_metrics(run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
+    """Log metrics at ``step`` (default 0); non-finite values are skipped."""
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        raise CeleritasInputError(f"step: expected an integer, got {step!r}")
+    _log_metric_dict(_client(), _text(run_id, "run id"), _metric_values(metrics), step or 0)
+
+
+@_tracked
+def log_series(run_id: str, key: str, values: Iterable[float]) -> None:
+    """Log one point of metric ``key`` per value with ``step=i`` (batched), e.g. validation step times."""
+    from mlflow.entities import Metric
+
+    _text(run_id, "run id")
+    _text(key, "metric name")
+    ts = _now_ms()
+    points = []
+    for i, value in enumerate(values):
+        if not isinstance(value, numbers.Real):
+            raise CeleritasInputError(f"metric {key!r} step {i}: expected a number, got {value!r}")
+        if math.isfinite(float(value)):
+            points.append(Metric(key, float(value), ts, i))
+        else:
+            log.warning("metric %s step %d is not finite: not logged", key, i)
+    _log_batch(_client(), run_id, metrics=points)
+
+
+@_tracked
+def log_artifact(run_id: str, local_path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+    """Upload a local file (or a folder's files) to the run, under ``artifact_path`` if given."""
+    local = _local_path(local_path)
+    _upload(_client(), _text(run_id, "run id"), local, artifact_path or None)
+
+
+@_tracked
+def set_tags(run_id: str, tags: Mapping[str, object]) -> None:
+    """Set tags (values stringified, ≤ 8000 characters) on the run."""
+    _set_tag_dict(_client(), _text(run_id, "run id"), _tag_values(tags))
+
+
+@_tracked
+def end_run(run_id: str, status: str = "FINISHED") -> None:
+    """End the run as FINISHED, FAILED or KILLED."""
+    if status not in END_STATUSES:
+        raise CeleritasInputError(f"run status: expected one of {', '.join(END_STATUSES)}, got {status!r}")
+    _client().set_terminated(_text(run_id, "run id"), status)
+
+
+@_tracked
+def get_run(run_id: str) -> dict[str, Any]:
+    """The run as a plain dict: run_id, run_name, status, start/end time, params, metrics, tags."""
+    return _run_dict(_client().get_run(_text(run_id, "run id")))
+
+
+def _run_dict(run: Run) -> dict[str, Any]:
+    info, data = run.info, run.data
+    return {"run_id": info.run_id, "run_name": info.run_name, "experiment_id": info.experiment_id,
+            "status": info.status, "start_time": _iso(info.start_time), "end_time": _iso(info.end_time),
+            "model": data.tags.get(TAG_MODEL), "job_id": data.tags.get(TAG_JOB),
+            "params": dict(data.params), "metrics": dict(data.metrics), "tags": dict(data.tags)}
+
+
+# ---------------------------------------------------------------------------- champion / challenger
+def _production_runs(client: MlflowClient, experiment_ids: list[str], model: str) -> list[Run]:
+    """Runs of ``model`` tagged production=true, most recently promoted first."""
+    if not experiment_ids:
+        return []
+    runs = _search(client, experiment_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} "
+                                           f"and tags.`{TAG_PRODUCTION}` = 'true'")
+    # by promotion time (stable sort: ties stay newest-started first), so a re-promoted older run wins
+    return sorted(runs, key=lambda r: r.data.tags.get(TAG_PROMOTED_AT, ""), reverse=True)
+
+
+@_tracked
+def production_run(model: str, *, experiment: str = EXPERIMENT) -> dict[str, Any] | None:
+    """The current production placement run of ``model``, or None.
+
+    Returns :func:`get_run`'s dict plus ``measured_step_time_s`` (metric
+    ``best_measured_step_time_s``), ``simulated_step_time_us``, ``placement_uri``, ``placer``,
+    ``promoted_at`` and ``promote_reason``.
+    """
+    _text(model, "model")
+    client = _client()
+    runs = _production_runs(client, _experiment_ids(client, experiment), model)
+    if not runs:
+        return None
+    row = _run_dict(runs[0])
+    metrics, tags = row["metrics"], row["tags"]
+    row.update({
+        "measured_step_time_s": metrics.get("best_measured_step_time_s", metrics.get("measured_step_time_s")),
+        "simulated_step_time_us": metrics.get("best_simulated_step_time_us"),
+        "placement_uri": tags.get(TAG_PLACEMENT_URI),
+        "placer": tags.get(TAG_BEST_MEASURED) or tags.get(TAG_BEST_SIMULATED),
+        "promoted_at": tags.get(TAG_PROMOTED_AT), "promote_reason": tags.get(TAG_PROMOTE_REASON)})
+    return row
+
+
+@_tracked
+def promote(run_id: str, model: str, *, placement_uri: str, reason: str) -> None:
+    """Make ``run_id`` the production run of ``model``; previous ones get production=false + superseded_by."""
+    _text(run_id, "run id")
+    _text(model, "model")
+    if not isinstance(placement_uri, str) or not placement_uri.strip():
+        raise CeleritasInputError(f"placement_uri: expected a non-empty string, got {placement_uri!r}")
+    client = _client()
+    run = client.get_run(run_id)
+    tags = run.data.tags
+    if tags.get(TAG_ROLE) != "parent" or tags.get(TAG_MODEL) != model:
+        raise CeleritasInputError(f"run {run_id} is not a parent run of model {model!r} "
+                                  f"(role {tags.get(TAG_ROLE)!r}, model {tags.get(TAG_MODEL)!r})")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    _set_tag_dict(client, run_id, {
+        TAG_PRODUCTION: "true", TAG_PLACEMENT_URI: placement_uri, TAG_PROMOTED_AT: now,
+        TAG_PROMOTE_REASON: _truncate(str(reason), MAX_TAG_VALUE)})
+    for old in _production_runs(client, [run.info.experiment_id], model):
+        if old.info.run_id != run_id:
+            _set_tag_dict(client, old.info.run_id, {TAG_PRODUCTION: "false", TAG_SUPERSEDED_BY: run_id,
+                                                    TAG_SUPERSEDED_AT: now})
+
+
+@_tracked
+def record_decision(run_id: str, decision: str, reason: str) -> None:
+    """Record the publish decision (e.g. ``promoted``/``kept``) and its reason as run tags."""
+    _text(decision, "decision")
+    set_tags(run_id, {TAG_DECISION: decision, TAG_REASON: str(reason)})
+
+
+# ---------------------------------------------------------------------------- comparing runs
+def _lookup(run: Run, key: str) -> str | None:
+    """``celeritas.<key>`` tag, else param ``key``."""
+    return run.data.tags.get(f"celeritas.{key}") or run.data.params.get(key)
+
+
+@_tracked
+def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> list[dict[str, Any]]:
+    """The last ``n`` parent runs of ``model``, newest first, with key params and metrics."""
+    _text(model, "model")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise CeleritasInputError(f"number of runs: expected an integer >= 1, got {n!r}")
+    client = _client()
+    exp_ids = _experiment_ids(client, experiment)
+    if not exp_ids:
+        return []
+    runs = _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
+                   max_results=n)
+    rows = []
+    for run in runs:
+        tags, metrics = run.data.tags, run.data.metrics
+        placer = tags.get(TAG_BEST_MEASURED) or tags.get(TAG_BEST_SIMULATED) or _lookup(run, "best_placer")
+        values: dict[str, float | None] = {k: metrics.get(k) for k in RUN_METRICS}
+        single, best_sim = metrics.get("single_device_time_us"), metrics.get("best_simulated_step_time_us")
+        if values["speedup_vs_single"] is None and single and best_sim:
+            values["speedup_vs_single"] = single / best_sim
+        if placer and (values["placement_seconds"] is None or values["speedup_vs_single"] is None):
+            child = _search(client, [run.info.experiment_id],
+                            f"tags.`{TAG_PARENT}` = {_quote(run.info.run_id)} and "
+                            f"tags.`{TAG_PLACER}` = {_quote(placer)}", max_results=1)
+            if child:
+                for key in ("placement_seconds", "speedup_vs_single"):
+                    if values[key] is None:
+                        values[key] = child[0].data.metrics.get(key)
+        rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
+                     "start_time": _iso(run.info.start_time), "status": run.info.status,
+                     "batch_size": _lookup(run, "batch_size"),
+                     "devices": _lookup(run, "devices") or _lookup(run, "num_devices"),
+                     "placer": placer, **values,
+                     "production": tags.get(TAG_PRODUCTION) == "true",
+                     "decision": tags.get(TAG_DECISION)})
+    return rows
+
+
+def _fmt(value: object, spec: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format(value, spec)
+    return str(value)
+
+
+def format_runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """A plain-text table of :func:`recent_runs` rows: a header, then one line per run."""
+    if not rows:
+        return "no runs"
+    header = ("started (UTC)", "run_id", "status", "batch", "devices", "placer", "measured_s",
+              "simulated_us", "speedup", "placement_s", "prod", "decision")
+    lines = [header]
+    for r in rows:
+        started = (r.get("start_time") or "-").replace("T", " ").rstrip("Z")
+        lines.append((started, str(r.get("run_id")), str(r.get("status")), _fmt(r.get("batch_size"), ""),
+                      _fmt(r.get("devices"), ""), _fmt(r.get("placer"), ""),
+                      _fmt(r.get("best_measured_step_time_s"), ".6f"),
+                      _fmt(r.get("best_simulated_step_time_us"), ".1f"),
+                      _fmt(r.get("speedup_vs_single"), ".2f"), _fmt(r.get("placement_seconds"), ".2f"),
+                      "*" if r.get("production") else "", _fmt(r.get("decision"), "")))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    numeric = {6, 7, 8, 9}
+    return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+                     for line in lines)

@@ -1,0 +1,67 @@
+"""Pipeline step (GPU node): run each placement, warm-up then timed steps; log step times to MLflow."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+from tasks import storage, tracking
+from tasks.common import artifact, model_spec, validation_uri
+
+
+def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, str], parent_run_id: str,
+             *, oom: Mapping[str, bool] | None = None) -> dict[str, Any]:
+    """Validate every placement that fits in memory (``oom`` from the place step): ``warmup_steps``
+    untimed and ``validation_steps`` timed steps each; write ``validation/PLACER.json`` and
+    ``validation.json``, log mean/median/p90 and every step time (``step=``) to the placer's child
+    run, and speed-ups over one device and over the best baseline."""
+    from celeritas_tf.evaluation import validate as run_placement
+
+    model = model_spec(params)
+    batch = int(params["batch_size"])
+    results: dict[str, dict[str, Any]] = {}
+    for placer, uri in placements.items():
+        if (oom or {}).get(placer):
+            continue  # an over-full placement would not run on real devices
+        doc = storage.read_json(uri)
+        assignment = doc.get("assignment") if isinstance(doc, dict) else None
+        if not isinstance(assignment, dict):
+            raise CeleritasInputError("field 'assignment' missing", source=uri)
+        devices = len(doc.get("devices") or []) or int(params["num_devices"])
+        run = run_placement(model, batch, assignment, devices, warmup_steps=int(params["warmup_steps"]),
+                            steps=int(params["validation_steps"]), source=uri)
+        body = run.to_json({"placer": placer, "placement": uri,
+                            "predicted_step_time_us": doc.get("predicted_step_time_us")})
+        storage.write_json(validation_uri(run_dir, placer), body)
+        results[placer] = body
+    if not results:
+        raise CeleritasInputError("no placement fits in memory: nothing to validate")
+    single = results.get("single", {}).get("mean_s")
+    baselines = [r["mean_s"] for p, r in results.items() if p not in ("celeritas", "single")]
+    best_baseline = min(baselines) if baselines else float("nan")
+    for placer, body in results.items():
+        child = tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics={
+            "measured_mean_step_time_s": body["mean_s"], "measured_median_step_time_s": body["median_s"],
+            "measured_p90_step_time_s": body["p90_s"],
+            **({"measured_speedup_vs_single": single / body["mean_s"]} if single else {}),
+            **({"measured_speedup_vs_best_baseline": best_baseline / body["mean_s"]}
+               if np.isfinite(best_baseline) else {}),
+        })
+        tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
+    best = min(results, key=lambda p: results[p]["mean_s"])
+    summary = {"format": "celeritas-validation-summary/1", "best_measured": best,
+               "best_measured_step_time_s": results[best]["mean_s"],
+               "placers": {p: {k: r[k] for k in ("mean_s", "median_s", "p90_s", "predicted_step_time_us")}
+                           for p, r in results.items()},
+               "validations": {p: validation_uri(run_dir, p) for p in results}}
+    uri = storage.write_json(artifact(run_dir, "validation_summary"), summary)
+    tracking.log_metrics(parent_run_id, {"best_measured_step_time_s": results[best]["mean_s"]})
+    tracking.log_series(parent_run_id, "best_validation_step_time_s", results[best]["step_seconds"])
+    tracking.set_tags(parent_run_id, {"celeritas.best_measured_placer": best})
+    return {"validation_summary_uri": uri, "best_measured": best,
+            "best_measured_step_time_s": results[best]["mean_s"],
+            "best_placement_uri": placements[best],
+            "measured_mean_s": {p: r["mean_s"] for p, r in results.items()}}
