@@ -22,10 +22,9 @@ test: setup lint
 	$(PY) -m pytest -q -n 2
 
 demo: setup
-	$(VENV)/bin/celeritas place examples/graphs/training_step_small.json \
-		--devices 4 --device-memory 600MiB --out build/demo/placement.json
 	$(VENV)/bin/celeritas compare examples/graphs/training_step_small.json \
 		--devices 4 --device-memory 600MiB --out-dir build/demo/compare
+	$(PY) examples/run_pipeline_demo.py
 
 bench: setup
 	$(PY) bench/bench_engine.py

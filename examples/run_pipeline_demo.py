@@ -23,7 +23,7 @@ DEMO_PARAMS = {
     "batch_size": 16,
     "profile_batch_sizes": [2, 4, 8],
     "num_devices": 4,
-    "device_memory": "4MiB",
+    "device_memory": "16MiB",
     "validation_steps": 50,
     "warmup_steps": 5,
 }
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"), include_examples=False)
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
     if bag.import_errors:
         for path, error in bag.import_errors.items():
             print(f"{path}: {error}", file=sys.stderr)

@@ -65,6 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             given[name] = _convert(name, value)
+    from tasks.params import resolve_params
+
+    resolve_params(given)  # bad parameters fail here, before any step starts
     out = run_pipeline(given, job_id=args.job_id,
                        progress=lambda step: print(f"  {step}", file=sys.stderr, flush=True))
     prepared, decision = out["prepare"], out["publish"]

@@ -1,0 +1,196 @@
+"""The Airflow DAG: parsing, structure, the trigger form's validation, and whole runs through
+``dag.test()`` on a tiny model, logging to MLflow (a SQLite store, then a real ``mlflow server``)
+and writing artifacts locally or to an S3 endpoint (moto's server) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Airflow reads its configuration when first imported: point it at a private home first.
+_HOME = Path(tempfile.mkdtemp(prefix="celeritas-airflow-"))
+AIRFLOW_ENV = {
+    "AIRFLOW_HOME": str(_HOME), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_HOME / 'airflow.db'}",
+    "CELERITAS_HOME": str(_HOME), "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+os.environ.update(AIRFLOW_ENV)
+
+pytest.importorskip("airflow")
+pytest.importorskip("tensorflow")
+TINY = {
+    "model": "mlp", "model_knobs": {"features": 16, "hidden": 32, "layers": 2, "classes": 10},
+    "batch_size": 16, "profile_batch_sizes": [2, 4], "num_devices": 2, "device_memory": "60KB",
+    "calibrate_comm": False, "placers": ["celeritas", "m-topo", "single"],
+    "validation_steps": 50, "warmup_steps": 5,
+}
+GPU_TASKS = {"calibrate_comm", "profile_small_batches", "remeasure_large_batch", "validate"}
+# data flow: every step reads prepare's job; the cluster and the measured graph feed fuse and place
+EDGES = {
+    *{("prepare", t) for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
+                               "remeasure_large_batch", "fuse", "place", "validate", "publish")},
+    ("profile_small_batches", "fit_regression"), ("fit_regression", "remeasure_large_batch"),
+    ("calibrate_comm", "remeasure_large_batch"), ("calibrate_comm", "fuse"), ("calibrate_comm", "place"),
+    ("remeasure_large_batch", "fuse"), ("remeasure_large_batch", "place"), ("fuse", "place"),
+    ("place", "validate"), ("validate", "publish"), ("publish", "promoted"), ("publish", "announce"),
+    ("promoted", "announce"),
+}
+
+
+@pytest.fixture(scope="module")
+def airflow_home():
+    """The private AIRFLOW_HOME with a migrated SQLite metadata database and the gpu pool."""
+    env = {**os.environ, **AIRFLOW_ENV}
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
+                   env=env)
+    subprocess.run([sys.executable, "-m", "airflow", "pools", "set", "gpu", "1", "GPU workers"],
+                   check=True, capture_output=True, env=env)
+    return _HOME
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_home):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.import_errors == {}
+    return bag.get_dag("celeritas_placement")
+
+
+def test_dag_file_imports_no_heavy_module():
+    code = ("import sys, runpy; runpy.run_path(sys.argv[1]); "
+            "print(sorted(m for m in ('tensorflow', 'mlflow', 'boto3', 'numpy', 'keras') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "dags" / "celeritas_placement.py")],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_dag_structure_queues_pools_schedule(dag):
+    assert set(dag.task_ids) == {a for a, _ in EDGES} | {b for _, b in EDGES}
+    edges = {(t.task_id, d) for t in dag.tasks for d in t.downstream_task_ids}
+    assert edges == EDGES
+    for t in dag.tasks:
+        if t.task_id in GPU_TASKS:
+            assert (t.queue, t.pool) == ("gpu", "gpu"), t.task_id
+        else:
+            assert t.queue != "gpu" and t.pool != "gpu", t.task_id
+    assert dag.catchup is False
+    assert dag.schedule == "@weekly"
+    assert dag.get_task("prepare").retries == 0 and dag.get_task("validate").retries >= 1
+    announce = dag.get_task("announce")
+    assert [o.name for o in announce.outlets] == ["celeritas_published_placement"]
+
+
+def test_form_params_have_titles_sections_and_reject_bad_values(dag):
+    from airflow.sdk.definitions.param import ParamsDict
+    from airflow.sdk.exceptions import ParamValidationError
+
+    for name in dag.params:
+        param = dag.params.get_param(name)
+        assert param.schema.get("title") and param.schema.get("section") and param.description, name
+    for bad, message in (({"batch_size": 0}, "minimum of 1"), ({"placers": ["nope"]}, "is not one of"),
+                         ({"device_memory": "lots"}, "does not match"), ({"profile_batch_sizes": [2]},
+                                                                          "is too short")):
+        params = ParamsDict({name: dag.params.get_param(name) for name in dag.params})
+        with pytest.raises(ParamValidationError, match=message):
+            params.update(bad)
+            params.validate()
+    ok = ParamsDict({name: dag.params.get_param(name) for name in dag.params})
+    ok.update(TINY)
+    assert ok.validate()["batch_size"] == 16
+
+
+def _mlflow_runs(tracking_uri: str):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name("celeritas-placement")
+    return client, client.search_runs([exp.experiment_id])
+
+
+def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
+    parents = [r for r in runs if r.data.tags.get("celeritas.role") == "parent"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["airflow.dag_id"] == "celeritas_placement"
+    assert parent.data.tags["airflow.run_id"].startswith(run_id_prefix)
+    assert parent.data.params["batch_size"] == "16" and parent.data.params["model"] == "mlp"
+    for metric in ("estimation_memory_deviation", "best_measured_step_time_s", "coarse_nodes", "ccr_before"):
+        assert metric in parent.data.metrics, metric
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(c.data.tags["celeritas.placer"] for c in children) == sorted(expected_placers)
+    validated = 0
+    for child in children:
+        for metric in ("placement_seconds", "simulated_step_time_us", "speedup_vs_single", "oom"):
+            assert metric in child.data.metrics, (child.info.run_name, metric)
+        assert any(a.path.endswith(".json") for a in client.list_artifacts(child.info.run_id, "placement"))
+        if child.data.metrics["oom"]:  # over-full placements are not run on the devices
+            assert "measured_mean_step_time_s" not in child.data.metrics
+            continue
+        validated += 1
+        for metric in ("measured_mean_step_time_s", "measured_median_step_time_s",
+                       "measured_p90_step_time_s"):
+            assert metric in child.data.metrics, (child.info.run_name, metric)
+        history = client.get_metric_history(child.info.run_id, "validation_step_time_s")
+        assert sorted(m.step for m in history) == list(range(50))
+    assert validated >= 2
+    top = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"placement", "standard_evaluation"} <= top
+    placement = {a.path for a in client.list_artifacts(parent.info.run_id, "placement")}
+    assert {"placement/gantt.png", "placement/memory.png", "placement/compare.json"} <= placement
+    return parent
+
+
+def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_path, monkeypatch):
+    from tasks import storage
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run_dir = tmp_path / "run"
+    dag_run = dag.test(run_conf={**TINY, "run_dir": str(run_dir)})
+    assert str(dag_run.state).endswith("success")
+    client, runs = _mlflow_runs(uri)
+    parent = _check_run(client, runs, TINY["placers"])
+    assert parent.data.tags["celeritas.publish_decision"] == "promoted"
+    names = {Path(u).relative_to(run_dir).as_posix() for u in storage.list_uris(str(run_dir))}
+    for expected in ("params.json", "cluster.json", "profile.json", "fits.json", "graph.measured.json",
+                     "compare.json", "gantt.png", "validation.json", "publish.json",
+                     "placements/celeritas.json", "validation/m-topo.json"):
+        assert expected in names, expected
+    publish = json.loads((run_dir / "publish.json").read_text())
+    assert publish["decision"] == "promoted" and publish["placement_uri"].startswith(str(run_dir))
+    # the single-device placement needs more memory than a device has: it is not validated
+    assert "validation/single.json" not in names
+
+
+def test_whole_dag_against_a_real_mlflow_server_and_s3(dag, airflow_home, tmp_path, monkeypatch):
+    from tasks import storage
+    from tests.mlflow_server import mlflow_server
+    from tests.s3_server import moto_s3_env, moto_s3_server
+
+    with moto_s3_server() as endpoint, mlflow_server(tmp_path / "mlflow") as url:
+        for key, value in moto_s3_env(endpoint).items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        storage.reset_clients()
+        storage.s3_client().create_bucket(Bucket="placements")
+        run_dir = "s3://placements/jobs/tiny"
+        dag_run = dag.test(run_conf={**TINY, "placers": ["celeritas", "m-topo"], "run_dir": run_dir})
+        assert str(dag_run.state).endswith("success")
+        client, runs = _mlflow_runs(url)
+        _check_run(client, runs, ["celeritas", "m-topo"])
+        keys = storage.list_uris(run_dir)
+        assert f"{run_dir}/graph.measured.json" in keys and f"{run_dir}/placements/celeritas.json" in keys
+        assert storage.read_json(f"{run_dir}/publish.json")["decision"] == "promoted"
+    storage.reset_clients()
