@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,13 +46,10 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
     baselines = [r["mean_s"] for p, r in results.items() if p not in ("celeritas", "single")]
     best_baseline = min(baselines) if baselines else float("nan")
     for placer, body in results.items():
-        child = tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics={
-            "measured_mean_step_time_s": body["mean_s"], "measured_median_step_time_s": body["median_s"],
-            "measured_p90_step_time_s": body["p90_s"],
-            **({"measured_speedup_vs_single": single / body["mean_s"]} if single else {}),
-            **({"measured_speedup_vs_best_baseline": best_baseline / body["mean_s"]}
-               if np.isfinite(best_baseline) else {}),
-        })
+        with tempfile.TemporaryDirectory() as tmp:
+            local = Path(tmp) / f"{placer}.validation.json"
+            local.write_text(json.dumps(body, indent=1))
+            child = _log_child(parent_run_id, placer, body, single, best_baseline, str(local))
         tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
     best = min(results, key=lambda p: results[p]["mean_s"])
     summary = {"format": "celeritas-validation-summary/1", "best_measured": best,
@@ -65,3 +65,16 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
             "best_measured_step_time_s": results[best]["mean_s"],
             "best_placement_uri": placements[best],
             "measured_mean_s": {p: r["mean_s"] for p, r in results.items()}}
+
+
+def _log_child(parent_run_id: str, placer: str, body: Mapping[str, Any], single: float | None,
+               best_baseline: float, validation_file: str) -> str:
+    """Log one placer's measured figures and its validation JSON to its MLflow child run."""
+    metrics = {"measured_mean_step_time_s": body["mean_s"],
+               "measured_median_step_time_s": body["median_s"], "measured_p90_step_time_s": body["p90_s"]}
+    if single:
+        metrics["measured_speedup_vs_single"] = single / body["mean_s"]
+    if np.isfinite(best_baseline):
+        metrics["measured_speedup_vs_best_baseline"] = best_baseline / body["mean_s"]
+    return tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics=metrics,
+                              artifacts={"validation": validation_file})

@@ -144,6 +144,8 @@ def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
             assert metric in child.data.metrics, (child.info.run_name, metric)
         history = client.get_metric_history(child.info.run_id, "validation_step_time_s")
         assert sorted(m.step for m in history) == list(range(50))
+        assert any(a.path.endswith(".validation.json")
+                   for a in client.list_artifacts(child.info.run_id, "validation"))
     assert validated >= 2
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"placement", "standard_evaluation"} <= top
