@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(f"DAG run {dag_run.run_id}: {state} in {time.perf_counter() - start:.0f} s")
+    published = sorted((ROOT / "build" / "runs").glob("*/*/publish.json"), key=lambda p: p.stat().st_mtime)
+    if published:
+        decision = json.loads(published[-1].read_text())
+        print(f"best placer: {decision['placer']}, {decision['step_time_s'] * 1e3:.3f} ms per step measured; "
+              f"{decision['decision']}: {decision['reason']}")
     print(f"artifacts:   {ROOT / 'build' / 'runs'}")
     print(f"MLflow:      {tracking.tracking_uri()}")
     print(f"  browse:    .venv/bin/mlflow ui --backend-store-uri {tracking.tracking_uri()}")
