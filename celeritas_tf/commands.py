@@ -14,8 +14,6 @@ from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
 
-PROFILE_FORMAT = "celeritas-profile/1"
-
 
 def _say(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
@@ -107,51 +105,26 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Trace the step at several small batch sizes on one device; write celeritas-profile/1."""
     from celeritas_core.formats import write_json_atomic
-    from celeritas_tf.evaluation import profile_small_batches
+    from celeritas_tf.evaluation import profile_document, profile_small_batches
 
     model = _model(args)
     sizes = _batch_list(args.batch_sizes)
     traces = profile_small_batches(model, sizes, traced_steps=args.steps, progress=_say)
-    doc = {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
-           "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
-                         "step_seconds": t.step_seconds} for t in traces]}
-    write_json_atomic(args.out, doc)
+    write_json_atomic(args.out, profile_document(model, traces))
     print(f"wrote {args.out}: {model.name}, batch sizes {[t.batch_size for t in traces]}, "
           f"{len(traces[0].time_us):,} traced ops")
     return 0
-
-
-def read_profiles(path: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, float], dict[str, float]]]]:
-    """Read a celeritas-profile/1 file into ``(document, [(batch, time_us, memory_bytes)])``."""
-    from celeritas_core.formats import read_json
-
-    doc = read_json(path)
-    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
-        raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')", source=path)
-    rows = []
-    for k, p in enumerate(doc.get("profiles") or []):
-        try:
-            batch = int(p["batch_size"])
-            times = {str(n): float(v) for n, v in p["time_us"].items()}
-            mems = {str(n): float(v) for n, v in p["memory_bytes"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise CeleritasInputError(f"profiles[{k}]: needs batch_size, time_us and memory_bytes",
-                                      source=path) from None
-        rows.append((batch, times, mems))
-    if len(rows) < 2:
-        raise CeleritasInputError("field 'profiles': need at least two batch sizes to fit", source=path)
-    return doc, rows
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
     import numpy as np
 
-    from celeritas_core.formats import write_json_atomic
+    from celeritas_core.formats import read_json, write_json_atomic
     from celeritas_core.regression import fit_costs
+    from celeritas_tf.evaluation import profile_rows
 
-    _, rows = read_profiles(args.profiles)
-    fits = fit_costs(rows)
+    fits = fit_costs(profile_rows(read_json(args.profiles), args.profiles))
     doc = fits.to_json()
     write_json_atomic(args.out, doc)
     mem_r2 = float(np.nanmedian(fits.memory_r2)) if np.isfinite(fits.memory_r2).any() else float("nan")

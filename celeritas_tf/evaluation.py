@@ -67,6 +67,35 @@ def profile_small_batches(model: ModelSpec, batch_sizes: Sequence[int], *, trace
     return traces
 
 
+PROFILE_FORMAT = "celeritas-profile/1"
+
+
+def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str, Any]:
+    """The ``celeritas-profile/1`` document of small-batch traces."""
+    return {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
+            "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
+                          "step_seconds": t.step_seconds} for t in traces]}
+
+
+def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
+    """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked."""
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+        raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')", source=source)
+    rows = []
+    for k, p in enumerate(doc.get("profiles") or []):
+        try:
+            batch = int(p["batch_size"])
+            times = {str(n): float(v) for n, v in p["time_us"].items()}
+            mems = {str(n): float(v) for n, v in p["memory_bytes"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise CeleritasInputError(f"profiles[{k}]: needs batch_size, time_us and memory_bytes",
+                                      source=source) from None
+        rows.append((batch, times, mems))
+    if len(rows) < 2:
+        raise CeleritasInputError("field 'profiles': need at least two batch sizes to fit", source=source)
+    return rows
+
+
 def sequential_placement(graph: Graph, cluster: Cluster, order: str = "cpd") -> np.ndarray:
     """Memory-bounded sequential placement: walk ``order`` (``cpd`` or ``dfs``), fill a device to
     its memory, then the next; best effort (most free memory) when none has room. Co-location

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.errors import CeleritasInputError
 from celeritas_core.regression import fit_costs
 from tasks import storage, tracking
 from tasks.common import artifact
@@ -16,11 +15,9 @@ from tasks.common import artifact
 def fit_regression(params: Mapping[str, Any], run_dir: str, profile_uri: str,
                    parent_run_id: str) -> dict[str, Any]:
     """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
-    doc = storage.read_json(profile_uri)
-    if not isinstance(doc, dict) or doc.get("format") != "celeritas-profile/1":
-        raise CeleritasInputError("not a celeritas-profile/1 document", source=profile_uri)
-    rows = [(int(p["batch_size"]), p["time_us"], p["memory_bytes"]) for p in doc["profiles"]]
-    fits = fit_costs(rows)
+    from celeritas_tf.evaluation import profile_rows
+
+    fits = fit_costs(profile_rows(storage.read_json(profile_uri), profile_uri))
     uri = storage.write_json(artifact(run_dir, "fits"), fits.to_json())
     time_us, memory = fits.predict(int(params["batch_size"]))
     metrics = {"predicted_total_time_us": float(time_us.sum()),
