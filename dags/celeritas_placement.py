@@ -156,6 +156,14 @@ def celeritas_placement() -> None:
         }
         return decision["placement_uri"]
 
+    @task(trigger_rule="one_failed", retries=0)
+    def close_failed_run(job: dict[str, Any]) -> None:
+        """When a step has failed for good, end the MLflow parent run as FAILED (not left RUNNING)."""
+        from tasks import tracking
+
+        tracking.set_tags(job["parent_run_id"], {"celeritas.publish_decision": "failed"})
+        tracking.end_run(job["parent_run_id"], "FAILED")
+
     job = prepare()
     cluster = calibrate_comm(job)
     profile = profile_small_batches(job)
@@ -163,8 +171,10 @@ def celeritas_placement() -> None:
     measured = remeasure_large_batch(job, fits, cluster)
     fusion = fuse(job, measured, cluster)
     placed = place(job, measured, cluster, fusion)
-    decision = publish(job, validate(job, placed))
+    validation = validate(job, placed)
+    decision = publish(job, validation)
     promoted(decision) >> announce(decision)
+    [cluster, profile, fits, measured, fusion, placed, validation, decision] >> close_failed_run(job)
 
 
 celeritas_placement()

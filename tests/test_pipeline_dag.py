@@ -41,7 +41,9 @@ EDGES = {
     ("calibrate_comm", "remeasure_large_batch"), ("calibrate_comm", "fuse"), ("calibrate_comm", "place"),
     ("remeasure_large_batch", "fuse"), ("remeasure_large_batch", "place"), ("fuse", "place"),
     ("place", "validate"), ("validate", "publish"), ("publish", "promoted"), ("publish", "announce"),
-    ("promoted", "announce"),
+    ("promoted", "announce"), ("prepare", "close_failed_run"),
+    *{(t, "close_failed_run") for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
+                                         "remeasure_large_batch", "fuse", "place", "validate", "publish")},
 }
 
 
@@ -87,6 +89,7 @@ def test_dag_structure_queues_pools_schedule(dag):
     assert dag.catchup is False
     assert dag.schedule == "@weekly"
     assert dag.get_task("prepare").retries == 0 and dag.get_task("validate").retries >= 1
+    assert dag.get_task("close_failed_run").trigger_rule == "one_failed"
     announce = dag.get_task("announce")
     assert [o.name for o in announce.outlets] == ["celeritas_published_placement"]
 
@@ -174,6 +177,27 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
     assert publish["decision"] == "promoted" and publish["placement_uri"].startswith(str(run_dir))
     # the single-device placement needs more memory than a device has: it is not validated
     assert "validation/single.json" not in names
+
+
+def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airflow_home, tmp_path,
+                                                                      monkeypatch):
+    from airflow.utils.state import TaskInstanceState
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    conf = {**TINY, "device_memory": "8KB", "run_dir": str(tmp_path / "run"), "validation_steps": 2}
+    dag_run = dag.test(run_conf=conf)
+    assert str(dag_run.state).endswith("failed")
+    states = {ti.task_id: ti for ti in dag_run.get_task_instances()}
+    place_ti = states["place"]
+    assert place_ti.state == TaskInstanceState.FAILED
+    assert place_ti.try_number == 1  # deterministic: failed without a retry
+    assert states["validate"].state == TaskInstanceState.UPSTREAM_FAILED
+    assert states["close_failed_run"].state == TaskInstanceState.SUCCESS
+    _, runs = _mlflow_runs(uri)
+    parent = next(r for r in runs if r.data.tags.get("celeritas.role") == "parent")
+    assert parent.info.status == "FAILED"
+    assert not (tmp_path / "run" / "publish.json").exists()
 
 
 def test_whole_dag_against_a_real_mlflow_server_and_s3(dag, airflow_home, tmp_path, monkeypatch):
