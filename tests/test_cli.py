@@ -158,7 +158,9 @@ def test_place_bad_params_are_one_line_errors(graph_file, tmp_path, capsys, argv
 
 
 @pytest.mark.parametrize("command", [[], ["place"], ["compare"], ["simulate"], ["info"], ["placers"],
-                                     ["generate"]])
+                                     ["generate"], ["models"], ["graph"], ["profile"], ["fit"],
+                                     ["remeasure"], ["validate"], ["calibrate-comm"], ["run"], ["runs"],
+                                     ["runs", "compare"]])
 def test_help_on_every_command(command):
     proc = subprocess.run([sys.executable, "-m", "celeritas_core.cli", *command, "--help"],
                           capture_output=True, text=True, check=False)
