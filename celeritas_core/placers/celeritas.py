@@ -142,8 +142,10 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
     memory holds the graph up to all devices (the largest ones), contiguous capacity-proportional
     runs of the coarse CPD-TOPO ``order`` and of the spectral order are refined by
     Fiduccia–Mattheyses passes on the transfer time (µs) of cut edges; the coarse simulation
-    picks the better seed. These candidates and Adjusting Placement's own placement ``adjusted``
-    (coarse devices) are replayed on the op graph (co-location applied), and the fastest is refined
+    picks the better seed per device count (at the device count that wins on the ops, the other
+    seeds are replayed on the ops too, since the coarse replay only approximates it). These
+    candidates and Adjusting Placement's own placement ``adjusted`` (coarse devices) are replayed
+    on the op graph (co-location applied), and the fastest is refined
     there, where co-location groups move as one unit and each tensor is a net whose cost is one
     transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`). The result
     is the fastest replay of all: ``adjusting``, ``min-cut/SEED/DEVICES`` or ``NAME+refined``.
@@ -187,6 +189,7 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
         if spectral is not None:
             seeds.append(("spectral", spectral))
         by_capacity = np.argsort(-capacity, kind="stable")
+        runners_up: dict[str, list[tuple[str, np.ndarray]]] = {}
         for k in range(parts_needed(memory, capacity), num_dev + 1):
             use = np.sort(by_capacity[:k])
             finalists = []
@@ -197,9 +200,16 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
                 step = simulate(coarse, cluster, devices).step_time_us
                 coarse_score = (bool(np.any(used > capacity)), step)
                 finalists.append((coarse_score, f"min-cut/{seed_name}/{k}", devices))
-            _, name, devices = min(finalists, key=lambda f: f[0])
+            finalists.sort(key=lambda f: f[0])
+            candidates.append((finalists[0][1], to_fine(finalists[0][2])))
+            runners_up[finalists[0][1]] = [(name, devices) for _, name, devices in finalists[1:]]
+        scored = [(score(fine), i) for i, (_, fine) in enumerate(candidates)]
+        # the coarse replay only approximates the op-level one: at the winning device count, replay
+        # the other seeds' partitions on the ops too
+        for name, devices in runners_up.get(candidates[min(scored)[1]][0], []):
             candidates.append((name, to_fine(devices)))
-        scored = sorted((score(fine), i) for i, (_, fine) in enumerate(candidates))
+            scored.append((score(candidates[-1][1]), len(candidates) - 1))
+        scored.sort()
         name, fine = candidates[scored[0][1]]  # refine the fastest candidate on the op graph
         candidates.append((name + "+refined", refine_fine(fine)))
         scored.append((score(candidates[-1][1]), len(candidates) - 1))
