@@ -55,23 +55,25 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None) -> Path:
     """Write ``doc`` as JSON to ``path`` through a temporary file and an atomic rename."""
-    return _write_atomic(path, lambda fh: (json.dump(doc, fh, indent=indent, allow_nan=False),
+    return write_atomic(path, lambda fh: (json.dump(doc, fh, indent=indent, allow_nan=False),
                                            fh.write("\n")))
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and an atomic rename."""
-    return _write_atomic(path, lambda fh: fh.write(text))
+    return write_atomic(path, lambda fh: fh.write(text))
 
 
-def _write_atomic(path: str | os.PathLike[str], write: Any) -> Path:
+def write_atomic(path: str | os.PathLike[str], write: Any, *, binary: bool = False) -> Path:
+    """Call ``write(fh)`` on a temporary file next to ``path``, then rename it into place; on any
+    error nothing is left behind. Text files are UTF-8."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         # mkstemp creates the file with mode 0600; give the output the mode a plain open() would.
         os.chmod(tmp, 0o666 & ~_current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
             write(fh)
         os.replace(tmp, p)
     except BaseException:

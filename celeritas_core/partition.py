@@ -108,6 +108,15 @@ def fm_refine(w: sp.csr_matrix, memory: np.ndarray, capacity: np.ndarray, parts:
     used = np.bincount(parts, weights=memory, minlength=k).astype(np.float64)
     rows = np.arange(n)
     tolerance = 1e-9 * (float(data.sum()) + 1.0)
+
+    def move(v: int, source: int, target: int) -> None:
+        lo, hi = indptr[v], indptr[v + 1]
+        links[indices[lo:hi], source] -= data[lo:hi]
+        links[indices[lo:hi], target] += data[lo:hi]
+        used[source] -= memory[v]
+        used[target] += memory[v]
+        parts[v] = target
+
     for _ in range(max_passes):
         locked = np.zeros(n, dtype=bool)
         moves: list[tuple[int, int, int]] = []
@@ -125,23 +134,13 @@ def fm_refine(w: sp.csr_matrix, memory: np.ndarray, capacity: np.ndarray, parts:
             v, target = divmod(flat, k)
             source = int(parts[v])
             total += float(gain[v, target])
-            lo, hi = indptr[v], indptr[v + 1]
-            links[indices[lo:hi], source] -= data[lo:hi]
-            links[indices[lo:hi], target] += data[lo:hi]
-            used[source] -= memory[v]
-            used[target] += memory[v]
-            parts[v] = target
+            move(v, source, target)
             locked[v] = True
             moves.append((v, source, target))
             if total > best_total + tolerance:
                 best_total, best_len = total, len(moves)
         for v, source, target in reversed(moves[best_len:]):
-            lo, hi = indptr[v], indptr[v + 1]
-            links[indices[lo:hi], target] -= data[lo:hi]
-            links[indices[lo:hi], source] += data[lo:hi]
-            used[target] -= memory[v]
-            used[source] += memory[v]
-            parts[v] = source
+            move(v, target, source)
         if best_len == 0:
             break
     return parts

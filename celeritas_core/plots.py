@@ -7,7 +7,6 @@ Files are written through a temporary file and an atomic rename.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,20 +28,9 @@ def _pyplot() -> Any:
 
 
 def _save_atomic(fig: Any, path: str | os.PathLike[str]) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".png", dir=p.parent)
-    os.close(fd)
-    try:
-        from celeritas_core.formats import _current_umask
+    from celeritas_core.formats import write_atomic
 
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_atomic(path, lambda fh: fig.savefig(fh, dpi=110, format="png"), binary=True)
 
 
 def _time_unit(span_us: float) -> tuple[float, str]:

@@ -73,7 +73,7 @@ def graph_from_step(
         num_outputs[i] = len(op.outputs)
         output_bytes[i] = sum(_tensor_bytes(t) for t in op.outputs)
         if op.type in ("VarHandleOp", "VariableV2"):
-            output_bytes[i] = _variable_bytes(op)
+            output_bytes[i] = variable_bytes(op)
     groups = _UnionFind(names)
     src: list[int] = []
     dst: list[int] = []
@@ -130,7 +130,7 @@ def graph_from_step(
     )
 
 
-def _variable_bytes(op: Any) -> float:
+def variable_bytes(op: Any) -> float:
     """Size (bytes) of the variable a ``VarHandleOp``/``VariableV2`` op holds, from its attrs."""
     try:
         shape = [d.size for d in op.get_attr("shape").dim]

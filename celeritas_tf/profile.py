@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from celeritas_tf.extract import variable_bytes
 from celeritas_tf.step import TrainingStep
 from celeritas_tf.tf import cpu_device, session_config, tensorflow
 
@@ -104,9 +105,7 @@ def trace_step(
                 progress(f"batch {step.batch_size}: traced step {k + 1}/{traced_steps}")
     for op in step.graph.get_operations():
         if op.type in ("VarHandleOp", "VariableV2") and op.name in memory:
-            from celeritas_tf.extract import _variable_bytes
-
-            memory[op.name] = _variable_bytes(op)
+            memory[op.name] = variable_bytes(op)
     return StepTrace(step.batch_size, {n: float(np.median(v)) for n, v in times.items()}, memory, devices,
                      walls)
 

@@ -8,7 +8,6 @@ of the ``train_step`` op (the Adam update group); variable initialisers are not 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,7 +94,3 @@ def _loss_value(loss: Any, labels: Any, outputs: Any) -> Any:
         raise CeleritasInputError(f"unknown loss {loss!r} ({exc})") from None
     return tf.reduce_mean(fn(labels, outputs))
 
-
-def node_counts(model: ModelSpec, batch_sizes: Sequence[int]) -> dict[int, int]:
-    """Ops in the training step at each batch size (the same for all when names are stable)."""
-    return {b: len(build_training_step(model, b).step_op_names()) for b in batch_sizes}

@@ -479,13 +479,6 @@ def child_run(parent_id: str, placer: str, *, params: Mapping[str, object] | Non
 
 
 @_tracked
-def log_params(run_id: str, params: Mapping[str, object]) -> None:
-    """Log parameters (stringified, ≤ 6000 characters) not yet logged on the run."""
-    client = _client()
-    _log_params(client, client.get_run(_text(run_id, "run id")), params)
-
-
-@_tracked
 def log_metrics(run_id: str, metrics: Mapping[str, float], step: int | None = None) -> None:
     """Log metrics at ``step`` (default 0); non-finite values are skipped."""
     if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
