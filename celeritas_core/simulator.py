@@ -68,15 +68,20 @@ class SimulationResult:
         return float(self.transfers.duration_us.sum())
 
 
-def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> SimulationResult:
-    """Replay ``assignment`` (device index per node) on ``cluster`` and return its timings (µs)."""
+def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
+             channels: bool = True) -> SimulationResult:
+    """Replay ``assignment`` (device index per node) on ``cluster`` and return its timings (µs).
+
+    ``channels=False`` drops channel contention: every transfer starts when its producer finishes
+    (the delay model of the ``optimal`` placer's MILP and of classic list scheduling).
+    """
     assign = _check_assignment(graph, cluster, assignment)
     n = graph.num_nodes
     num_dev = cluster.num_devices
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur = graph.time_us / speed[assign]
     groups = _transfer_groups(graph, cluster, assign)
-    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev)
+    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels)
     transfers = Transfers(
         src_node=groups.src,
         src_output=groups.output,
@@ -171,7 +176,8 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
 
 # ---------------------------------------------------------------------------- event loop
 def _run_events(
-    graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int
+    graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
+    channels: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run the event loop; return op start, op finish, transfer start, transfer end (µs)."""
     n = graph.num_nodes
@@ -224,15 +230,17 @@ def _run_events(
             for g in range(g_ptr[u], g_ptr[u + 1]):
                 dd = g_dst[g]
                 s = now
-                if send_free[d] > s:
-                    s = send_free[d]
-                if recv_free[dd] > s:
-                    s = recv_free[dd]
+                if channels:
+                    if send_free[d] > s:
+                        s = send_free[d]
+                    if recv_free[dd] > s:
+                        s = recv_free[dd]
                 e = s + g_comm[g]
                 g_start[g] = s
                 g_end[g] = e
-                send_free[d] = e
-                recv_free[dd] = e
+                if channels:
+                    send_free[d] = e
+                    recv_free[dd] = e
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 v = succ_idx[k]
                 g = slot_group[k]
