@@ -34,7 +34,7 @@ def test_etf_fork_join_cheap_transfers_split_the_branches():
     # tensor reaches gpu:1 at 101+5 = 106, a's would reach gpu:0 only at 111).
     assert _devices(g, res.assignment) == {"s": 0, "a": 1, "b": 0, "t": 1}
     assert res.start_us.tolist() == [0.0, 6.0, 1.0, 106.0]
-    assert place(g, cluster, "m-etf").predicted_step_time_us == pytest.approx(107.0)
+    assert place(g, cluster, "m-etf", {"fusion": 0}).predicted_step_time_us == pytest.approx(107.0)
 
 
 def test_etf_fork_join_expensive_transfers_stay_on_one_device():
@@ -63,7 +63,7 @@ def test_etf_skips_a_device_without_room():
 def test_best_effort_when_nothing_fits_is_reported_oom_not_raised(placer):
     g = make_graph([("a", "b"), ("b", "c")], memory={"a": 3, "b": 2, "c": 5})
     cluster = Cluster.build(["x", "y"], [3.0, 4.0], slope_us_per_byte=0.0, intercept_us=1.0)
-    p = place(g, cluster, placer)
+    p = place(g, cluster, placer, {"fusion": 0})
     assert p.assignment.tolist() == [0, 1, 1]  # c fits nowhere: y has 2 bytes free, x none
     assert p.oom_devices == ("y",)
     assert p.extra["best_effort_ops"] == 1
@@ -76,7 +76,7 @@ def test_colocation_group_memory_is_charged_at_the_first_member():
                    colocation={"v1": "g1", "u1": "g1", "v2": "g2", "u2": "g2"})
     cluster = Cluster.homogeneous(2, 3.0, slope_us_per_byte=0.0, intercept_us=1.0)
     for placer in ("m-etf", "m-sct"):
-        p = place(g, cluster, placer)
+        p = place(g, cluster, placer, {"fusion": 0})
         assert _devices(g, p.assignment) == {"v1": 0, "u1": 0, "v2": 1, "u2": 1}
         assert not p.oom
 
@@ -158,8 +158,8 @@ def test_sct_keeps_the_favourite_child_where_etf_moves_it():
     g = _favourite_graph()
     assert g.topological_rank[g.index["x"]] < g.topological_rank[g.index["b"]]
     cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=1.0, intercept_us=0.0)
-    etf = place(g, cluster, "m-etf")
-    sct = place(g, cluster, "m-sct", {"threshold": 0.5})
+    etf = place(g, cluster, "m-etf", {"fusion": 0})
+    sct = place(g, cluster, "m-sct", {"threshold": 0.5, "fusion": 0})
     # m-ETF: x takes gpu:0 at 10 (lower rank), b moves to gpu:1 at 10 + 20.
     assert _devices(g, etf.assignment) == {"a": 0, "b": 1, "x": 0}
     # m-SCT: gpu:0 waits for b (x would not finish before b starts: not urgent); x goes to gpu:1.

@@ -3,6 +3,12 @@ learning graphs", SoCC 2020): memory-constrained event-driven list scheduling.
 
 Both share :func:`list_schedule`. Units: µs and bytes.
 
+**Fusion** (parameter ``fusion``, default 1, Baechi's recommended ``--placer_type=fusion
+--grouper=coplace``): the placers first build Baechi's co-placement groups and fuse ops inside them
+(:mod:`celeritas_core.grouping`), schedule the fused graph, whose nodes of one group share a device
+through co-location, and map the fused nodes' devices back to their ops. ``fusion=0`` schedules the
+op graph itself. The description below is in terms of the scheduled graph's nodes ("ops").
+
 **m-ETF** (earliest task first). Repeatedly, among *ready* ops (every predecessor scheduled) and the
 devices with room for them, commit the (op, device) pair with the smallest start time; ties go to
 the smaller ``graph.topological_rank``, then the lower device index. The start of ``v`` on ``d`` is
@@ -50,6 +56,7 @@ import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
+from celeritas_core.grouping import FusedGraph, baechi_fusion
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.placers.sct_lp import solve_favourite_children
 
@@ -402,18 +409,40 @@ def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
     }
 
 
+def _target(graph: Graph, params: Mapping[str, Any]) -> tuple[Graph, FusedGraph | None, float]:
+    """The graph to schedule: Baechi's fused co-placement graph (``fusion=1``) or the ops; seconds."""
+    if not int(params["fusion"]):
+        return graph, None, 0.0
+    t0 = time.perf_counter()
+    fused = baechi_fusion(graph)
+    return fused.graph, fused, time.perf_counter() - t0
+
+
+def _output(result: ScheduleResult, fused: FusedGraph | None, seconds: float,
+            extra: dict[str, Any]) -> PlacerOutput:
+    """Map a schedule of the fused graph back to ops (device per op); note fusion sizes and seconds."""
+    if fused is None:
+        return PlacerOutput(assignment=result.assignment, extra=extra)
+    extra.update({"fused_nodes": fused.graph.num_nodes, "groups": fused.num_groups,
+                  "fusion_seconds": seconds})
+    return PlacerOutput(assignment=fused.to_ops(result.assignment), coarse_nodes=fused.graph.num_nodes,
+                        extra=extra)
+
+
 def m_etf_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
     """m-ETF: memory-constrained earliest-task-first list scheduling (Baechi); times in µs."""
+    target, fused, fuse_seconds = _target(graph, params)
     t0 = time.perf_counter()
-    result = list_schedule(graph, cluster)
-    return PlacerOutput(assignment=result.assignment, extra=_extra(result, time.perf_counter() - t0))
+    result = list_schedule(target, cluster)
+    return _output(result, fused, fuse_seconds, _extra(result, time.perf_counter() - t0))
 
 
 def m_sct_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
     """m-SCT: favourite children from the SCT LP, then m-ETF that waits for them (Baechi); µs."""
-    fc = solve_favourite_children(graph, cluster, float(params["threshold"]))
+    target, fused, fuse_seconds = _target(graph, params)
+    fc = solve_favourite_children(target, cluster, float(params["threshold"]))
     t0 = time.perf_counter()
-    result = list_schedule(graph, cluster, fc.favourite)
+    result = list_schedule(target, cluster, fc.favourite)
     extra = _extra(result, time.perf_counter() - t0)
     extra.update({
         "lp_seconds": fc.lp_seconds,
@@ -425,16 +454,21 @@ def m_sct_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> P
     })
     if fc.warning:
         extra["warning"] = fc.warning
-    return PlacerOutput(assignment=result.assignment, extra=extra)
+    return _output(result, fused, fuse_seconds, extra)
 
+
+_FUSION = ParamSpec("fusion", 1, "1: Baechi co-placement grouping and operator fusion before scheduling "
+                    "(Baechi's --placer_type=fusion --grouper=coplace); 0: schedule the ops",
+                    int, minimum=0, maximum=1)
 
 register_placer(PlacerSpec(
     "m-etf", m_etf_placer,
     "Baechi m-ETF: memory-constrained earliest-task-first list scheduling with FIFO transfer channels",
+    (_FUSION,),
 ))
 register_placer(PlacerSpec(
     "m-sct", m_sct_placer,
     "Baechi m-SCT: m-ETF that keeps a device waiting for the op's favourite child from the SCT LP",
     (ParamSpec("threshold", 0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
-               float, minimum=0.0, maximum=1.0),),
+               float, minimum=0.0, maximum=1.0), _FUSION),
 ))
