@@ -29,6 +29,7 @@ demo: setup
 bench: setup
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_placers.py
+	$(PY) bench/bench_quality.py
 	$(PY) bench/bench_tf.py
 
 clean:

@@ -251,14 +251,54 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import save_graph
-    from celeritas_core.synthetic import paper_shaped_graph
 
     start = time.perf_counter()
-    graph = paper_shaped_graph(args.model, seed=args.seed)
+    graph = _generated_graph(args)
     save_graph(graph, args.out)
-    print(f"wrote {args.out}: {graph.name}, {graph.num_nodes:,} ops, {graph.num_edges:,} edges "
+    detail = ""
+    if args.kind == "layered":
+        detail = f", CCR {graph.meta['target_ccr']:g} at 1e-4 µs/B and no latency"
+    print(f"wrote {args.out}: {graph.name}, {graph.num_nodes:,} ops, {graph.num_edges:,} edges{detail} "
           f"in {time.perf_counter() - start:.2f} s")
     return 0
+
+
+#: ``celeritas generate`` kinds beyond the paper models -> the options each accepts.
+_GENERATE_KINDS: dict[str, tuple[str, ...]] = {
+    "layered": ("tasks", "ccr", "mean_predecessors"),
+    "inception-modules": ("modules", "batch_size"),
+    "towers": ("towers", "batch_size"),
+}
+_GENERATE_OPTIONS = ("tasks", "ccr", "mean_predecessors", "modules", "towers", "batch_size")
+
+
+def _generated_graph(args: argparse.Namespace) -> Graph:
+    """Build the graph ``celeritas generate`` asked for; bad values are one-line input errors."""
+    from celeritas_core import families
+    from celeritas_core.synthetic import paper_shaped_graph
+
+    accepted = _GENERATE_KINDS.get(args.kind, ())
+    for option in _GENERATE_OPTIONS:
+        if getattr(args, option) is not None and option not in accepted:
+            flag = "--" + option.replace("_", "-")
+            users = [k for k, opts in _GENERATE_KINDS.items() if option in opts]
+            raise CeleritasInputError(f"{flag}: applies to {' and '.join(users)} only, not {args.kind!r}")
+    given = {k: getattr(args, k) for k in accepted if getattr(args, k) is not None}
+    try:
+        if args.kind == "layered":
+            given.setdefault("tasks", 100)
+            given.setdefault("ccr", 1.0)
+            return families.layered_dag(seed=args.seed, **given)
+        if args.kind == "inception-modules":
+            return families.inception_graph(seed=args.seed, **given)
+        if args.kind == "towers":
+            return families.towers_graph(seed=args.seed, **given)
+        return paper_shaped_graph(args.kind, seed=args.seed)
+    except CeleritasInputError as exc:
+        field = exc.message.split(":", 1)[0]
+        if field in (*_GENERATE_OPTIONS, "seed"):  # name the flag, not the keyword argument
+            raise CeleritasInputError("--" + field.replace("_", "-") + exc.message[len(field):]) from None
+        raise
 
 
 # ---------------------------------------------------------------------------- parser
@@ -334,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_args(c)
     c.add_argument("--placers", metavar="A,B,...",
                    help="comma-separated placer names (default: single, metis, m-topo, m-etf, m-sct, "
-                        "order-place, celeritas)")
+                        "heft, order-place, celeritas; `optimal` only on small graphs)")
     c.add_argument("--R", dest="R", type=int, default=None, metavar="N",
                    help=f"exploration range for the fusion placers (default {DEFAULT_R})")
     c.add_argument("--memory-fraction", dest="memory_fraction", type=float, default=None, metavar="F",
@@ -349,12 +389,30 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     c.set_defaults(func=_cmd_compare)
 
-    g = sub.add_parser("generate", help="write a synthetic paper-shaped training graph",
-                       description="Write a seeded synthetic training-step graph shaped like one of "
-                                   "the paper's models (node count and CCR of its Table 2).")
-    g.add_argument("model", choices=["tensor_holography", "inception_v3", "nmt", "transformer"],
-                   help="which paper model to imitate")
+    g = sub.add_parser("generate", help="write a seeded synthetic graph (training step, task DAG, inference)",
+                       description="Write a seeded synthetic graph (celeritas-graph/1): a training step "
+                                   "shaped like one of the paper's models (node count and CCR of its "
+                                   "Table 2), a random layered task DAG in the style of the STG "
+                                   "scheduling benchmarks (`layered`: integer task times in [1, 100] µs, "
+                                   "edge bytes scaled to an exact CCR at 1e-4 µs/byte and no latency), "
+                                   "an inference graph of Inception-like modules (`inception-modules`) "
+                                   "or a multi-tower inference graph (`towers`). Generators: "
+                                   "celeritas_core/synthetic.py and celeritas_core/families.py.")
+    g.add_argument("kind", metavar="KIND",
+                   choices=["tensor_holography", "inception_v3", "nmt", "transformer", *_GENERATE_KINDS],
+                   help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "
+                        "steps), layered, inception-modules or towers")
     g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    g.add_argument("--tasks", type=int, metavar="N", help="layered: number of tasks, >= 2 (default 100)")
+    g.add_argument("--ccr", type=float, metavar="X",
+                   help="layered: communication-to-computation ratio, >= 0 (default 1)")
+    g.add_argument("--mean-predecessors", dest="mean_predecessors", type=float, metavar="X",
+                   help="layered: mean number of predecessors of a non-entry task, >= 1 (default 3)")
+    g.add_argument("--modules", type=int, metavar="N",
+                   help="inception-modules: number of modules, >= 1 (default 4)")
+    g.add_argument("--towers", type=int, metavar="K", help="towers: number of towers, >= 1 (default 4)")
+    g.add_argument("--batch-size", dest="batch_size", type=int, metavar="B",
+                   help="inception-modules and towers: batch size, >= 1 (default 32 and 256)")
     g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
     g.set_defaults(func=_cmd_generate)
 

@@ -1,0 +1,435 @@
+"""Placement-quality benchmark: Celeritas against every other placer on four seeded graph families.
+
+The families (``celeritas_core.families``): (a) synthetic training steps on devices holding 30–60 %
+of the model (and cases where one device holds it all), (b) inference graphs with parallel
+branches (Inception-like modules, multi-tower), (c) random layered task DAGs in the style of the
+classic scheduling benchmarks (Kasahara's STG set, Davidović & Crainic 2006) at CCR 0, 0.1, 1 and
+10 on 2, 4 and 8 devices, (d) graphs of at most 30 ops for the exact MILP placer ``optimal``.
+
+Every instance runs the placers celeritas, single, metis, m-topo, m-etf, m-sct, heft and
+order-place (a placer that is not registered is skipped with a note), plus ``optimal`` on family
+(d), through ``celeritas_core.placers.place`` (simulated step time, OOM, placement seconds). Per
+family it prints the number of graphs; Celeritas / best other placer that fits memory (geometric
+mean and worst, naming the graph and the placer that beat Celeritas there); on (d) Celeritas /
+the MILP optimum (the optimal placement's simulated step time, and Celeritas's step simulated
+without channel contention against the MILP objective and bound, since the MILP has no channel
+model); on the CCR-0 DAGs of (c) Celeritas / the lower bound max(critical path, work / devices);
+and every placer's placement seconds (mean, max). Then PASS/MISS lines for the targets:
+
+* Celeritas never more than 1 % slower than the best other placer that fits, on any graph;
+* geometric mean of Celeritas / best other <= 0.95 over all families;
+* within 1.10x of the MILP optimum on (d) and of the lower bound on the CCR-0 DAGs of (c);
+* never slower than the single-device time when one device holds the model.
+
+Targets are reported, not enforced (exit 0). Figures go to ``build/bench/quality.json``.
+
+Run: ``make bench`` (or ``.venv/bin/python bench/bench_quality.py --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# one core per process, as in the other benchmarks: pin BLAS pools before numpy loads
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+from celeritas_core.errors import CeleritasInputError  # noqa: E402
+from celeritas_core.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
+from celeritas_core.formats import write_json_atomic  # noqa: E402
+from celeritas_core.levels import ccr  # noqa: E402
+from celeritas_core.placers import PLACERS, place  # noqa: E402
+from celeritas_core.units import format_us  # noqa: E402
+
+PLACER_NAMES = ("celeritas", "single", "metis", "m-topo", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "heft",
+                "order-place")
+#: Variants run under their own label: Baechi's placers both as Baechi runs them (grouping and
+#: fusion, the default) and on the ops, so every graph meets the stronger of the two.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "m-etf/ops": ("m-etf", {"fusion": 0}),
+    "m-sct/ops": ("m-sct", {"fusion": 0}),
+}
+
+
+def placer_of(label: str) -> tuple[str, dict[str, Any] | None]:
+    """Registered placer name and parameters behind a table label."""
+    return VARIANTS.get(label, (label, None))
+OPTIMAL = "optimal"
+OPTIMAL_FAMILY = "d"
+OPTIMAL_TIME_LIMIT_S = 30
+WORST_TARGET = 1.01  # Celeritas / best other, every graph
+GEOMEAN_TARGET = 0.95  # Celeritas / best other, geometric mean over all graphs
+OPTIMUM_TARGET = 1.10  # Celeritas / MILP optimum on (d), Celeritas / lower bound on CCR-0 DAGs of (c)
+
+Row = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------- running
+def _run_placer(inst: Instance, name: str, params: Mapping[str, Any] | None = None) -> Row:
+    """One placer on one instance: step time (µs), OOM, placement seconds, or the error it raised."""
+    try:
+        p = place(inst.graph, inst.cluster, name, params)
+    except Exception as exc:  # a placer's failure is a result to report, not a reason to stop
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    row: Row = {"step_time_us": float(p.predicted_step_time_us), "oom": bool(p.oom),
+                "placement_seconds": float(p.placement_seconds)}
+    if name == OPTIMAL:
+        row["extra"] = {k: v for k, v in p.extra.items() if k.startswith("milp_")}
+    row["_assignment"] = p.assignment
+    return row
+
+
+def _optimal_params(inst: Instance) -> dict[str, Any]:
+    """``time_limit`` (s) and, when the placer has one, a ``max_ops`` that admits this graph."""
+    accepted = {p.name: p for p in PLACERS[OPTIMAL].params}
+    params: dict[str, Any] = {}
+    if "time_limit" in accepted:
+        params["time_limit"] = OPTIMAL_TIME_LIMIT_S
+    spec = accepted.get("max_ops")
+    if spec is not None and spec.default < inst.graph.num_nodes:
+        params["max_ops"] = inst.graph.num_nodes
+    return params
+
+
+def _no_channels_us(inst: Instance, assignment: Any) -> float | None:
+    """Step time (µs) of ``assignment`` simulated without channel contention (the MILP's model)."""
+    from celeritas_core.simulator import simulate
+
+    try:
+        return float(simulate(inst.graph, inst.cluster, assignment, channels=False).step_time_us)
+    except TypeError:  # a simulator without the ``channels`` keyword
+        return None
+
+
+def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> Row:
+    """Run every placer on ``inst``; return its row of figures (times in µs, seconds)."""
+    graph, cluster = inst.graph, inst.cluster
+    figures = {label: _run_placer(inst, *placer_of(label)) for label in placers}
+    row: Row = {
+        "name": inst.name, "family": inst.family, "notes": inst.notes, "nodes": graph.num_nodes,
+        "edges": graph.num_edges, "devices": cluster.num_devices,
+        "device_memory_bytes": float(cluster.memory_bytes[0]),
+        "model_memory_bytes": graph.total_memory_bytes, "fits_one_device": inst.fits_one_device,
+        "ccr": ccr(graph, cluster), "target_ccr": graph.meta.get("target_ccr"),
+    }
+    if with_optimal:
+        opt = _run_placer(inst, OPTIMAL, _optimal_params(inst))
+        if "error" not in opt:
+            cel_assignment = figures.get("celeritas", {}).get("_assignment")
+            opt["celeritas_no_channels_us"] = (None if cel_assignment is None
+                                               else _no_channels_us(inst, cel_assignment))
+            opt["optimal_no_channels_us"] = _no_channels_us(inst, opt["_assignment"])
+        row["optimal"] = opt
+    from celeritas_core.bounds import lower_bound_us, single_device_time_us
+
+    row["single_device_time_us"] = single_device_time_us(graph, cluster)
+    row["lower_bound_us"] = lower_bound_us(graph, cluster)
+    for fig in [*figures.values(), row.get("optimal", {})]:
+        fig.pop("_assignment", None)
+    row["placers"] = figures
+    row.update(_ratios(row))
+    return row
+
+
+def _ratios(row: Row) -> Row:
+    """Celeritas / best other placer that fits, / lower bound, / single device, / MILP optimum."""
+    figures = row["placers"]
+    cel = figures.get("celeritas", {})
+    others = {n: f["step_time_us"] for n, f in figures.items()
+              if n != "celeritas" and "error" not in f and not f["oom"]}
+    out: Row = {"best_other": None, "best_other_step_us": None, "ratio_vs_best_other": None,
+                "celeritas_oom": bool(cel.get("oom", True)) or "error" in cel}
+    if others:
+        best = min(others, key=others.__getitem__)
+        out["best_other"], out["best_other_step_us"] = best, others[best]
+        if not out["celeritas_oom"]:
+            out["ratio_vs_best_other"] = cel["step_time_us"] / others[best]
+    if "error" not in cel:
+        out["ratio_vs_lower_bound"] = cel["step_time_us"] / row["lower_bound_us"]
+        out["ratio_vs_single"] = cel["step_time_us"] / row["single_device_time_us"]
+    opt = row.get("optimal")
+    if opt is not None and "error" not in opt:
+        out["optimal"] = {**opt, **_optimum_ratios(cel, opt)}
+    return out
+
+
+def _optimum_ratios(cel: Row, opt: Row) -> Row:
+    """Celeritas against the optimal placer: simulated times, MILP objective and bound."""
+    extra = opt.get("extra", {})
+    status = extra.get("milp_status")
+    makespan, bound = extra.get("milp_makespan_us"), extra.get("milp_bound_us")
+    nochan = opt.get("celeritas_no_channels_us")
+    ok = status == "optimal" and "error" not in cel and opt["step_time_us"] > 0
+    return {
+        "milp_status": status,
+        "ratio_sim": cel["step_time_us"] / opt["step_time_us"] if ok else None,
+        "ratio_milp": nochan / makespan if nochan is not None and makespan else None,
+        "ratio_milp_bound": nochan / bound if nochan is not None and bound else None,
+    }
+
+
+def run(families: Sequence[str], quick: bool, seed: int) -> tuple[dict[str, list[Row]], list[str]]:
+    """Run the benchmark; return the rows per family and the notes on skipped placers."""
+    placers = [p for p in PLACER_NAMES if placer_of(p)[0] in PLACERS]
+    notes = [f"placer {p!r} is not registered: skipped"
+             for p in PLACER_NAMES if placer_of(p)[0] not in PLACERS]
+    with_optimal = OPTIMAL in PLACERS
+    if OPTIMAL_FAMILY in families and not with_optimal:
+        notes.append("optimal placer not available")
+    start = time.perf_counter()
+    rows: dict[str, list[Row]] = {}
+    for family in families:
+        instances = benchmark_instances(family, quick=quick, seed=seed)
+        rows[family] = []
+        for i, inst in enumerate(instances):
+            print(f"  [{family} {i + 1}/{len(instances)}] {inst.name}: {inst.graph.num_nodes:,} ops "
+                  f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
+            rows[family].append(run_instance(inst, placers, with_optimal and family == OPTIMAL_FAMILY))
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- summaries
+def geomean(values: Sequence[float]) -> float | None:
+    """Geometric mean of positive values (None when empty)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(rows: Sequence[Row], placers: Sequence[str]) -> Row:
+    """One family's figures: ratios to the best other placer, bounds, optimum, placement seconds."""
+    ratios = [r for r in rows if r["ratio_vs_best_other"] is not None]
+    worst = max(ratios, key=lambda r: r["ratio_vs_best_other"], default=None)
+    ccr0 = [r for r in rows if r["family"] == "c" and r["target_ccr"] == 0 and "ratio_vs_lower_bound" in r]
+    optimum = [r["optimal"] for r in rows if "optimal" in r and "error" not in r["optimal"]]
+    seconds = {}
+    for p in placers:
+        vals = [r["placers"][p]["placement_seconds"] for r in rows
+                if p in r["placers"] and "error" not in r["placers"][p]]
+        if vals:
+            seconds[p] = {"mean": sum(vals) / len(vals), "max": max(vals)}
+    if optimum:
+        vals = [o["placement_seconds"] for o in optimum]
+        seconds[OPTIMAL] = {"mean": sum(vals) / len(vals), "max": max(vals)}
+    return {
+        "graphs": len(rows),
+        "geomean_vs_best_other": geomean([r["ratio_vs_best_other"] for r in ratios]),
+        "worst_vs_best_other": worst["ratio_vs_best_other"] if worst else None,
+        "worst_graph": worst["name"] if worst else None,
+        "worst_beaten_by": worst["best_other"] if worst else None,
+        "celeritas_oom_where_another_fits": [r["name"] for r in rows
+                                             if r["celeritas_oom"] and r["best_other"] is not None],
+        "ccr0_graphs": len(ccr0),
+        "geomean_vs_lower_bound_ccr0": geomean([r["ratio_vs_lower_bound"] for r in ccr0]),
+        "worst_vs_lower_bound_ccr0": max((r["ratio_vs_lower_bound"] for r in ccr0), default=None),
+        "optimal_runs": len(optimum),
+        "optimal_proven": sum(1 for o in optimum if o["milp_status"] == "optimal"),
+        "worst_vs_optimum_sim": max((o["ratio_sim"] for o in optimum if o["ratio_sim"] is not None),
+                                    default=None),
+        "worst_vs_milp": max((o["ratio_milp"] for o in optimum
+                              if o["milp_status"] == "optimal" and o["ratio_milp"] is not None),
+                             default=None),
+        "placement_seconds": seconds,
+    }
+
+
+# ---------------------------------------------------------------------------- printing
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_family(family: str, rows: Sequence[Row], summary: Row, placers: Sequence[str]) -> None:
+    """The family's per-graph table and its summary lines."""
+    print(f"== ({family}) {FAMILIES[family]}: {summary['graphs']} graphs ==")
+    head = (f"{'graph':<34}{'ops':>6}{'dev':>4}{'CCR':>7}{'celeritas':>11}{'best other':>12}"
+            f"{'by':>13}{'ratio':>7}{'vs LB':>7}")
+    print(head)
+    for r in rows:
+        cel = r["placers"].get("celeritas", {})
+        cel_text = "error" if "error" in cel else ("OOM" if cel["oom"] else format_us(cel["step_time_us"]))
+        other = format_us(r["best_other_step_us"]) if r["best_other_step_us"] is not None else "-"
+        print(f"{r['name'][:33]:<34}{r['nodes']:>6}{r['devices']:>4}{r['ccr']:>7.2f}{cel_text:>11}"
+              f"{other:>12}{r['best_other'] or '-':>13}{_fmt(r['ratio_vs_best_other']):>7}"
+              f"{_fmt(r.get('ratio_vs_lower_bound'), '.2f'):>7}")
+    print(f"Celeritas / best other placer that fits: geomean {_fmt(summary['geomean_vs_best_other'])}, "
+          f"worst {_fmt(summary['worst_vs_best_other'])} on {summary['worst_graph']} "
+          f"(best other there: {summary['worst_beaten_by']})")
+    oom = summary["celeritas_oom_where_another_fits"]
+    if oom:
+        print(f"Celeritas OOM where another placer fits: {', '.join(oom)}")
+    if summary["ccr0_graphs"]:
+        print(f"Celeritas / lower bound on the {summary['ccr0_graphs']} CCR-0 DAGs: geomean "
+              f"{_fmt(summary['geomean_vs_lower_bound_ccr0'])}, "
+              f"worst {_fmt(summary['worst_vs_lower_bound_ccr0'])}")
+    if any("optimal" in r for r in rows):
+        _print_optimum(rows, summary)
+    print(f"{'placement seconds':<18}{'mean':>9}{'max':>9}")
+    for p in [*placers, OPTIMAL]:
+        if p in summary["placement_seconds"]:
+            s = summary["placement_seconds"][p]
+            print(f"  {p:<16}{s['mean']:>9.3f}{s['max']:>9.3f}")
+    errors = [(r["name"], p, f["error"]) for r in rows for p, f in r["placers"].items() if "error" in f]
+    errors += [(r["name"], OPTIMAL, r["optimal"]["error"]) for r in rows
+               if "optimal" in r and "error" in r["optimal"]]
+    for name, p, err in errors:
+        print(f"  error: {p} on {name}: {err}")
+    print()
+
+
+def _print_optimum(rows: Sequence[Row], summary: Row) -> None:
+    """Family (d): Celeritas against the MILP optimum, per graph."""
+    print(f"Celeritas / optimum ({summary['optimal_proven']} of {summary['optimal_runs']} MILPs proven "
+          f"optimal; 'no-chan' = simulated without channel contention, the MILP's model):")
+    print(f"  {'graph':<34}{'status':>12}{'optimal sim':>12}{'MILP obj':>11}{'MILP bound':>11}"
+          f"{'cel/opt':>8}{'no-chan/obj':>12}{'no-chan/bound':>14}")
+    for r in rows:
+        o = r.get("optimal")
+        if o is None or "error" in o:
+            continue
+        extra = o.get("extra", {})
+        obj, bound = extra.get("milp_makespan_us"), extra.get("milp_bound_us")
+        print(f"  {r['name'][:33]:<34}{o['milp_status'] or '-':>12}{format_us(o['step_time_us']):>12}"
+              f"{format_us(obj) if obj else '-':>11}{format_us(bound) if bound else '-':>11}"
+              f"{_fmt(o['ratio_sim']):>8}{_fmt(o['ratio_milp']):>12}{_fmt(o['ratio_milp_bound']):>14}")
+
+
+# ---------------------------------------------------------------------------- targets
+def targets(rows: dict[str, list[Row]], notes: Sequence[str]) -> list[str]:
+    """PASS/MISS (or SKIP) lines for the targets over every family that ran."""
+    every = [r for fam in rows.values() for r in fam]
+    lines = [_worst_target(every), _geomean_target(every)]
+    if OPTIMAL_FAMILY in rows:
+        lines.append(_optimum_target(rows[OPTIMAL_FAMILY], notes))
+    if "c" in rows:
+        lines.append(_bound_target(rows["c"]))
+    lines.append(_single_target(every))
+    return lines
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def _worst_target(every: Sequence[Row]) -> str:
+    rated = [r for r in every if r["ratio_vs_best_other"] is not None]
+    oom = [r["name"] for r in every if r["celeritas_oom"] and r["best_other"] is not None]
+    worst = max(rated, key=lambda r: r["ratio_vs_best_other"], default=None)
+    over = [r for r in rated if r["ratio_vs_best_other"] > WORST_TARGET]
+    detail = (f"worst {worst['ratio_vs_best_other']:.3f} on {worst['name']} vs {worst['best_other']}"
+              if worst else "no graph rated")
+    extra = f"; {len(over)} graphs over" if over else ""
+    extra += f"; Celeritas OOM on {len(oom)} where another fits" if oom else ""
+    return (f"{_verdict(not over and not oom)} Celeritas never more than {WORST_TARGET - 1:.0%} slower than "
+            f"the best other placer ({detail}{extra})")
+
+
+def _geomean_target(every: Sequence[Row]) -> str:
+    g = geomean([r["ratio_vs_best_other"] for r in every if r["ratio_vs_best_other"] is not None])
+    return (f"{_verdict(g is not None and g <= GEOMEAN_TARGET)} geomean Celeritas / best other "
+            f"{_fmt(g)} over all families (target <= {GEOMEAN_TARGET})")
+
+
+def _optimum_target(rows: Sequence[Row], notes: Sequence[str]) -> str:
+    if "optimal placer not available" in notes:
+        return "SKIP within 1.10x of the MILP optimum on (d): optimal placer not available"
+    proven = [r["optimal"] for r in rows if "optimal" in r and r["optimal"].get("milp_status") == "optimal"
+              and r["optimal"].get("ratio_milp") is not None]
+    if not proven:
+        return "SKIP within 1.10x of the MILP optimum on (d): no MILP proven optimal"
+    worst = max(o["ratio_milp"] for o in proven)
+    return (f"{_verdict(worst <= OPTIMUM_TARGET)} within {OPTIMUM_TARGET:.2f}x of the MILP optimum on (d) "
+            f"(worst {worst:.3f}, no-channel step / MILP objective, {len(proven)} of {len(rows)} proven)")
+
+
+def _bound_target(rows: Sequence[Row]) -> str:
+    ccr0 = [r for r in rows if r["target_ccr"] == 0 and "ratio_vs_lower_bound" in r]
+    worst = max(ccr0, key=lambda r: r["ratio_vs_lower_bound"], default=None)
+    if worst is None:
+        return "SKIP within 1.10x of the lower bound on the CCR-0 DAGs of (c): none ran"
+    return (f"{_verdict(worst['ratio_vs_lower_bound'] <= OPTIMUM_TARGET)} within {OPTIMUM_TARGET:.2f}x of "
+            f"max(critical path, work/devices) on the {len(ccr0)} CCR-0 DAGs of (c) "
+            f"(worst {worst['ratio_vs_lower_bound']:.3f} on {worst['name']})")
+
+
+def _single_target(every: Sequence[Row]) -> str:
+    fits = [r for r in every if r["fits_one_device"] and "ratio_vs_single" in r]
+    slower = [r for r in fits if r["ratio_vs_single"] > 1.0 + 1e-9]
+    worst = max(fits, key=lambda r: r["ratio_vs_single"], default=None)
+    detail = f"worst {worst['ratio_vs_single']:.3f} on {worst['name']}" if worst else "no such graph"
+    return (f"{_verdict(not slower)} no Celeritas placement slower than one device when one device holds "
+            f"the model ({len(fits)} graphs, {len(slower)} slower; {detail})")
+
+
+# ---------------------------------------------------------------------------- main
+def _parse_families(text: str) -> list[str]:
+    aliases = {"training": "a", "inference": "b", "layered": "c", "small": "d"}
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        key = aliases.get(part, part)
+        if key not in FAMILIES:
+            raise CeleritasInputError(f"--families: unknown family {part!r} (known: {', '.join(FAMILIES)})")
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print the tables and targets, write the JSON; exit 0."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default="a,b,c,d",
+                        help="comma-separated families a,b,c,d (default: all)")
+    parser.add_argument("--quick", action="store_true", help="a few instances per family (for tests)")
+    parser.add_argument("--seed", type=int, default=0, help="offset of every generator seed (default: 0)")
+    parser.add_argument("--out", default="build/bench/quality.json", help="figures JSON")
+    args = parser.parse_args(argv)
+    try:
+        families = _parse_families(args.families)
+        if args.seed < 0:
+            raise CeleritasInputError(f"--seed: must be >= 0, got {args.seed}")
+    except CeleritasInputError as exc:
+        parser.error(str(exc))
+    start = time.perf_counter()
+    print(f"Quality benchmark, seed {args.seed}{', quick' if args.quick else ''}", file=sys.stderr)
+    rows, notes = run(families, args.quick, args.seed)
+    placers = [p for p in PLACER_NAMES if placer_of(p)[0] in PLACERS]
+    for note in notes:
+        print(note)
+    if notes:
+        print()
+    summaries = {f: summarize(rows[f], placers) for f in families}
+    for f in families:
+        print_family(f, rows[f], summaries[f], placers)
+    checks = targets(rows, notes)
+    for line in checks:
+        print(line)
+    wall = time.perf_counter() - start
+    doc = {"format": "celeritas-bench-quality/1", "seed": args.seed, "quick": args.quick,
+           "placers": placers, "notes": notes, "wall_seconds": wall,
+           "families": {f: {"title": FAMILIES[f], "summary": summaries[f], "instances": rows[f]}
+                        for f in families},
+           "checks": checks}
+    write_json_atomic(Path(args.out), _json_safe(doc), indent=1)
+    print(f"\nwrote {args.out} ({wall:.1f} s)")
+    return 0
+
+
+def _json_safe(x: Any) -> Any:
+    """Replace non-finite floats by None and numpy scalars by Python numbers."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, str):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+if __name__ == "__main__":
+    sys.exit(main())

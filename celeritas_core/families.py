@@ -1,0 +1,602 @@
+"""Seeded graph families for the placement-quality benchmark (``bench/bench_quality.py``).
+
+Four families, each a list of :class:`Instance` (a graph and the cluster to place it on):
+
+* **a — training steps**: the synthetic TensorFlow training steps of
+  :mod:`celeritas_core.synthetic` (forward, backward, Adam, co-location groups), a few hundred
+  to a few thousand ops, on 2 and 4 devices that each hold 30–60 % of the model's memory (the
+  model does not fit one device, as in the Celeritas paper's evaluation), plus cases where one
+  device holds the whole model.
+* **b — inference graphs with parallel branches**: Inception-like modules
+  (:func:`inception_graph`; Szegedy et al., "Going deeper with convolutions", CVPR 2015, and
+  "Rethinking the Inception architecture", CVPR 2016) and multi-tower graphs
+  (:func:`towers_graph`; Cheng et al., "Wide & Deep learning for recommender systems", DLRS 2016;
+  Ma et al., "Modeling task relationships in multi-task learning with multi-gate
+  mixture-of-experts", KDD 2018). Op times and tensor sizes come from shape arithmetic with the
+  V100-class roofline of :mod:`celeritas_core.synthetic` and seeded noise; no co-location
+  groups; an op's memory is its output tensor.
+* **c — random layered task DAGs** (:func:`layered_dag`) in the style of the classic static
+  scheduling benchmarks: Tobita & Kasahara, "A standard task graph set for fair evaluation of
+  multiprocessor scheduling algorithms", J. Scheduling 5(5), 2002 (the STG set: layered random
+  shapes with a set mean number of predecessors, integer task times), and Davidović & Crainic,
+  "Benchmark-problem instances for static scheduling of task graphs with communication delays on
+  homogeneous multiprocessor systems", Computers & OR 33(8), 2006 (such shapes with
+  communication delays at a chosen CCR). CCR ∈ {0, 0.1, 1, 10}, exact under :func:`layered_cluster`.
+* **d — small graphs** (at most 30 ops) from families b and c at mixed CCR on 2–4 devices,
+  small enough for the exact MILP placer ``optimal``.
+
+Everything is a pure function of its arguments: numpy only, one ``numpy.random.default_rng(seed)``
+per graph, so a seed gives the same graph on every machine. Units: time in µs, memory and tensor
+sizes in bytes. Parameters follow the cited conventions and are fixed here; none was tuned to
+favour a placer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+
+__all__ = [
+    "FAMILIES",
+    "LAYERED_CCRS",
+    "LAYERED_INTERCEPT_US",
+    "LAYERED_SLOPE_US_PER_BYTE",
+    "Instance",
+    "benchmark_instances",
+    "inception_graph",
+    "layered_cluster",
+    "layered_dag",
+    "scale_to_ccr",
+    "towers_graph",
+]
+
+#: Family letter -> title.
+FAMILIES: dict[str, str] = {
+    "a": "training-step graphs",
+    "b": "inference graphs with parallel branches",
+    "c": "random layered task DAGs (STG style)",
+    "d": "small graphs for the exact MILP",
+}
+_ALIASES = {"training": "a", "inference": "b", "layered": "c", "small": "d"}
+
+#: The CCR values of family c (Davidović & Crainic's range, plus 0 = no communication).
+LAYERED_CCRS: tuple[float, ...] = (0.0, 0.1, 1.0, 10.0)
+#: Transfer model of family c: linear in bytes, no fixed latency, so CCR 0 means free transfers.
+LAYERED_SLOPE_US_PER_BYTE = 1e-4
+LAYERED_INTERCEPT_US = 0.0
+
+# ---------------------------------------------------------------------------- cost model
+# The roofline of celeritas_core.synthetic (V100 class), so families a and b price ops alike.
+_FLOPS_PER_US = 1.5e7  # 15 TFLOP/s fp32
+_BYTES_PER_US = 9.0e5  # 900 GB/s device memory
+_HEAVY_LAUNCH_US = 5.0  # Conv2D / MatMul launch
+_ELTWISE_LAUNCH_US = 3.0  # memory-bound op launch
+_SOURCE_US = 0.1  # Placeholder
+_NOISE_SIGMA = 0.25  # log-normal spread of op times
+_FLOAT = 4  # bytes per element
+_TASK_MEMORY_BYTES = 2**20  # family c: 1 MiB per task, small next to any device
+_STG_TIME_RANGE = (1, 100)  # family c: integer task times, µs
+_BRANCH_WIDTHS = (256, 512, 1024, 2048)  # tower widths (features), powers of two as in practice
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    """One benchmark case: a graph, the cluster to place it on, and where it comes from."""
+
+    name: str
+    family: str
+    graph: Graph
+    cluster: Cluster
+    notes: str = ""
+
+    @property
+    def fits_one_device(self) -> bool:
+        """True when device 0 alone holds the whole model's memory."""
+        return bool(self.cluster.memory_bytes[0] >= self.graph.total_memory_bytes)
+
+
+# ---------------------------------------------------------------------------- builder
+class _Dag:
+    """Append-only ops and tensor edges; inputs always precede their consumer (acyclic by design)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.ops: list[str] = []
+        self.base_us: list[float] = []
+        self.out_bytes: list[float] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+
+    def add(self, name: str, op: str, base_us: float, out_bytes: float, inputs: Sequence[int] = ()) -> int:
+        """Add an op with output ``out_bytes`` (bytes) reading ``inputs``; return its index."""
+        i = len(self.names)
+        self.names.append(name)
+        self.ops.append(op)
+        self.base_us.append(base_us)
+        self.out_bytes.append(out_bytes)
+        for j in inputs:
+            self.src.append(j)
+            self.dst.append(i)
+        return i
+
+    def graph(self, name: str, rng: np.random.Generator, meta: dict[str, object]) -> Graph:
+        """Freeze: times get log-normal noise; memory and edge bytes are the producers' outputs."""
+        out = np.rint(np.asarray(self.out_bytes, dtype=np.float64))
+        src = np.asarray(self.src, dtype=np.int64)
+        noise = rng.lognormal(0.0, _NOISE_SIGMA, size=len(self.names))
+        return Graph.from_arrays(
+            name=name, node_names=self.names, ops=self.ops,
+            time_us=np.asarray(self.base_us, dtype=np.float64) * noise, memory_bytes=out,
+            edge_src=src, edge_dst=self.dst, edge_bytes=out[src], meta=meta)
+
+
+def _conv_us(batch: int, pixels: int, kernel: int, c_in: int, c_out: int) -> float:
+    """Time (µs) of a ``kernel``×``kernel`` convolution: 2·B·pixels·k²·Cin·Cout FLOPs at 15 TFLOP/s."""
+    return 2.0 * batch * pixels * kernel * kernel * c_in * c_out / _FLOPS_PER_US + _HEAVY_LAUNCH_US
+
+
+def _matmul_us(batch: int, n_in: int, n_out: int) -> float:
+    """Time (µs) of a dense layer: 2·B·in·out FLOPs at 15 TFLOP/s plus the launch."""
+    return 2.0 * batch * n_in * n_out / _FLOPS_PER_US + _HEAVY_LAUNCH_US
+
+
+def _eltwise_us(nbytes: float) -> float:
+    """Time (µs) of a memory-bound op touching ``nbytes`` bytes at 900 GB/s plus the launch."""
+    return nbytes / _BYTES_PER_US + _ELTWISE_LAUNCH_US
+
+
+def _check_int(value: object, field: str, minimum: int, maximum: int | None = None) -> int:
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
+    if ok and maximum is not None and value > maximum:
+        ok = False
+    if not ok:
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise CeleritasInputError(f"{field}: must be an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def _check_number(value: object, field: str, *, positive: bool = False) -> float:
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
+    if ok:
+        num = float(value)  # type: ignore[arg-type]
+        ok = math.isfinite(num) and (num > 0 if positive else num >= 0)
+    if not ok:
+        raise CeleritasInputError(f"{field}: must be a finite number {'> 0' if positive else '>= 0'}, "
+                                  f"got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- family b
+def inception_graph(
+    *,
+    modules: int = 4,
+    seed: int = 0,
+    batch_size: int = 32,
+    resolution: int = 35,
+    channels: int = 192,
+    modules_per_stage: int = 3,
+    classes: int = 1000,
+    name: str | None = None,
+) -> Graph:
+    """An inference graph of Inception-like modules: parallel conv chains joined by ``ConcatV2``.
+
+    Shape (Szegedy et al. 2015/2016; Inception-v3's 35×35×192 grid after the stem):
+
+    * **stem**: ``input`` (``Placeholder``, B×(4R)²×3) → ``stem/conv_0`` (3×3, stride 2, 32
+      channels) → ``stem/conv_1`` (3×3, stride 2, ``channels`` channels) at R×R;
+    * **modules**: each has one pool branch (``AvgPool`` 3×3 then a 1×1 ``Conv2D``) and 2 or 3
+      conv branches (drawn) whose chain lengths are distinct, drawn from {1, 2, 3, 4}: a 1×1
+      ``Conv2D`` then 3×3 ``Conv2D`` ops; the branches meet in ``ConcatV2``. The first module of
+      every ``modules_per_stage`` after the first stage halves the grid (stride 2 in each
+      branch's first op) and the target width doubles, as at Inception's grid reductions; each
+      branch gets width·U(0.75, 1.25)/branches channels, rounded to a multiple of 16;
+    * **head**: global ``Mean`` → ``MatMul`` (``classes`` outputs) → ``Softmax``.
+
+    Each conv op stands for Conv2D with its bias/batch norm and ReLU fused, as in inference
+    graphs after constant folding and fusion. Costs: ``time_us`` (µs) = FLOPs at 15 TFLOP/s
+    + 5 µs for convs and the dense layer, bytes touched at 900 GB/s + 3 µs for pool, concat and
+    softmax, times log-normal noise (σ = 0.25); ``memory_bytes`` = the op's output (fp32), and
+    each edge carries its producer's output. A module has at most 12 ops, so ``modules`` = 1
+    gives at most 18 ops and 2 at most 30.
+
+    Args:
+        modules: number of Inception modules (>= 1).
+        seed: seed of the branch shapes and of the time noise.
+        batch_size: images per inference batch (tensor sizes scale with it).
+        resolution: R, the grid side after the stem (pixels).
+        channels: the stem's output channels and the first stage's target module width.
+        modules_per_stage: modules between grid reductions.
+        classes: outputs of the classifier.
+        name: graph name (default ``inception-m{modules}-s{seed}``).
+
+    Returns:
+        A :class:`Graph` with ``meta`` ``source``, ``family``, ``seed``, ``batch_size``.
+    """
+    modules = _check_int(modules, "modules", 1)
+    seed = _check_int(seed, "seed", 0)
+    batch = _check_int(batch_size, "batch_size", 1)
+    res = _check_int(resolution, "resolution", 1)
+    width = _check_int(channels, "channels", 1)
+    per_stage = _check_int(modules_per_stage, "modules_per_stage", 1)
+    classes = _check_int(classes, "classes", 1)
+    rng = np.random.default_rng(seed)
+    g = _Dag()
+    side = 4 * res
+    x = g.add("input", "Placeholder", _SOURCE_US, _FLOAT * batch * side * side * 3)
+    x, side, c_in = _conv(g, "stem/conv_0", x, batch, side, 3, 32, kernel=3, stride=2)
+    x, side, c_in = _conv(g, "stem/conv_1", x, batch, side, c_in, width, kernel=3, stride=2)
+    for m in range(modules):
+        stage = m // per_stage
+        stride = 2 if stage > 0 and m % per_stage == 0 else 1
+        x, side, c_in = _inception_module(g, rng, f"module_{m}", x, batch, side, c_in,
+                                          width * 2**stage, stride)
+    pixels = side * side
+    pooled = g.add("head/Mean", "Mean", _eltwise_us(_FLOAT * batch * pixels * c_in), _FLOAT * batch * c_in,
+                   [x])
+    logits = g.add("head/MatMul", "MatMul", _matmul_us(batch, c_in, classes), _FLOAT * batch * classes,
+                   [pooled])
+    g.add("head/Softmax", "Softmax", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
+          [logits])
+    return g.graph(name or f"inception-m{modules}-s{seed}", rng,
+                   {"source": "celeritas_core.families.inception_graph", "family": "b", "seed": seed,
+                    "batch_size": batch, "modules": modules})
+
+
+def _conv(g: _Dag, name: str, x: int, batch: int, side: int, c_in: int, c_out: int, *, kernel: int,
+          stride: int) -> tuple[int, int, int]:
+    """A fused ``Conv2D`` (same padding): returns (node, output side, output channels)."""
+    out_side = max(1, -(-side // stride))
+    pixels = out_side * out_side
+    node = g.add(name, "Conv2D", _conv_us(batch, pixels, kernel, c_in, c_out),
+                 _FLOAT * batch * pixels * c_out, [x])
+    return node, out_side, c_out
+
+
+def _inception_module(g: _Dag, rng: np.random.Generator, prefix: str, x: int, batch: int, side: int,
+                      c_in: int, target: int, stride: int) -> tuple[int, int, int]:
+    """One module: a pool branch plus 2–3 conv chains of distinct lengths, joined by ConcatV2."""
+    conv_branches = int(rng.integers(2, 4))
+    lengths = rng.choice(np.arange(1, 5), size=conv_branches, replace=False).tolist()
+    shares = rng.uniform(0.75, 1.25, size=conv_branches + 1)
+    widths = [max(16, 16 * round(target * s / (conv_branches + 1) / 16)) for s in shares]
+    outs: list[int] = []
+    out_side = side
+    for b, (length, c) in enumerate(zip(lengths, widths[:-1], strict=True)):
+        h, out_side, ch = _conv(g, f"{prefix}/branch_{b}/conv_0", x, batch, side, c_in, c,
+                                kernel=1, stride=stride)
+        for k in range(1, length):
+            h, out_side, ch = _conv(g, f"{prefix}/branch_{b}/conv_{k}", h, batch, out_side, ch, c,
+                                    kernel=3, stride=1)
+        outs.append(h)
+    pool_side = max(1, -(-side // stride))
+    pool_bytes = _FLOAT * batch * pool_side * pool_side * c_in
+    pool = g.add(f"{prefix}/pool/AvgPool", "AvgPool",
+                 _eltwise_us(_FLOAT * batch * side * side * c_in + pool_bytes), pool_bytes, [x])
+    h, out_side, _ = _conv(g, f"{prefix}/pool/conv", pool, batch, pool_side, c_in, widths[-1],
+                           kernel=1, stride=1)
+    outs.append(h)
+    c_out = sum(widths)
+    out_bytes = _FLOAT * batch * out_side * out_side * c_out
+    concat = g.add(f"{prefix}/concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
+    return concat, out_side, c_out
+
+
+def towers_graph(
+    *,
+    towers: int = 4,
+    seed: int = 0,
+    min_depth: int = 1,
+    max_depth: int = 6,
+    batch_size: int = 256,
+    input_features: int = 512,
+    classes: int = 1,
+    name: str | None = None,
+) -> Graph:
+    """A multi-tower inference graph: ``towers`` independent MLP towers from one input, joined at the end.
+
+    The shape of wide-and-deep and multi-head / multi-task models (Cheng et al. 2016; Ma et al.
+    2018): ``input`` (``Placeholder``, B×``input_features``) feeds every tower; tower ``t`` is a
+    chain of ``depth_t`` ~ U{min_depth..max_depth} dense layers (``MatMul`` with bias and ReLU
+    fused) of width ``w_t`` drawn from {256, 512, 1024, 2048}; the towers meet in ``ConcatV2``,
+    then a ``MatMul`` head (``classes`` outputs) and a ``Sigmoid``. Costs as in
+    :func:`inception_graph`: dense layers 2·B·in·out FLOPs at 15 TFLOP/s + 5 µs, memory-bound ops
+    at 900 GB/s + 3 µs, times log-normal noise (σ = 0.25); ``memory_bytes`` = the op's output
+    (fp32); each edge carries its producer's output. Ops: 4 + Σ depth_t.
+
+    Args:
+        towers: number of towers (>= 1).
+        seed: seed of the tower shapes and of the time noise.
+        min_depth, max_depth: range of dense layers per tower (1 <= min <= max).
+        batch_size: examples per inference batch.
+        input_features: width of the shared input.
+        classes: outputs of the head.
+        name: graph name (default ``towers-k{towers}-s{seed}``).
+    """
+    towers = _check_int(towers, "towers", 1)
+    seed = _check_int(seed, "seed", 0)
+    lo = _check_int(min_depth, "min_depth", 1)
+    hi = _check_int(max_depth, "max_depth", lo)
+    batch = _check_int(batch_size, "batch_size", 1)
+    features = _check_int(input_features, "input_features", 1)
+    classes = _check_int(classes, "classes", 1)
+    rng = np.random.default_rng(seed)
+    g = _Dag()
+    x = g.add("input", "Placeholder", _SOURCE_US, _FLOAT * batch * features)
+    outs: list[int] = []
+    total = 0
+    for t in range(towers):
+        depth = int(rng.integers(lo, hi + 1))
+        w = int(rng.choice(_BRANCH_WIDTHS))
+        h, n_in = x, features
+        for k in range(depth):
+            h = g.add(f"tower_{t}/dense_{k}", "MatMul", _matmul_us(batch, n_in, w), _FLOAT * batch * w, [h])
+            n_in = w
+        outs.append(h)
+        total += w
+    out_bytes = _FLOAT * batch * total
+    concat = g.add("concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
+    logits = g.add("head/MatMul", "MatMul", _matmul_us(batch, total, classes), _FLOAT * batch * classes,
+                   [concat])
+    g.add("head/Sigmoid", "Sigmoid", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
+          [logits])
+    return g.graph(name or f"towers-k{towers}-s{seed}", rng,
+                   {"source": "celeritas_core.families.towers_graph", "family": "b", "seed": seed,
+                    "batch_size": batch, "towers": towers})
+
+
+# ---------------------------------------------------------------------------- family c
+def layered_cluster(num_devices: int, memory_bytes: float) -> Cluster:
+    """``num_devices`` identical devices with the family-c transfer model (1e-4 µs/B, 0 µs latency)."""
+    return Cluster.homogeneous(num_devices, memory_bytes, slope_us_per_byte=LAYERED_SLOPE_US_PER_BYTE,
+                               intercept_us=LAYERED_INTERCEPT_US)
+
+
+def layered_dag(
+    *,
+    tasks: int,
+    ccr: float,
+    seed: int = 0,
+    mean_predecessors: float = 3.0,
+    shape: float = 1.0,
+    task_memory_bytes: float = _TASK_MEMORY_BYTES,
+    name: str | None = None,
+) -> Graph:
+    """A random layered task DAG (STG style) with an exact CCR under :func:`layered_cluster`.
+
+    Construction (Tobita & Kasahara 2002; Davidović & Crainic 2006; layer count and widths as in
+    Topcuoglu, Hariri & Wu, "Performance-effective and low-complexity task scheduling for
+    heterogeneous computing", IEEE TPDS 13(3), 2002):
+
+    * ``L = max(2, round(sqrt(tasks) / shape))`` layers; the widths are a random composition of
+      ``tasks`` (every layer >= 1 task, the rest split by uniform random weights);
+    * every task after the first layer reads one task of the previous layer (so the depth is L)
+      and Poisson(``mean_predecessors`` − 1) more tasks drawn from all earlier layers (edges only
+      go forward, never within a layer);
+    * task times are integers uniform on [1, 100] µs (integer processing times from a uniform
+      range, as in the STG set; the range [1, 100] is this benchmark's choice);
+    * edge weights are integers uniform on [1, 100], then every edge's bytes are scaled by one
+      factor so that Σ transfer time / Σ task time = ``ccr`` exactly with 1e-4 µs/byte and no
+      latency (``ccr`` = 0 gives 0-byte edges, i.e. free transfers). Bytes are not rounded;
+    * every task holds ``task_memory_bytes`` (default 1 MiB): memory is not the constraint here.
+
+    Args:
+        tasks: number of tasks (>= 2).
+        ccr: communication-to-computation ratio (>= 0), as :func:`celeritas_core.levels.ccr`
+            computes it on :func:`layered_cluster`.
+        seed: seed of the shape, times and edge weights.
+        mean_predecessors: mean in-degree of a non-entry task (>= 1; the STG "samepred"/"layrpred"
+            methods fix this mean; 3 by default).
+        shape: HEFT's α: > 1 gives wide shallow graphs, < 1 narrow deep ones.
+        task_memory_bytes: memory of each task (bytes).
+        name: graph name (default ``layered-n{tasks}-ccr{ccr:g}-s{seed}``).
+    """
+    n = _check_int(tasks, "tasks", 2)
+    target = _check_number(ccr, "ccr")
+    seed = _check_int(seed, "seed", 0)
+    mean_pred = _check_number(mean_predecessors, "mean_predecessors")
+    if mean_pred < 1:
+        raise CeleritasInputError(f"mean_predecessors: must be >= 1, got {mean_predecessors!r}")
+    alpha = _check_number(shape, "shape", positive=True)
+    memory = _check_number(task_memory_bytes, "task_memory_bytes")
+    rng = np.random.default_rng(seed)
+    layers = _layer_widths(rng, n, min(n, max(2, round(math.sqrt(n) / alpha))))
+    src, dst = _layered_edges(rng, layers, mean_pred)
+    lo, hi = _STG_TIME_RANGE
+    times = rng.integers(lo, hi + 1, size=n).astype(np.float64)
+    weights = rng.integers(lo, hi + 1, size=len(src)).astype(np.float64)
+    scale = target * times.sum() / (LAYERED_SLOPE_US_PER_BYTE * weights.sum()) if target > 0 else 0.0
+    layer_of = np.repeat(np.arange(len(layers)), layers)
+    return Graph.from_arrays(
+        name=name or f"layered-n{n}-ccr{target:g}-s{seed}",
+        node_names=[f"L{layer_of[i]}/t{i}" for i in range(n)], ops=["Task"] * n, time_us=times,
+        memory_bytes=np.full(n, memory), edge_src=src, edge_dst=dst, edge_bytes=weights * scale,
+        meta={"source": "celeritas_core.families.layered_dag", "family": "c", "seed": seed,
+              "target_ccr": target, "layers": len(layers), "mean_predecessors": mean_pred})
+
+
+def _layer_widths(rng: np.random.Generator, n: int, layers: int) -> list[int]:
+    """A random composition of ``n`` into ``layers`` positive parts."""
+    weights = rng.uniform(0.0, 1.0, size=layers) + 1e-12
+    extra = rng.multinomial(n - layers, weights / weights.sum())
+    return (1 + extra).astype(int).tolist()
+
+
+def _layered_edges(rng: np.random.Generator, layers: list[int],
+                   mean_pred: float) -> tuple[list[int], list[int]]:
+    """Edges into every non-entry task: one from the previous layer, Poisson(mean−1) from earlier ones."""
+    src: list[int] = []
+    dst: list[int] = []
+    start = layers[0]
+    for layer in range(1, len(layers)):
+        prev_lo = start - layers[layer - 1]
+        for v in range(start, start + layers[layer]):
+            first = int(rng.integers(prev_lo, start))
+            extra = min(int(rng.poisson(mean_pred - 1.0)), start - 1)
+            others = rng.choice(start - 1, size=extra, replace=False) if extra else np.empty(0, int)
+            preds = [first, *(int(u) + (u >= first) for u in others)]  # skip ``first``: no duplicates
+            src.extend(preds)
+            dst.extend([v] * len(preds))
+        start += layers[layer]
+    return src, dst
+
+
+def scale_to_ccr(graph: Graph, ccr: float, cluster: Cluster) -> Graph:
+    """The same graph with every edge's bytes times one factor so that ``levels.ccr`` equals ``ccr``.
+
+    Σ transfer = slope·s·Σ bytes + intercept·edges (µs), solved for ``s`` exactly (bytes are not
+    rounded). Raises :class:`CeleritasInputError` when the latency alone exceeds ``ccr`` or the
+    graph has no bytes to scale.
+    """
+    target = _check_number(ccr, "ccr")
+    work = graph.total_time_us
+    fixed = cluster.intercept_us * graph.num_edges
+    total = float(graph.edge_bytes.sum())
+    need = target * work - fixed
+    if work <= 0 or need < 0 or (need > 0 and (total <= 0 or cluster.slope_us_per_byte <= 0)):
+        raise CeleritasInputError(f"cannot reach CCR {target:g} for {graph.name!r} with this transfer model")
+    scale = need / (cluster.slope_us_per_byte * total) if need > 0 else 0.0
+    return Graph.from_arrays(
+        name=graph.name, node_names=graph.node_names, ops=graph.ops, time_us=graph.time_us,
+        memory_bytes=graph.memory_bytes, colocation=graph.colocation, edge_src=graph.edge_src,
+        edge_dst=graph.edge_dst, edge_bytes=graph.edge_bytes * scale,
+        edge_src_output=graph.edge_src_output, meta={**graph.meta, "target_ccr": target},
+        check_acyclic=False)
+
+
+# ---------------------------------------------------------------------------- instances
+def benchmark_instances(family: str, *, quick: bool = False, seed: int = 0) -> list[Instance]:
+    """The benchmark's instances of ``family`` (``"a"``–``"d"`` or ``training``, ``inference``,
+    ``layered``, ``small``); ``quick`` keeps a handful for tests; ``seed`` offsets every
+    generator seed."""
+    key = _ALIASES.get(family, family)
+    if key not in FAMILIES:
+        raise CeleritasInputError(
+            f"unknown family {family!r} (known: {', '.join(FAMILIES)} or {', '.join(_ALIASES)})")
+    seed = _check_int(seed, "seed", 0)
+    return _BUILDERS[key](quick, seed)
+
+
+def _training_instances(quick: bool, seed: int) -> list[Instance]:
+    """Family a: synthetic training steps on devices holding 30–60 % of the model, or all of it."""
+    from celeritas_core.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
+
+    def medium_mlp(s: int) -> Graph:  # transformer-like: Q/K/V projections, layer norm, residuals
+        return training_step_graph(layers=10, width=512, seed=s, name="mlp-qkv", branches=3,
+                                   kernel="MatMul", join="add", residual=True, norm=True,
+                                   extra_elementwise=2, reshapes=1, batch_size=16, positions=128,
+                                   classes=1000)
+
+    def medium_conv(s: int) -> Graph:  # inception-like: 4 conv branches, batch norm, 2 grid reductions
+        return training_step_graph(layers=12, width=128, seed=s, name="conv-inception", branches=4,
+                                   kernel="Conv2D", join="concat", norm=True, batch_size=32,
+                                   positions=35 * 35, stages=2, classes=1000)
+
+    def holo(s: int) -> Graph:
+        return paper_shaped_graph("tensor_holography", seed=s)
+
+    # (graph builder, seed offset, devices, fraction of the model's memory per device)
+    plan: list[tuple[Callable[[int], Graph], int, int, float]] = [
+        (small_training_graph, 0, 2, 0.6), (small_training_graph, 0, 4, 0.3),
+        (small_training_graph, 0, 2, 1.25),
+    ]
+    if not quick:
+        plan += [
+            (small_training_graph, 1, 2, 0.6), (small_training_graph, 1, 4, 0.3),
+            (small_training_graph, 2, 2, 0.6), (small_training_graph, 2, 4, 0.45),
+            (medium_mlp, 0, 2, 0.6), (medium_mlp, 0, 4, 0.3), (medium_mlp, 1, 4, 0.45),
+            (medium_mlp, 1, 4, 1.25),
+            (medium_conv, 0, 2, 0.6), (medium_conv, 0, 4, 0.3), (medium_conv, 1, 4, 1.25),
+            (holo, 0, 4, 0.3), (holo, 0, 2, 0.6), (holo, 0, 4, 1.25),
+        ]
+    cache: dict[tuple[str, int], Graph] = {}
+    out = []
+    for build, offset, devices, share in plan:
+        key = (build.__name__, offset)
+        if key not in cache:
+            cache[key] = build(seed + offset)
+        graph = cache[key]
+        cluster = Cluster.homogeneous(devices, share * graph.total_memory_bytes)
+        out.append(Instance(f"{graph.name}-s{seed + offset}/{devices}x{share:.0%}", "a", graph, cluster,
+                            f"{devices} devices x {share:.0%} of model memory, default transfer model"))
+    return out
+
+
+def _inference_instances(quick: bool, seed: int) -> list[Instance]:
+    """Family b: Inception-like and multi-tower graphs on 2/4 devices, ample or tight memory."""
+    graphs = [inception_graph(modules=4, seed=seed), towers_graph(towers=4, seed=seed + 1)]
+    if not quick:
+        graphs += [inception_graph(modules=8, seed=seed + 2), inception_graph(modules=12, seed=seed + 3),
+                   towers_graph(towers=2, seed=seed + 4), towers_graph(towers=8, seed=seed + 5),
+                   towers_graph(towers=16, seed=seed + 6)]
+    # (devices, memory per device as a fraction of the model): ample, and tight on 4 devices
+    setups = [(2, 1.0), (4, 1.0), (4, 0.4)] if not quick else [(2, 1.0)]
+    out = []
+    for graph in graphs:
+        for devices, share in setups:
+            cluster = Cluster.homogeneous(devices, share * graph.total_memory_bytes)
+            out.append(Instance(f"{graph.name}/{devices}x{share:.0%}", "b", graph, cluster,
+                                f"{devices} devices x {share:.0%} of model memory, default transfer model"))
+    return out
+
+
+def _layered_instances(quick: bool, seed: int) -> list[Instance]:
+    """Family c: tasks x CCR x devices; every device holds the whole DAG (memory is no constraint)."""
+    sizes, devices = ((50,), (2, 4)) if quick else ((50, 100, 200, 500), (2, 4, 8))
+    ccrs = (0.0, 1.0) if quick else LAYERED_CCRS
+    out = []
+    k = 0
+    for n in sizes:
+        for target in ccrs:
+            for d in devices:
+                graph = layered_dag(tasks=n, ccr=target, seed=seed + k)
+                k += 1
+                cluster = layered_cluster(d, graph.total_memory_bytes)
+                out.append(Instance(f"{graph.name}/{d}dev", "c", graph, cluster,
+                                    f"{d} devices, ample memory, 1e-4 µs/B and no latency"))
+    return out
+
+
+def _small_instances(quick: bool, seed: int) -> list[Instance]:
+    """Family d: graphs of at most 30 ops from families b and c at mixed CCR on 2–4 devices."""
+    # (kind, size, CCR, devices); CCR None keeps the graph's own (shape-arithmetic) CCR
+    plan: list[tuple[str, int, float | None, int]] = [
+        ("layered", 10, 1.0, 2), ("inception", 1, None, 2),
+    ]
+    if not quick:
+        plan += [
+            ("layered", 12, 0.1, 3), ("layered", 14, 10.0, 2), ("layered", 16, 0.0, 4),
+            ("layered", 20, 1.0, 4), ("towers", 3, None, 3), ("towers", 4, 1.0, 2),
+            ("inception", 1, 1.0, 4),
+        ]
+    out = []
+    for k, (kind, size, target, devices) in enumerate(plan):
+        s = seed + 1000 + k
+        if kind == "layered":
+            graph = layered_dag(tasks=size, ccr=target or 0.0, seed=s, name=f"small-layered-n{size}-s{s}")
+            cluster = layered_cluster(devices, graph.total_memory_bytes)
+        else:
+            graph = (inception_graph(modules=size, seed=s, name=f"small-inception-m{size}-s{s}")
+                     if kind == "inception" else
+                     towers_graph(towers=size, max_depth=4, seed=s, name=f"small-towers-k{size}-s{s}"))
+            cluster = Cluster.homogeneous(devices, graph.total_memory_bytes)
+            if target is not None:
+                graph = scale_to_ccr(graph, target, cluster)
+        ccr_text = "own CCR" if target is None else f"CCR {target:g}"
+        out.append(Instance(f"{graph.name}/{devices}dev", "d", graph, cluster,
+                            f"{graph.num_nodes} ops, {ccr_text}, {devices} devices, ample memory"))
+    return out
+
+
+_BUILDERS: dict[str, Callable[[bool, int], list[Instance]]] = {
+    "a": _training_instances,
+    "b": _inference_instances,
+    "c": _layered_instances,
+    "d": _small_instances,
+}

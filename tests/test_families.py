@@ -1,0 +1,262 @@
+"""The benchmark graph families: determinism, shape, sizes, exact CCR, the generate CLI, the bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from celeritas_core.cli import main
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.families import (
+    FAMILIES,
+    LAYERED_CCRS,
+    benchmark_instances,
+    inception_graph,
+    layered_cluster,
+    layered_dag,
+    scale_to_ccr,
+    towers_graph,
+)
+from celeritas_core.formats import load_graph
+from celeritas_core.graph import Graph
+from celeritas_core.levels import ccr
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _same(a: Graph, b: Graph) -> bool:
+    return (a.node_names == b.node_names and a.ops == b.ops
+            and np.array_equal(a.time_us, b.time_us) and np.array_equal(a.memory_bytes, b.memory_bytes)
+            and np.array_equal(a.edge_src, b.edge_src) and np.array_equal(a.edge_dst, b.edge_dst)
+            and np.array_equal(a.edge_bytes, b.edge_bytes))
+
+
+GENERATORS = {
+    "layered": lambda seed: layered_dag(tasks=80, ccr=1.0, seed=seed),
+    "inception": lambda seed: inception_graph(modules=5, seed=seed),
+    "towers": lambda seed: towers_graph(towers=5, seed=seed),
+}
+
+
+# ---------------------------------------------------------------------------- generators
+@pytest.mark.parametrize("kind", list(GENERATORS))
+def test_generators_are_deterministic_per_seed_and_acyclic(kind):
+    make = GENERATORS[kind]
+    a, b, c = make(3), make(3), make(4)
+    assert _same(a, b)
+    assert not _same(a, c)
+    assert len(a.topological_order) == a.num_nodes
+    assert np.all(a.edge_src < a.edge_dst)  # inputs precede consumers: acyclic by construction
+    assert np.all(a.time_us > 0) and np.all(a.memory_bytes >= 0)
+    assert all(group is None for group in a.colocation)
+
+
+@pytest.mark.parametrize("tasks", [2, 3, 10, 50, 333])
+def test_layered_size_and_edges_only_go_to_later_layers(tasks):
+    g = layered_dag(tasks=tasks, ccr=1.0, seed=tasks)
+    assert g.num_nodes == tasks
+    layer = np.array([int(name.split("/")[0][1:]) for name in g.node_names])
+    assert np.all(layer[g.edge_src] < layer[g.edge_dst])
+    assert set(layer.tolist()) == set(range(g.meta["layers"]))
+    # every non-entry task has a predecessor in the previous layer
+    for v in np.flatnonzero(layer > 0):
+        assert (layer[g.pred_idx[g.pred_ptr[v]:g.pred_ptr[v + 1]]] == layer[v] - 1).any()
+    times = g.time_us
+    assert np.all(times == np.rint(times)) and times.min() >= 1 and times.max() <= 100
+    pairs = set(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
+    assert len(pairs) == g.num_edges  # no duplicate edges
+
+
+@pytest.mark.parametrize("target", [*LAYERED_CCRS, 0.37, 25.0])
+@pytest.mark.parametrize("tasks", [10, 120, 500])
+def test_layered_ccr_is_exact(target, tasks):
+    g = layered_dag(tasks=tasks, ccr=target, seed=7)
+    got = ccr(g, layered_cluster(4, 1e12))
+    if target == 0:
+        assert got == 0.0 and not g.edge_bytes.any()
+    else:
+        assert abs(got - target) <= 1e-9 * target
+
+
+def test_scale_to_ccr_is_exact_with_latency():
+    g = towers_graph(towers=3, seed=1)
+    cluster = Cluster.homogeneous(2, 1e12)
+    assert abs(ccr(scale_to_ccr(g, 1.0, cluster), cluster) - 1.0) < 1e-9
+    with pytest.raises(CeleritasInputError, match="cannot reach CCR"):
+        scale_to_ccr(g, 1e-6, cluster)  # the 25 µs latencies alone exceed it
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_inception_module_branches_are_pairwise_unreachable(seed):
+    g = inception_graph(modules=3, seed=seed)
+    nxg = nx.DiGraph(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
+    concats = [i for i, op in enumerate(g.ops) if op == "ConcatV2"]
+    assert len(concats) == 3
+    for c in concats:
+        branch_ends = list(nxg.predecessors(c))
+        assert 3 <= len(branch_ends) <= 4
+        for u, v in combinations(branch_ends, 2):
+            assert not nx.has_path(nxg, u, v) and not nx.has_path(nxg, v, u)
+        start = _module_input(nxg, c)
+        lengths = [len(nx.shortest_path(nxg, start, e)) - 1 for e in branch_ends]
+        assert len(set(lengths)) > 1 and min(lengths) >= 1 and max(lengths) <= 4  # chains differ
+    assert g.num_nodes <= 6 + 12 * 3
+
+
+def _module_input(nxg: nx.DiGraph, concat: int) -> int:
+    """The node every branch of the module ending in ``concat`` starts from."""
+    ends = list(nxg.predecessors(concat))
+    common = set.intersection(*(nx.ancestors(nxg, e) for e in ends))
+    return max(common, key=lambda u: len(nx.ancestors(nxg, u)))
+
+
+@pytest.mark.parametrize(("towers", "seed"), [(1, 0), (3, 1), (8, 2)])
+def test_towers_are_independent_and_sized(towers, seed):
+    g = towers_graph(towers=towers, seed=seed, min_depth=2, max_depth=5)
+    assert 4 + 2 * towers <= g.num_nodes <= 4 + 5 * towers
+    nxg = nx.DiGraph(zip(g.edge_src.tolist(), g.edge_dst.tolist(), strict=True))
+    concat = g.index["concat"]
+    ends = list(nxg.predecessors(concat))
+    assert len(ends) == towers
+    for u, v in combinations(ends, 2):
+        assert not nx.has_path(nxg, u, v) and not nx.has_path(nxg, v, u)
+    assert set(nxg.successors(g.index["input"])) == {g.index[f"tower_{t}/dense_0"] for t in range(towers)}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_two_inception_modules_fit_in_30_ops(seed):
+    assert inception_graph(modules=2, seed=seed).num_nodes <= 30
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: layered_dag(tasks=1, ccr=1.0), "tasks: must be an integer >= 2"),
+    (lambda: layered_dag(tasks=10, ccr=-1.0), "ccr: must be a finite number >= 0"),
+    (lambda: layered_dag(tasks=10, ccr=float("inf")), "ccr: must be a finite number"),
+    (lambda: layered_dag(tasks=10, ccr=1.0, mean_predecessors=0.5), "mean_predecessors: must be >= 1"),
+    (lambda: inception_graph(modules=0), "modules: must be an integer >= 1"),
+    (lambda: towers_graph(towers=2, min_depth=3, max_depth=2), "max_depth: must be an integer >= 3"),
+    (lambda: benchmark_instances("z"), "unknown family 'z'"),
+])
+def test_bad_values_are_input_errors(call, message):
+    with pytest.raises(CeleritasInputError, match=message):
+        call()
+
+
+# ---------------------------------------------------------------------------- instances
+def test_small_family_has_at_most_30_ops_on_2_to_4_devices():
+    for quick in (True, False):
+        instances = benchmark_instances("d", quick=quick)
+        assert instances
+        for inst in instances:
+            assert inst.family == "d" and inst.graph.num_nodes <= 30
+            assert 2 <= inst.cluster.num_devices <= 4 and inst.fits_one_device
+
+
+def test_layered_family_grid():
+    instances = benchmark_instances("layered")
+    assert {i.cluster.num_devices for i in instances} == {2, 4, 8}
+    assert {i.graph.meta["target_ccr"] for i in instances} == set(LAYERED_CCRS)
+    assert all(50 <= i.graph.num_nodes <= 500 and i.fits_one_device for i in instances)
+    assert all(i.cluster.intercept_us == 0 for i in instances)
+
+
+def test_training_and_inference_families_memory_setups():
+    a = benchmark_instances("a")
+    tight = [i for i in a if not i.fits_one_device]
+    assert tight and any(i.fits_one_device for i in a)
+    for inst in tight:
+        share = inst.cluster.memory_bytes[0] / inst.graph.total_memory_bytes
+        assert inst.cluster.num_devices in (2, 4) and 0.3 - 1e-9 <= share <= 0.6 + 1e-9
+    assert any(i.graph.name == "tensor_holography" and i.graph.num_nodes == 3810 for i in a)
+    b = benchmark_instances("b", quick=True)
+    assert b and all(i.family == "b" for i in b)
+    assert len(benchmark_instances("a", quick=True)) < len(a)
+    assert set(FAMILIES) == {"a", "b", "c", "d"}
+
+
+# ---------------------------------------------------------------------------- the generate CLI
+@pytest.mark.parametrize("argv", [
+    ["layered", "--tasks", "60", "--ccr", "1", "--seed", "3"],
+    ["layered", "--tasks", "40", "--ccr", "0", "--mean-predecessors", "2"],
+    ["inception-modules", "--modules", "2", "--batch-size", "8"],
+    ["towers", "--towers", "3"],
+])
+def test_generate_writes_loadable_graphs(argv, tmp_path, capsys):
+    out = tmp_path / "g.json"
+    assert main(["generate", *argv, "--out", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    graph = load_graph(out)
+    if argv[0] == "layered":
+        assert graph.num_nodes == int(argv[2])
+        assert abs(ccr(graph, layered_cluster(2, 1e12)) - float(argv[4])) < 1e-9
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["layered", "--tasks", "1"], "--tasks: must be an integer >= 2, got 1"),
+    (["layered", "--ccr", "-0.5"], "--ccr: must be a finite number >= 0"),
+    (["layered", "--ccr", "nan"], "--ccr: must be a finite number >= 0"),
+    (["towers", "--towers", "0"], "--towers: must be an integer >= 1"),
+    (["towers", "--tasks", "5"], "--tasks: applies to layered only"),
+    (["inception-modules", "--seed", "-1"], "--seed: must be an integer >= 0"),
+])
+def test_generate_rejects_bad_values_with_exit_2(argv, message, tmp_path, capsys):
+    out = tmp_path / "g.json"
+    assert main(["generate", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_generate_rejects_unknown_kind(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["generate", "ring", "--out", str(tmp_path / "g.json")])
+    assert exc.value.code == 2 and "invalid choice: 'ring'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the benchmark
+def test_bench_quality_quick_runs_and_writes_json(tmp_path):
+    out = tmp_path / "quality.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_quality.py"), "--quick",
+                           "--families", "c", "--out", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "== (c)" in proc.stdout and "CCR-0 DAGs" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert {"format", "seed", "quick", "placers", "notes", "families", "checks", "wall_seconds"} <= set(doc)
+    fam = doc["families"]["c"]
+    assert {"title", "summary", "instances"} <= set(fam)
+    assert {"graphs", "geomean_vs_best_other", "worst_vs_best_other", "worst_graph", "worst_beaten_by",
+            "geomean_vs_lower_bound_ccr0", "placement_seconds"} <= set(fam["summary"])
+    assert fam["summary"]["graphs"] == len(fam["instances"]) > 0
+    row = fam["instances"][0]
+    assert {"name", "nodes", "devices", "ccr", "placers", "best_other", "ratio_vs_best_other",
+            "lower_bound_us", "single_device_time_us"} <= set(row)
+    assert "celeritas" in row["placers"] and "step_time_us" in row["placers"]["celeritas"]
+    assert all(line.split()[0] in ("PASS", "MISS", "SKIP") for line in doc["checks"])
+
+
+def test_bench_quality_without_optimal_says_so(tmp_path):
+    out = tmp_path / "quality.json"
+    script = ("import sys, runpy; from celeritas_core.placers import PLACERS; "
+              "PLACERS.pop('optimal', None); PLACERS.pop('heft', None); "
+              f"sys.argv = ['bench_quality.py', '--quick', '--families', 'd', '--out', {str(out)!r}]; "
+              f"runpy.run_path({str(ROOT / 'bench' / 'bench_quality.py')!r}, run_name='__main__')")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "optimal placer not available" in proc.stdout
+    assert "placer 'heft' is not registered: skipped" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert "heft" not in doc["placers"] and "optimal placer not available" in doc["notes"]
+    assert any(line.startswith("SKIP") and "MILP optimum" in line for line in doc["checks"])
