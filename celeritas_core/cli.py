@@ -334,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="per-cluster memory cap as a fraction of device memory "
                         f"(default {DEFAULT_MEMORY_FRACTION})")
     p.add_argument("--refine", type=int, choices=(0, 1), default=None,
-                   help="celeritas placer: 1 (default) also tries min-cut partitions of the coarse "
-                        "graph and keeps the fastest; 0 is the paper's Adjusting Placement alone")
+                   help="celeritas placer: 1 (default) also tries min-cut and multilevel partitions, "
+                        "list schedules and one device, keeps the fastest replay and improves it "
+                        "by a critical-path search; 0 is the paper's Adjusting Placement alone")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="any other placer parameter (repeatable; `celeritas placers` lists them)")
     p.add_argument("--out", metavar="FILE",
@@ -380,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--memory-fraction", dest="memory_fraction", type=float, default=None, metavar="F",
                    help=f"per-cluster memory cap of the fusion placers (default {DEFAULT_MEMORY_FRACTION})")
     c.add_argument("--refine", type=int, choices=(0, 1), default=None,
-                   help="celeritas placer's communication refinement (default 1)")
+                   help="celeritas placer's candidates and search beyond the paper (default 1)")
     c.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a placer parameter, passed to every placer that accepts it (repeatable; "
                         "`celeritas placers` lists them), e.g. --param threshold=0.4")

@@ -27,7 +27,7 @@ from celeritas_core.placement import Placement
 from celeritas_core.units import format_bytes, format_us
 
 #: Placers run by ``celeritas compare`` when none are named: every baseline and Celeritas.
-DEFAULT_PLACERS = ("single", "metis", "m-topo", "m-etf", "m-sct", "order-place", "celeritas")
+DEFAULT_PLACERS = ("single", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "celeritas")
 
 #: Called before each placer runs: ``(index, total, placer_name)``; and once more at the end
 #: with ``index == total`` and an empty name.

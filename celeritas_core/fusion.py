@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import anchored_memory, colocation_anchor
+from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.orders import cpd_topo_order
@@ -51,6 +51,10 @@ class Fusion:
     def num_clusters(self) -> int:
         """Number of clusters (coarse nodes)."""
         return len(self.bounds) - 1
+
+    def to_fine(self, coarse_devices: np.ndarray) -> np.ndarray:
+        """Device per op from a device per cluster, co-location members on their anchor's device."""
+        return apply_colocation(coarse_devices[self.cluster_of], self.anchor)
 
     def members(self, k: int) -> np.ndarray:
         """Fine node indices of cluster ``k``, in order."""
@@ -131,11 +135,12 @@ def optimal_breakpoints(
     s_pad[R] = 0.0
     count_pad = np.zeros(n + 1 + R, dtype=np.int64)  # clusters of the optimum ending at j
     choice = np.zeros(n + 1, dtype=np.int64)
+    no_count = np.iinfo(np.int64).max
     for j in range(1, n + 1):
         vals = cost_by_end[j] + s_pad[j:j + R]
         best = vals.min()
         near = vals <= best + tolerance
-        counts = np.where(near, count_pad[j:j + R], np.iinfo(np.int64).max)
+        counts = np.where(near, count_pad[j:j + R], no_count)
         t = int(counts.argmin())  # first minimum: the longest segment among the fewest clusters
         s_pad[R + j] = vals[t]
         count_pad[R + j] = counts[t] + 1

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "order-place", "single"]
+PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single"]
 
 #: field name → JSON schema (with ``default``, ``title``, ``description`` and ``section``).
 FIELDS: dict[str, dict[str, Any]] = {

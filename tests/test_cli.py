@@ -41,7 +41,8 @@ def test_place_prints_summary_and_writes_placement(graph_file, tmp_path, capsys)
         assert text in out
     doc = json.loads(out_file.read_text())
     assert doc["format"] == "celeritas-placement/1" and doc["placer"] == "celeritas"
-    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": 1}
+    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": 1, "search_seconds": 1.0,
+                             "search_budget": 300_000}
     assert len(doc["assignment"]) == 41 and doc["oom"] is False
     assert doc["assignment"]["w0"] == doc["assignment"]["n29"]
 
@@ -138,7 +139,7 @@ def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                            "--placer", "m-sct", "--param", "threshold=0.3", "--out", str(out_file)], capsys)
     assert code == 0, err
-    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3}
+    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": 1}
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                          "--refine", "0", "--out", str(out_file)], capsys)
     assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0

@@ -189,6 +189,7 @@ def test_refinement_is_never_slower_than_adjusting_placement(seed):
     from celeritas_core.colocation import apply_colocation
     from celeritas_core.fusion import optimal_operation_fusion
     from celeritas_core.levels import cpath, edge_comm_us
+    from celeritas_core.local_search import CandidatePool
     from celeritas_core.orders import cpd_topo_order
     from celeritas_core.placers.celeritas import adjusting_placement, communication_refinement
 
@@ -206,9 +207,13 @@ def test_refinement_is_never_slower_than_adjusting_placement(seed):
     comm = edge_comm_us(coarse, cluster)
     order = cpd_topo_order(coarse, comm, cpath=cpath(coarse, comm))
     adjusted = adjusting_placement(coarse, cluster, order)
-    refined, _ = communication_refinement(g, fusion, cluster, order, adjusted)
-
     adjusted_fine = apply_colocation(adjusted[fusion.cluster_of], fusion.anchor)
+    pool = CandidatePool(g, cluster)
+    pool.add("adjusting", adjusted_fine)
+    communication_refinement(g, fusion, cluster, order, pool)
+    assert any(c.name.endswith("+refined") for c in pool.candidates)
+    refined = pool.best.assignment
+
     used = np.bincount(refined, weights=g.memory_bytes, minlength=3)
     assert np.all(used <= cluster.memory_bytes)
     assert colocation_respected(g, refined)

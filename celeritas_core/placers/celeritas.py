@@ -7,6 +7,7 @@ to their anchor's device.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
@@ -14,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import apply_colocation
 from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.local_search import CandidatePool, critical_path_search
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
 
@@ -134,119 +135,187 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
 
 
 def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, order: np.ndarray,
-                             adjusted: np.ndarray) -> tuple[np.ndarray, str]:
-    """Improve on Adjusting Placement by two-level min-cut partitioning; keep whatever the
-    simulator finds fastest (placements that fit memory first). Returns fine devices and a name.
+                             pool: CandidatePool) -> None:
+    """Offer ``pool`` two-level min-cut partitions that keep heavy tensors on one device.
 
     The fused coarse graph is the coarse level. For every device count from the fewest whose
     memory holds the graph up to all devices (the largest ones), contiguous capacity-proportional
     runs of the coarse CPD-TOPO ``order`` and of the spectral order are refined by
     Fiduccia–Mattheyses passes on the transfer time (µs) of cut edges; the coarse simulation
     picks the better seed per device count (at the device count that wins on the ops, the other
-    seeds are replayed on the ops too, since the coarse replay only approximates it). These
-    candidates and Adjusting Placement's own placement ``adjusted`` (coarse devices) are replayed
-    on the op graph (co-location applied), and the fastest is refined
-    there, where co-location groups move as one unit and each tensor is a net whose cost is one
-    transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`). The result
-    is the fastest replay of all: ``adjusting``, ``min-cut/SEED/DEVICES`` or ``NAME+refined``.
+    seeds are replayed on the ops too, since the coarse replay only approximates it). The fastest
+    candidate in ``pool`` so far (Adjusting Placement's among them) is then refined on the op
+    graph, where co-location groups move as one unit and each tensor is a net whose cost is one
+    transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`). Offers
+    ``min-cut/SEED/DEVICES`` and ``NAME+refined``.
     """
+    if fusion.coarse.num_nodes < 2 or cluster.num_devices < 2:
+        return
+    runners_up = _min_cut_candidates(fusion, cluster, order, pool)
+    winner = pool.best
+    for name, fine in runners_up.get(winner.name, []):
+        pool.add(name, fine)
+    refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+
+
+def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool: CandidatePool) -> None:
+    """Offer ``pool.best`` improved by :func:`~celeritas_core.partition.connectivity_refine` on the
+    ops (co-location groups contracted to their ``anchor``, tensors as nets), unless it already is."""
+    from celeritas_core.partition import connectivity_refine, tensor_nets
+
+    winner = pool.best
+    if cluster.num_devices < 2 or winner.name.endswith("+refined"):
+        return
+    units, unit_of = np.unique(anchor, return_inverse=True)
+    nets, net_cost = tensor_nets(graph, edge_comm_us(graph, cluster), unit_of, len(units))
+    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(units))
+    capacity = cluster.memory_bytes.astype(np.float64)
+    refined = connectivity_refine(nets, net_cost, unit_mem, capacity, winner.assignment[units])
+    pool.add(winner.name + "+refined", refined[unit_of])
+
+
+def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
+    """Offer a multilevel (METIS, through pymetis) memory-repaired partition of the op graph onto
+    the largest ``k`` devices, for every ``k`` from the fewest that hold the graph to all.
+
+    The coarse min-cut candidates cut only between fusion clusters; a multilevel partition of the
+    ops finds cuts inside them (recurrent and attention graphs). Skipped without pymetis and
+    while the wall-clock ``deadline`` (s) leaves no room for a partition and its replay.
+    """
+    from celeritas_core.partition import parts_needed
+    from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
+
+    try:
+        import pymetis  # noqa: F401
+    except ImportError:
+        return
+    if cluster.num_devices < 2 or time.perf_counter() + 2 * pool.replay_seconds > deadline:
+        return
+    units = unit_graph(graph)
+    capacity = cluster.memory_bytes.astype(np.float64)
+    by_capacity = np.argsort(-capacity, kind="stable")
+    for k in range(max(2, parts_needed(units.memory_bytes, capacity)), cluster.num_devices + 1):
+        if time.perf_counter() + 2 * pool.replay_seconds > deadline:
+            return
+        device = metis_partition(units, cluster, np.sort(by_capacity[:k]))
+        repair_memory(units, device, capacity)
+        pool.add(f"multilevel/{k}", device[units.unit_of])
+
+
+def _min_cut_candidates(fusion: Fusion, cluster: Cluster, order: np.ndarray,
+                        pool: CandidatePool) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """Offer the best coarse min-cut partition per device count; return the other seeds' ones."""
     from celeritas_core.partition import (
-        connectivity_refine,
         fm_refine,
         parts_needed,
         spectral_order,
         split_order,
-        tensor_nets,
         undirected_weights,
     )
     from celeritas_core.simulator import simulate
 
     coarse = fusion.coarse
     capacity = cluster.memory_bytes.astype(np.float64)
-    num_dev = cluster.num_devices
+    memory = coarse.memory_bytes
+    weights = undirected_weights(coarse, edge_comm_us(coarse, cluster))
+    seeds = [("cpd", order)]
+    spectral = spectral_order(weights, order)
+    if spectral is not None:
+        seeds.append(("spectral", spectral))
+    by_capacity = np.argsort(-capacity, kind="stable")
+    runners_up: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for k in range(parts_needed(memory, capacity), cluster.num_devices + 1):
+        use = np.sort(by_capacity[:k])
+        finalists = []
+        for seed_name, seed in seeds:
+            parts = fm_refine(weights, memory, capacity[use], split_order(seed, memory, capacity[use]))
+            devices = use[parts]
+            used = np.bincount(devices, weights=memory, minlength=cluster.num_devices)
+            step = simulate(coarse, cluster, devices).step_time_us
+            finalists.append(((bool(np.any(used > capacity)), step), f"min-cut/{seed_name}/{k}", devices))
+        finalists.sort(key=lambda f: f[0])
+        pool.add(finalists[0][1], fusion.to_fine(finalists[0][2]))
+        runners_up[finalists[0][1]] = [(name, fusion.to_fine(devices)) for _, name, devices in finalists[1:]]
+    return runners_up
 
-    def to_fine(coarse_devices: np.ndarray) -> np.ndarray:
-        return apply_colocation(coarse_devices[fusion.cluster_of], fusion.anchor)
 
-    def score(fine: np.ndarray) -> tuple[bool, float]:
-        used = np.bincount(fine, weights=graph.memory_bytes, minlength=num_dev)
-        return bool(np.any(used > capacity)), simulate(graph, cluster, fine).step_time_us
+def single_device_candidate(graph: Graph, cluster: Cluster, pool: CandidatePool) -> None:
+    """Offer every op on the fastest device whose memory holds the whole graph (if any).
 
-    candidates = [("adjusting", to_fine(adjusted))]
-    if coarse.num_nodes >= 2 and num_dev >= 2:
-        # op level: co-location groups contracted to their anchor, tensors as nets
-        units, unit_of = np.unique(fusion.anchor, return_inverse=True)
-        nets, net_cost = tensor_nets(graph, edge_comm_us(graph, cluster), unit_of, len(units))
-        unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(units))
+    On one device there is never idle time, so the step is ``Σ time_us / speed`` exactly (µs).
+    """
+    fits = np.flatnonzero(cluster.memory_bytes >= graph.total_memory_bytes)
+    if len(fits) == 0:
+        return
+    device = int(fits[np.argmax(cluster.speed[fits])])
+    pool.add(f"single/{device}", np.full(graph.num_nodes, device, dtype=np.int64),
+             step_time_us=graph.total_time_us / float(cluster.speed[device]))
 
-        def refine_fine(fine: np.ndarray) -> np.ndarray:
-            return connectivity_refine(nets, net_cost, unit_mem, capacity, fine[units])[unit_of]
 
-        memory = coarse.memory_bytes
-        weights = undirected_weights(coarse, edge_comm_us(coarse, cluster))
-        seeds = [("cpd", order)]
-        spectral = spectral_order(weights, order)
-        if spectral is not None:
-            seeds.append(("spectral", spectral))
-        by_capacity = np.argsort(-capacity, kind="stable")
-        runners_up: dict[str, list[tuple[str, np.ndarray]]] = {}
-        for k in range(parts_needed(memory, capacity), num_dev + 1):
-            use = np.sort(by_capacity[:k])
-            finalists = []
-            for seed_name, seed in seeds:
-                parts = fm_refine(weights, memory, capacity[use], split_order(seed, memory, capacity[use]))
-                devices = use[parts]
-                used = np.bincount(devices, weights=memory, minlength=num_dev)
-                step = simulate(coarse, cluster, devices).step_time_us
-                coarse_score = (bool(np.any(used > capacity)), step)
-                finalists.append((coarse_score, f"min-cut/{seed_name}/{k}", devices))
-            finalists.sort(key=lambda f: f[0])
-            candidates.append((finalists[0][1], to_fine(finalists[0][2])))
-            runners_up[finalists[0][1]] = [(name, devices) for _, name, devices in finalists[1:]]
-        scored = [(score(fine), i) for i, (_, fine) in enumerate(candidates)]
-        # the coarse replay only approximates the op-level one: at the winning device count, replay
-        # the other seeds' partitions on the ops too
-        for name, devices in runners_up.get(candidates[min(scored)[1]][0], []):
-            candidates.append((name, to_fine(devices)))
-            scored.append((score(candidates[-1][1]), len(candidates) - 1))
-        scored.sort()
-        name, fine = candidates[scored[0][1]]  # refine the fastest candidate on the op graph
-        candidates.append((name + "+refined", refine_fine(fine)))
-        scored.append((score(candidates[-1][1]), len(candidates) - 1))
-    else:
-        scored = [(score(candidates[0][1]), 0)]
-    _, winner = min(scored)
-    return candidates[winner][1], candidates[winner][0]
+def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
+    """Offer list schedules that use parallel work: HEFT on the ops; channel-aware ETF and SCT
+    (favourite children from the SCT LP) on Baechi's fused co-placement graph; ETF on the ops.
+
+    Each runs only while the wall-clock ``deadline`` (s) leaves room for it and its replay
+    (estimated as a few replays of the graph), so huge graphs skip them.
+    """
+    from celeritas_core.grouping import baechi_fusion
+    from celeritas_core.placers.etf import list_schedule
+    from celeritas_core.placers.heft import heft_schedule
+    from celeritas_core.placers.sct_lp import solve_favourite_children
+
+    fused = None
+
+    def on_fused(favourites: bool) -> np.ndarray:
+        nonlocal fused
+        fused = fused or baechi_fusion(graph)
+        favourite = solve_favourite_children(fused.graph, cluster, 0.5).favourite if favourites else None
+        return fused.to_ops(list_schedule(fused.graph, cluster, favourite).assignment)
+
+    schedules = (("heft", 4, lambda: heft_schedule(graph, cluster).assignment),
+                 ("etf/fused", 4, lambda: on_fused(False)),
+                 ("sct/fused", 10, lambda: on_fused(True)),
+                 ("etf", 6, lambda: list_schedule(graph, cluster).assignment))
+    for name, cost_in_replays, schedule in schedules:
+        if time.perf_counter() + cost_in_replays * pool.replay_seconds > deadline:
+            return
+        pool.add(name, schedule())
 
 
 def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust: bool) -> PlacerOutput:
+    started = time.perf_counter()
     fusion = optimal_operation_fusion(
         graph, cluster, R=int(params["R"]), memory_fraction=float(params["memory_fraction"])
     )
     coarse = fusion.coarse
     comm = edge_comm_us(coarse, cluster)
     coarse_order = cpd_topo_order(coarse, comm, cpath=cpath(coarse, comm))
-    extra: dict[str, Any] = {}
-    if adjust:
-        coarse_device = adjusting_placement(coarse, cluster, coarse_order)
-        if int(params.get("refine", 0)):
-            assignment, extra["chosen"] = communication_refinement(
-                graph, fusion, cluster, coarse_order, coarse_device)
-        else:
-            assignment = apply_colocation(coarse_device[fusion.cluster_of], fusion.anchor)
+    extra: dict[str, Any] = {"coarse_edges": coarse.num_edges, "cut_cost_us": fusion.cut_cost_us}
+    if not adjust:
+        assignment = fusion.to_fine(order_place(coarse, cluster, coarse_order))
+    elif not int(params.get("refine", 0)):
+        assignment = fusion.to_fine(adjusting_placement(coarse, cluster, coarse_order))
     else:
-        coarse_device = order_place(coarse, cluster, coarse_order)
-        assignment = apply_colocation(coarse_device[fusion.cluster_of], fusion.anchor)
-    return PlacerOutput(
-        assignment=assignment,
-        coarse_nodes=fusion.num_clusters,
-        extra={"coarse_edges": coarse.num_edges, "cut_cost_us": fusion.cut_cost_us, **extra},
-    )
+        pool = CandidatePool(graph, cluster)
+        pool.add("adjusting", fusion.to_fine(adjusting_placement(coarse, cluster, coarse_order)))
+        communication_refinement(graph, fusion, cluster, coarse_order, pool)
+        single_device_candidate(graph, cluster, pool)
+        deadline = started + float(params["search_seconds"])
+        multilevel_candidates(graph, cluster, pool, deadline)
+        list_schedule_candidates(graph, cluster, pool, deadline)
+        refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+        best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
+                                    replay_seconds=pool.replay_seconds,
+                                    max_replays=-(-int(params["search_budget"]) // graph.num_nodes))
+        assignment = best.assignment
+        extra.update(chosen=best.name, candidates=pool.summary())
+    return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
 
 
 def celeritas_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """Celeritas: Optimal Operation Fusion, Adjusting Placement, then (``refine=1``) the
-    communication refinement of :func:`communication_refinement`."""
+    """Celeritas: Optimal Operation Fusion and Adjusting Placement (``refine=0``: the paper), or
+    (``refine=1``) the fastest replay among Adjusting Placement, min-cut partitions, list
+    schedules and one device, improved by the simulator-guided critical-path search."""
     return _fused(graph, cluster, params, adjust=True)
 
 
@@ -264,15 +333,30 @@ FUSION_PARAMS = (
 
 REFINE_PARAM = ParamSpec(
     "refine", 1,
-    "1: also try memory-capped min-cut partitions of the coarse graph and keep the placement the "
-    "simulator finds fastest; 0: the paper's Adjusting Placement alone",
+    "1: also try min-cut partitions, list schedules and one device, keep the fastest replay and "
+    "improve it by a critical-path search; 0: the paper's Adjusting Placement alone",
     int, minimum=0, maximum=1,
+)
+
+SEARCH_PARAM = ParamSpec(
+    "search_seconds", 1.0,
+    "refine=1: wall-clock budget (s) of the whole placer after which the optional stages (list "
+    "schedules, critical-path search) stop; fusion, Adjusting Placement and min-cut always run",
+    float, minimum=0.0, maximum=3600.0,
+)
+
+BUDGET_PARAM = ParamSpec(
+    "search_budget", 300_000,
+    "refine=1: work budget of the critical-path search in replayed ops (at most "
+    "ceil(budget / ops) replays), so results do not depend on machine speed",
+    int, minimum=0, maximum=10**12,
 )
 
 register_placer(PlacerSpec(
     "celeritas", celeritas_placer,
-    "Optimal Operation Fusion over CPD-TOPO, Adjusting Placement, then communication refinement",
-    (*FUSION_PARAMS, REFINE_PARAM),
+    "Optimal Operation Fusion over CPD-TOPO and Adjusting Placement, then the fastest of min-cut, "
+    "list-schedule and one-device candidates, improved by a critical-path search",
+    (*FUSION_PARAMS, REFINE_PARAM, SEARCH_PARAM, BUDGET_PARAM),
 ))
 register_placer(PlacerSpec(
     "order-place", order_place_placer,

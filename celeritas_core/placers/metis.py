@@ -215,18 +215,29 @@ def _cut_bytes(units: UnitGraph, device: np.ndarray) -> float:
     return float(units.weight_bytes[device[rows] != device[units.nbr]].sum() / 2)
 
 
-def metis_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair."""
-    k = cluster.num_devices
-    balance_time = bool(params["balance_time"])
-    units = unit_graph(graph)
+def metis_partition(units: UnitGraph, cluster: Cluster, devices: np.ndarray, *,
+                    balance_time: bool = False, seed: int = 0) -> np.ndarray:
+    """Device per unit: a METIS partition into ``len(devices)`` parts mapped onto ``devices``.
+
+    Parts are balanced by memory (bytes) in proportion to the devices' memory, or by time (µs) in
+    proportion to their speed with ``balance_time``; no memory repair (see :func:`repair_memory`).
+    """
+    devices = np.asarray(devices, dtype=np.int64)
+    k = len(devices)
     vertex_weight = units.time_us if balance_time else units.memory_bytes
-    device_size = cluster.speed if balance_time else cluster.memory_bytes
-    part = _partition(units, k, vertex_weight, device_size.astype(np.float64), int(params["seed"]))
+    device_size = (cluster.speed if balance_time else cluster.memory_bytes)[devices].astype(np.float64)
+    part = _partition(units, k, vertex_weight, device_size, seed)
     part_size = np.bincount(part, weights=vertex_weight, minlength=k)
     first_unit = np.full(k, units.num_units, dtype=np.int64)  # units are numbered topologically
     np.minimum.at(first_unit, part, np.arange(units.num_units))
-    device = map_parts_to_devices(part_size, device_size, first_unit)[part]
+    return devices[map_parts_to_devices(part_size, device_size, first_unit)[part]]
+
+
+def metis_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+    """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair."""
+    units = unit_graph(graph)
+    device = metis_partition(units, cluster, np.arange(cluster.num_devices),
+                             balance_time=bool(params["balance_time"]), seed=int(params["seed"]))
     cut_before = _cut_bytes(units, device)
     moves = repair_memory(units, device, cluster.memory_bytes.astype(np.float64))
     return PlacerOutput(

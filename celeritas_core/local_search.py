@@ -1,0 +1,239 @@
+"""Candidate placements judged by the simulator, and a simulator-guided local search over them.
+
+The ``celeritas`` placer builds several complete placements (Adjusting Placement, min-cut
+partitions, list schedules, one device) and keeps the one whose replay is fastest
+(:class:`CandidatePool`). :func:`critical_path_search` then improves the winner by hill climbing:
+it replays the placement, walks back the chain of ops and transfers that decides the step time
+(:func:`critical_chain`), and tries moving each placement unit on that chain (an op, or a whole
+co-location group) to every other device with room, keeping the first move the replay finds
+faster. Every trial is a full replay (``docs/simulator.md``), so the search is exact with respect
+to the simulator and stops at a local optimum or when its wall-clock budget runs out. Units: µs
+and bytes. Reference for the neighbourhood: Y.-K. Kwok and I. Ahmad, "Static scheduling
+algorithms for allocating directed task graphs to multiprocessors", ACM Computing Surveys 31(4),
+1999 (critical-path based improvement of list schedules).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.graph import Graph
+from celeritas_core.simulator import SimulationResult, simulate
+
+#: Relative step-time gain (µs/µs) below which a move or a candidate counts as no better.
+IMPROVEMENT_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One complete placement with its replayed figures (µs, bytes)."""
+
+    name: str
+    assignment: np.ndarray
+    step_time_us: float
+    excess_bytes: float
+    """Total bytes by which devices exceed their capacity (0 when the placement fits)."""
+
+    @property
+    def fits(self) -> bool:
+        """True when no device holds more memory than it has."""
+        return self.excess_bytes <= 0.0
+
+    @property
+    def key(self) -> tuple[bool, float, float]:
+        """Sort key: placements that fit first, then less excess memory, then the faster step."""
+        return (not self.fits, self.excess_bytes, self.step_time_us)
+
+
+def excess_bytes(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> float:
+    """Bytes of op memory above capacity, summed over devices (sum model, bytes)."""
+    used = np.bincount(assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
+    return float(np.maximum(used - cluster.memory_bytes, 0.0).sum())
+
+
+class CandidatePool:
+    """Replays every offered placement once and keeps them ranked by :attr:`Candidate.key`."""
+
+    def __init__(self, graph: Graph, cluster: Cluster) -> None:
+        self.graph = graph
+        self.cluster = cluster
+        self.candidates: list[Candidate] = []
+        self.replay_seconds = 0.0
+        """Wall time (s) of the slowest replay so far: what one more trial costs."""
+
+    def add(self, name: str, assignment: np.ndarray, *, step_time_us: float | None = None) -> Candidate:
+        """Replay ``assignment`` (unless its step time is known exactly) and record it."""
+        assignment = np.asarray(assignment, dtype=np.int64)
+        if step_time_us is None:
+            start = time.perf_counter()
+            step_time_us = simulate(self.graph, self.cluster, assignment).step_time_us
+            self.replay_seconds = max(self.replay_seconds, time.perf_counter() - start)
+        candidate = Candidate(name, assignment, float(step_time_us),
+                              excess_bytes(self.graph, self.cluster, assignment))
+        self.candidates.append(candidate)
+        return candidate
+
+    @property
+    def best(self) -> Candidate:
+        """The best candidate so far (the first offered wins ties)."""
+        return min(self.candidates, key=lambda c: c.key)
+
+    def summary(self) -> dict[str, float | None]:
+        """Step time (µs) of every candidate by name; None for a placement that does not fit."""
+        return {c.name: (c.step_time_us if c.fits else None) for c in self.candidates}
+
+
+def critical_chain(graph: Graph, assignment: np.ndarray, result: SimulationResult) -> list[int]:
+    """Ops on the chain that decides the step time, last first (µs timings of ``result``).
+
+    Starting from the op that finishes last, each op's start is explained either by an input that
+    arrived exactly then (its producer, through a transfer when devices differ) or by the op that
+    ran just before it on the same device; the walk follows that cause back to time 0.
+    """
+    start, finish = result.start_us, result.finish_us
+    tr = result.transfers
+    arrival = dict(zip(zip(tr.src_node.tolist(), tr.src_output.tolist(), tr.dst_device.tolist(),
+                           strict=True), tr.end_us.tolist(), strict=True))
+    by_device = np.lexsort((finish, start, assignment))
+    previous_on_device = np.full(graph.num_nodes, -1, dtype=np.int64)
+    same = assignment[by_device[1:]] == assignment[by_device[:-1]]
+    previous_on_device[by_device[1:][same]] = by_device[:-1][same]
+    tolerance = 1e-9 * (float(finish.max(initial=0.0)) + 1.0)
+    chain: list[int] = []
+    seen: set[int] = set()
+    v = int(np.argmax(finish)) if graph.num_nodes else -1
+    while v >= 0 and v not in seen:
+        chain.append(v)
+        seen.add(v)
+        if start[v] <= tolerance:
+            break
+        v = _cause_of_start(graph, assignment, start, finish, arrival, previous_on_device, v, tolerance)
+    return chain
+
+
+def _cause_of_start(graph: Graph, assignment: np.ndarray, start: np.ndarray, finish: np.ndarray,
+                    arrival: dict[tuple[int, int, int], float], previous_on_device: np.ndarray,
+                    v: int, tolerance: float) -> int:
+    """The op whose finish (or whose tensor's arrival) released ``v`` at its start; -1 if none."""
+    d = int(assignment[v])
+    best, best_time = -1, -np.inf
+    for k in range(int(graph.pred_ptr[v]), int(graph.pred_ptr[v + 1])):
+        u = int(graph.pred_idx[k])
+        e = int(graph.pred_edge[k])
+        if int(assignment[u]) == d:
+            t = float(finish[u])
+        else:
+            t = arrival.get((u, int(graph.edge_src_output[e]), d), float(finish[u]))
+        if t > best_time:
+            best, best_time = u, t
+    if best >= 0 and best_time >= start[v] - tolerance:
+        return best
+    w = int(previous_on_device[v])
+    return w if w >= 0 and finish[w] >= start[v] - tolerance else best
+
+
+def _objective(result: SimulationResult) -> tuple[float, float]:
+    """What the search lowers: the step (µs), then the mean op finish time (µs) on plateaus."""
+    return result.step_time_us, float(result.finish_us.mean()) if len(result.finish_us) else 0.0
+
+
+def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """``a`` beats ``b``: a shorter step, or the same step (within tolerance) with earlier finishes."""
+    tol_step = IMPROVEMENT_TOLERANCE * max(b[0], 1e-300)
+    if a[0] < b[0] - tol_step:
+        return True
+    return a[0] <= b[0] + tol_step and a[1] < b[1] - IMPROVEMENT_TOLERANCE * max(b[1], 1e-300)
+
+
+def placement_units(graph: Graph) -> np.ndarray:
+    """Unit id per op: a co-location group is one unit, every other op its own (ids 0..u-1)."""
+    gid = graph.colocation_ids
+    key = np.where(gid >= 0, gid, int(gid.max(initial=-1)) + 1 + np.arange(graph.num_nodes))
+    return np.unique(key, return_inverse=True)[1].astype(np.int64)
+
+
+def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float,
+                         replay_seconds: float = 0.0, max_replays: int = 10_000) -> Candidate:
+    """Hill climbing from ``start``: move critical-chain units while the replay gets faster.
+
+    A move puts every op of one unit (:func:`placement_units`) on another device that has room
+    for it (sum model, bytes). Moves are tried along :func:`critical_chain`, last op first, and
+    the first that shortens the replayed step is kept; the chain is then recomputed. Stops at a
+    local optimum, after ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass
+    ``deadline`` (seconds) with one more replay of ``replay_seconds``.
+    """
+    unit_of = placement_units(graph)
+    num_units = int(unit_of.max(initial=-1)) + 1
+    members = np.split(np.argsort(unit_of, kind="stable"), np.cumsum(np.bincount(unit_of))[:-1])
+    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
+    capacity = cluster.memory_bytes.astype(np.float64)
+    best = start.assignment.copy()
+    result = simulate(graph, cluster, best)
+    step = result.step_time_us
+    used = np.bincount(best, weights=graph.memory_bytes, minlength=cluster.num_devices)
+    budget = [max_replays]
+    while True:
+        move = _first_improving_move(graph, cluster, best, result, unit_of, members, unit_mem,
+                                     capacity - used, deadline, replay_seconds, budget)
+        if move is None:
+            break
+        unit, device, result = move
+        source = int(best[members[unit][0]])
+        used[source] -= unit_mem[unit]
+        used[device] += unit_mem[unit]
+        best[members[unit]] = device
+        step = result.step_time_us
+    if step >= start.step_time_us * (1.0 - IMPROVEMENT_TOLERANCE):
+        return start
+    return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best))
+
+
+def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,
+                          result: SimulationResult, unit_of: np.ndarray, members: list[np.ndarray],
+                          unit_mem: np.ndarray, room: np.ndarray, deadline: float,
+                          replay_seconds: float,
+                          budget: list[int]) -> tuple[int, int, SimulationResult] | None:
+    """(unit, device, replay) of the first move that lowers :func:`_objective`, or None (also when
+    the wall-clock ``deadline`` or the replay ``budget``, decremented here, runs out).
+
+    Units on the critical chain come first, each trying the device of the op that released it
+    (joining its cause saves the transfer), then the other devices from the least busy; then
+    every other unit, latest finish first, so the search can also cross plateaus of equal step.
+    """
+    current = _objective(result)
+    by_load = np.argsort(result.device_busy_us, kind="stable").tolist()
+    tried: set[int] = set()
+    for v, preferred in _move_order(graph, assignment, result):
+        unit = int(unit_of[v])
+        if unit in tried:
+            continue
+        tried.add(unit)
+        source = int(assignment[v])
+        for device in dict.fromkeys(preferred + by_load):
+            if device == source or unit_mem[unit] > room[device]:
+                continue
+            if budget[0] <= 0 or time.perf_counter() + replay_seconds > deadline:
+                return None
+            budget[0] -= 1
+            trial = assignment.copy()
+            trial[members[unit]] = device
+            replay = simulate(graph, cluster, trial)
+            if _better(_objective(replay), current):
+                return unit, device, replay
+    return None
+
+
+def _move_order(graph: Graph, assignment: np.ndarray,
+                result: SimulationResult) -> Iterator[tuple[int, list[int]]]:
+    """Ops to try moving, each with its preferred devices: the critical chain (with the device of
+    the op that released it), then every op by decreasing finish time (µs)."""
+    chain = critical_chain(graph, assignment, result)
+    for i, v in enumerate(chain):
+        yield v, ([int(assignment[chain[i + 1]])] if i + 1 < len(chain) else [])
+    for v in np.argsort(-result.finish_us, kind="stable").tolist():
+        yield v, []
