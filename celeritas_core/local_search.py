@@ -167,6 +167,8 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     local optimum, after ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass
     ``deadline`` (seconds) with one more replay of ``replay_seconds``.
     """
+    if max_replays <= 0 or time.perf_counter() + 2 * replay_seconds > deadline:
+        return start
     unit_of = placement_units(graph)
     num_units = int(unit_of.max(initial=-1)) + 1
     members = np.split(np.argsort(unit_of, kind="stable"), np.cumsum(np.bincount(unit_of))[:-1])

@@ -27,4 +27,5 @@ from celeritas_core.placers import celeritas as _celeritas  # noqa: F401
 from celeritas_core.placers import etf as _etf  # noqa: F401
 from celeritas_core.placers import heft as _heft  # noqa: F401
 from celeritas_core.placers import metis as _metis  # noqa: F401
+from celeritas_core.placers import optimal as _optimal  # noqa: F401
 from celeritas_core.placers import simple as _simple  # noqa: F401

@@ -333,15 +333,16 @@ FUSION_PARAMS = (
 
 REFINE_PARAM = ParamSpec(
     "refine", 1,
-    "1: also try min-cut partitions, list schedules and one device, keep the fastest replay and "
-    "improve it by a critical-path search; 0: the paper's Adjusting Placement alone",
+    "1: also try min-cut and multilevel partitions, list schedules and one device, keep the "
+    "fastest replay and improve it by a critical-path search; 0: the paper's Adjusting Placement alone",
     int, minimum=0, maximum=1,
 )
 
 SEARCH_PARAM = ParamSpec(
     "search_seconds", 1.0,
-    "refine=1: wall-clock budget (s) of the whole placer after which the optional stages (list "
-    "schedules, critical-path search) stop; fusion, Adjusting Placement and min-cut always run",
+    "refine=1: wall-clock budget (s) of the whole placer after which the optional stages "
+    "(multilevel partitions, list schedules, critical-path search) stop; fusion, Adjusting "
+    "Placement, min-cut and its op-level refinement always run",
     float, minimum=0.0, maximum=3600.0,
 )
 
@@ -355,7 +356,7 @@ BUDGET_PARAM = ParamSpec(
 register_placer(PlacerSpec(
     "celeritas", celeritas_placer,
     "Optimal Operation Fusion over CPD-TOPO and Adjusting Placement, then the fastest of min-cut, "
-    "list-schedule and one-device candidates, improved by a critical-path search",
+    "multilevel, list-schedule and one-device candidates, improved by a critical-path search",
     (*FUSION_PARAMS, REFINE_PARAM, SEARCH_PARAM, BUDGET_PARAM),
 ))
 register_placer(PlacerSpec(

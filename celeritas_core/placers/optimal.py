@@ -1,0 +1,583 @@
+"""Exact reference placer ``optimal``: a mixed-integer program solved by HiGHS (``scipy.optimize.milp``).
+
+For small graphs only (a few dozen ops, 1–8 devices). It places *and* orders the ops so as to
+minimise the makespan (µs) under this model:
+
+- op ``v`` on device ``d`` runs ``time_us[v] / speed[d]`` µs; a device runs one op at a time,
+  without preemption;
+- an edge ``u → v`` whose ends sit on different devices makes ``v`` wait ``k·bytes + b`` µs after
+  ``u`` finishes (:meth:`Cluster.comm_time_us`). Edges of one tensor ``(u, src_output)`` into one
+  device arrive together, sized by their largest edge, as the simulator groups them;
+- the sum of ``memory_bytes`` of the ops on device ``d`` is at most its ``memory_bytes[d]``
+  (the static sum model of the rest of the code);
+- the members of a co-location group share one device.
+
+**No channel contention.** Transfers never wait for each other: each starts when its producer
+finishes, the transfer semantics of ``simulate(graph, cluster, a, channels=False)``. The MILP has
+one delay per edge; without contention all edges of one tensor into one device arrive at the same
+time, so this equals the simulator's one transfer per (tensor, destination device).
+
+**Only the assignment is returned.** :func:`place` replays it in the regular simulator, which adds
+FIFO channel contention and dispatches ready ops greedily by (ready time, topological rank) instead
+of in the MILP's order, so its step time can exceed ``extra["milp_makespan_us"]`` (even with
+``channels=False``). ``milp_makespan_us`` is the MILP solution re-timed by :func:`model_schedule`
+in the MILP's start order.
+
+Formulation: the standard disjunctive (big-M) model of multiprocessor scheduling with
+communication delays (see the survey of Y.-K. Kwok and I. Ahmad, "Static scheduling algorithms
+for allocating directed task graphs to multiprocessors", ACM Computing Surveys 31(4), 1999).
+Binary ``x[v,d]`` (op on device), start ``s_v ≥ 0``, makespan ``C``, finish
+``f_v = s_v + Σ_d x[v,d]·t_v/speed_d``. Per edge: ``s_v ≥ f_u + c_e·z_e`` with
+``z_e ≥ x[u,d] − x[v,d]`` for every ``d``. Per unordered pair ``(i, j)`` *not related by a path*
+(pairs on a path are already ordered by the edges): same-device indicator
+``q_ij ≥ x[i,d] + x[j,d] − 1``, order binary ``y_ij`` and
+``s_j ≥ f_i − M(1 − y_ij) − M(1 − q_ij)``, ``s_i ≥ f_j − M·y_ij − M(1 − q_ij)``.
+``C ≥ f_v`` per sink and ``C ≥ Σ_v x[v,d]·t_v/speed_d`` per device (load cut). Memory:
+``Σ_v memory_v·x[v,d] ≤ memory_d``; co-location: ``x[v,d] = x[anchor,d]``.
+
+Tightening: all times are divided by an upper bound ``UB`` on the optimum (the makespan of a known
+feasible schedule, :func:`_upper_bound_us`), so ``C ≤ 1``; with ``head_v``/``tail_v`` the longest
+paths before/after ``v`` without communication on the fastest device, ``head_v ≤ s_v`` and
+``f_v ≤ 1 − tail_v``, so the pair's big M is ``1 − tail_i − head_j`` (instead of the sum of all
+durations and transfers). Identical devices (same speed and memory) are interchangeable: the op
+at topological position ``i`` may use only the first ``i + 1`` devices of its class (valid by
+relabelling devices in order of first use). scipy's ``milp`` takes no warm start.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph
+from celeritas_core.levels import blevel, tlevel
+from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.etf import list_schedule
+
+#: Clusters with more devices than this are refused.
+MAX_DEVICES = 8
+#: Relative optimality gap at which HiGHS stops (and the result is reported "optimal").
+MIP_REL_GAP = 1e-7
+#: Smallest time limit (s) handed to HiGHS when the budget is already spent.
+_MIN_TIME_LIMIT_S = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class MilpProblem:
+    """The MILP's data; every time is divided by ``scale_us`` (an upper bound on the optimum, µs)."""
+
+    dur: np.ndarray  # (ops, devices): scaled duration of op v on device d
+    edge_src: np.ndarray  # one entry per distinct (u, v) op pair with an edge
+    edge_dst: np.ndarray
+    edge_delay: np.ndarray  # scaled transfer delay of the pair when u and v are on different devices
+    shared: tuple[tuple[int, int, int, float], ...]  # (u, v, w, delay): v waits for u's tensor sized for w
+    pair_i: np.ndarray  # unordered op pairs not related by a path
+    pair_j: np.ndarray
+    memory: np.ndarray  # bytes per op
+    capacity: np.ndarray  # bytes per device
+    use_memory: bool  # False: the memory constraint is dropped
+    anchor: np.ndarray  # co-location anchor of each op (itself when ungrouped)
+    max_device: np.ndarray  # per (op, device): False where symmetry breaking forbids the device
+    sinks: np.ndarray
+    head: np.ndarray  # scaled earliest start of each op (longest path to it on the fastest device)
+    tail: np.ndarray  # scaled longest path after each op's finish to a sink (fastest device)
+    scale_us: float
+
+    @property
+    def num_ops(self) -> int:
+        """Number of ops."""
+        return self.dur.shape[0]
+
+    @property
+    def num_devices(self) -> int:
+        """Number of devices."""
+        return self.dur.shape[1]
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Column indices: x (ops × devices), s (ops), C, z (edges), q (pairs), y (pairs)."""
+
+    ops: int
+    devices: int
+    edges: int
+    pairs: int
+
+    def x(self, v: int, d: int) -> int:
+        """Column of ``x[v, d]``."""
+        return v * self.devices + d
+
+    @property
+    def s0(self) -> int:
+        """First start-time column."""
+        return self.ops * self.devices
+
+    @property
+    def c(self) -> int:
+        """Makespan column."""
+        return self.s0 + self.ops
+
+    @property
+    def z0(self) -> int:
+        """First edge-crossing column."""
+        return self.c + 1
+
+    @property
+    def q0(self) -> int:
+        """First same-device column."""
+        return self.z0 + self.edges
+
+    @property
+    def y0(self) -> int:
+        """First order column."""
+        return self.q0 + self.pairs
+
+    @property
+    def size(self) -> int:
+        """Number of columns."""
+        return self.y0 + self.pairs
+
+
+class _Rows:
+    """Sparse constraint rows ``lo ≤ a·x ≤ hi``, collected one at a time (duplicates are summed)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, cols: Sequence[int], vals: Sequence[float], lo: float, hi: float = np.inf) -> None:
+        """Append the row ``lo ≤ Σ vals·x[cols] ≤ hi``."""
+        r = len(self.lo)
+        self.rows.extend([r] * len(cols))
+        self.cols.extend(cols)
+        self.vals.extend(vals)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def constraint(self, num_vars: int) -> LinearConstraint:
+        """All rows as one scipy LinearConstraint."""
+        a = sparse.coo_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), num_vars))
+        return LinearConstraint(a.tocsr(), np.asarray(self.lo), np.asarray(self.hi))
+
+
+@dataclass(frozen=True, eq=False)
+class MilpResult:
+    """One HiGHS solve: status, the rounded solution (if any), objective and bound (µs)."""
+
+    status: str  # "optimal" | "time_limit" | "no_solution" | "infeasible" | "error (...)"
+    assignment: np.ndarray | None
+    start_us: np.ndarray | None
+    objective_us: float | None
+    bound_us: float | None
+    seconds: float
+    num_vars: int
+    num_rows: int
+
+
+# ---------------------------------------------------------------------------- problem data
+def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True) -> MilpProblem:
+    """Collect the MILP's data (scaled by an upper bound on the optimum) for ``graph`` on ``cluster``."""
+    speed = np.asarray(cluster.speed, dtype=np.float64)
+    dur_us = graph.time_us[:, None] / speed[None, :]
+    src, dst, delay_us, shared_us = _edge_delays(graph, cluster)
+    scale = _upper_bound_us(graph, cluster, use_memory)
+    fastest = float(speed.max())
+    pair_i, pair_j = _unrelated_pairs(graph)
+    return MilpProblem(
+        dur=dur_us / scale, edge_src=src, edge_dst=dst, edge_delay=delay_us / scale,
+        shared=tuple((u, v, w, c / scale) for u, v, w, c in shared_us),
+        pair_i=pair_i, pair_j=pair_j,
+        memory=graph.memory_bytes.astype(np.float64), capacity=cluster.memory_bytes.astype(np.float64),
+        use_memory=use_memory, anchor=_anchors(graph), max_device=_symmetry_mask(graph, cluster),
+        sinks=np.flatnonzero(graph.out_degree == 0), head=tlevel(graph) / fastest / scale,
+        tail=(blevel(graph) - graph.time_us) / fastest / scale, scale_us=scale,
+    )
+
+
+def _tensor_consumers(graph: Graph) -> dict[tuple[int, int], dict[int, float]]:
+    """Per tensor (producer, src_output): largest edge bytes into each consumer."""
+    out: dict[tuple[int, int], dict[int, float]] = {}
+    for u, o, v, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
+                          graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True):
+        consumers = out.setdefault((u, o), {})
+        consumers[v] = max(consumers.get(v, 0.0), b)
+    return out
+
+
+def _edge_delays(
+    graph: Graph, cluster: Cluster,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int, float]]]:
+    """Distinct (u, v) pairs with their delay (µs), and the tensor-sharing rows (u, v, w, µs).
+
+    A pair's delay is its largest edge's transfer time. When another consumer ``w`` of the same
+    tensor needs more bytes, the shared transfer is sized for ``w`` whenever ``v`` and ``w`` share
+    a device away from ``u``: the entry ``(u, v, w, k·bytes_w + b)`` models that (rare: the edges
+    of one tensor usually carry equal bytes).
+    """
+    tensors = _tensor_consumers(graph)
+    pair_delay: dict[tuple[int, int], float] = {}
+    for (u, _), consumers in tensors.items():
+        for v, b in consumers.items():
+            pair_delay[(u, v)] = max(pair_delay.get((u, v), 0.0), float(cluster.comm_time_us(b)))
+    shared: list[tuple[int, int, int, float]] = []
+    for (u, _), consumers in tensors.items():
+        for v in consumers:
+            for w, b in consumers.items():
+                c = float(cluster.comm_time_us(b))
+                if w != v and c > pair_delay[(u, v)]:
+                    shared.append((u, v, w, c))
+    keys = sorted(pair_delay)
+    src = np.asarray([k[0] for k in keys], dtype=np.int64)
+    dst = np.asarray([k[1] for k in keys], dtype=np.int64)
+    return src, dst, np.asarray([pair_delay[k] for k in keys], dtype=np.float64), shared
+
+
+def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool) -> float:
+    """Makespan (µs) of a feasible schedule under the model: the MILP's big M and time scale.
+
+    The smallest of: every op on the fastest device that holds the model (any device when memory
+    is dropped); m-ETF's assignment replayed in its own start order when it fits memory; and the
+    sum of all op durations on the slowest device plus all edge transfer times (each edge charged
+    its tensor's largest bytes), which bounds any semi-active schedule.
+    """
+    largest: dict[tuple[int, int], float] = {}
+    for u, o, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
+                       graph.edge_bytes.tolist(), strict=True):
+        largest[(u, o)] = max(largest.get((u, o), 0.0), b)
+    comm = sum(float(cluster.comm_time_us(largest[(u, o)]))
+               for u, o in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(), strict=True))
+    bounds = [graph.total_time_us / float(cluster.speed.min()) + comm]
+    capacity = cluster.memory_bytes if use_memory else np.full(cluster.num_devices, np.inf)
+    fits = capacity >= graph.total_memory_bytes
+    if fits.any():
+        bounds.append(graph.total_time_us / float(cluster.speed[fits].max()))
+    etf = list_schedule(graph, cluster)
+    used = np.bincount(etf.assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
+    if np.all(used <= capacity):
+        bounds.append(float(model_schedule(graph, cluster, etf.assignment, etf.start_us)[1].max()))
+    bound = min(bounds)
+    return bound if bound > 0 else 1.0
+
+
+def _unrelated_pairs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i before j in topological order, with no path between them."""
+    order = graph.topological_order.tolist()
+    ptr, nbr = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+    reach = [0] * graph.num_nodes  # bitset of descendants
+    for u in reversed(order):
+        bits = 0
+        for k in range(ptr[u], ptr[u + 1]):
+            v = nbr[k]
+            bits |= reach[v] | (1 << v)
+        reach[u] = bits
+    pi: list[int] = []
+    pj: list[int] = []
+    for a, i in enumerate(order):
+        for j in order[a + 1:]:
+            if not (reach[i] >> j) & 1:  # j comes later in the order, so j never reaches i
+                pi.append(i)
+                pj.append(j)
+    return np.asarray(pi, dtype=np.int64), np.asarray(pj, dtype=np.int64)
+
+
+def _anchors(graph: Graph) -> np.ndarray:
+    """Per op, the co-location group member first in topological order (itself when ungrouped)."""
+    anchor = np.arange(graph.num_nodes, dtype=np.int64)
+    first: dict[int, int] = {}
+    for v in graph.topological_order.tolist():
+        g = int(graph.colocation_ids[v])
+        if g >= 0:
+            anchor[v] = first.setdefault(g, v)
+    return anchor
+
+
+def _symmetry_mask(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """(ops × devices) True where op ``v`` may use device ``d`` after symmetry breaking.
+
+    Devices with equal speed and memory are interchangeable (transfers cost the same between any
+    two devices). Relabel each such class by order of first use along the topological order: the
+    op at position ``i`` then uses one of the class's first ``i + 1`` devices, because at most
+    ``i + 1`` of them are in use by ops ``0..i``. So forbidding a class's ``(i + 2)``-th and later
+    devices to it keeps an optimal solution and removes the permuted copies of each one.
+    """
+    index_in_class = np.zeros(cluster.num_devices, dtype=np.int64)
+    seen: dict[tuple[float, float], int] = {}
+    for d in range(cluster.num_devices):
+        key = (float(cluster.speed[d]), float(cluster.memory_bytes[d]))
+        index_in_class[d] = seen.get(key, 0)
+        seen[key] = index_in_class[d] + 1
+    position = graph.topological_rank
+    return index_in_class[None, :] <= position[:, None]
+
+
+# ---------------------------------------------------------------------------- constraint blocks
+def _finish(p: MilpProblem, lay: _Layout, v: int, sign: float) -> tuple[list[int], list[float]]:
+    """Columns and coefficients of ``sign · f_v = sign · (s_v + Σ_d dur[v,d]·x[v,d])``."""
+    cols = [lay.s0 + v] + [lay.x(v, d) for d in range(lay.devices)]
+    vals = [sign] + [sign * float(t) for t in p.dur[v]]
+    return cols, vals
+
+
+def _assignment_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
+    """One device per op; co-location members on their anchor's device; memory per device."""
+    for v in range(p.num_ops):
+        rows.add([lay.x(v, d) for d in range(lay.devices)], [1.0] * lay.devices, 1.0, 1.0)
+        a = int(p.anchor[v])
+        if a != v:
+            for d in range(lay.devices):
+                rows.add([lay.x(v, d), lay.x(a, d)], [1.0, -1.0], 0.0, 0.0)
+    if not p.use_memory:
+        return
+    heavy = np.flatnonzero(p.memory > 0).tolist()
+    for d in range(lay.devices):  # Σ memory_v / capacity_d · x[v,d] ≤ 1 (scaled to O(1))
+        rows.add([lay.x(v, d) for v in heavy], [float(p.memory[v] / p.capacity[d]) for v in heavy],
+                 -np.inf, 1.0)
+
+
+def _precedence_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
+    """``s_v ≥ f_u + c·z_e``, ``z_e ≥ x[u,d] − x[v,d]``, and the tensor-sharing rows."""
+    for e, (u, v, c) in enumerate(zip(p.edge_src.tolist(), p.edge_dst.tolist(),
+                                      p.edge_delay.tolist(), strict=True)):
+        cols, vals = _finish(p, lay, u, -1.0)
+        rows.add([lay.s0 + v, *cols, lay.z0 + e], [1.0, *vals, -c], 0.0)
+        if c > 0:
+            for d in range(lay.devices):
+                rows.add([lay.z0 + e, lay.x(u, d), lay.x(v, d)], [1.0, -1.0, 1.0], 0.0)
+    for u, v, w, c in p.shared:
+        # v and w on d, u elsewhere: s_v ≥ f_u + c; any other placement makes the row slack.
+        for d in range(lay.devices):
+            cols, vals = _finish(p, lay, u, -1.0)
+            rows.add([lay.s0 + v, *cols, lay.x(v, d), lay.x(w, d), lay.x(u, d)],
+                     [1.0, *vals, -c, -c, c], -c)
+
+
+def _disjunctive_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
+    """Unrelated ops on one device do not overlap.
+
+    Big M per pair: in a schedule within the upper bound (1 in scaled time) ``f_i ≤ 1 − tail_i``
+    and ``s_j ≥ head_j``, so ``f_i − s_j ≤ M_ij = 1 − tail_i − head_j``.
+    """
+    for k, (i, j) in enumerate(zip(p.pair_i.tolist(), p.pair_j.tolist(), strict=True)):
+        q, y = lay.q0 + k, lay.y0 + k
+        m_ij = max(0.0, 1.0 - float(p.tail[i] + p.head[j]))
+        m_ji = max(0.0, 1.0 - float(p.tail[j] + p.head[i]))
+        for d in range(lay.devices):  # q ≥ x[i,d] + x[j,d] − 1
+            rows.add([q, lay.x(i, d), lay.x(j, d)], [1.0, -1.0, -1.0], -1.0)
+        cols, vals = _finish(p, lay, i, -1.0)  # y = 1: i first: s_j ≥ f_i − M(1 − y) − M(1 − q)
+        rows.add([lay.s0 + j, *cols, y, q], [1.0, *vals, -m_ij, -m_ij], -2.0 * m_ij)
+        cols, vals = _finish(p, lay, j, -1.0)  # y = 0: j first: s_i ≥ f_j − M·y − M(1 − q)
+        rows.add([lay.s0 + i, *cols, y, q], [1.0, *vals, m_ji, -m_ji], -m_ji)
+
+
+def _makespan_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
+    """``C ≥ f_v`` for every sink and ``C ≥`` each device's load."""
+    for v in p.sinks.tolist():
+        cols, vals = _finish(p, lay, v, -1.0)
+        rows.add([lay.c, *cols], [1.0, *vals], 0.0)
+    for d in range(lay.devices):
+        rows.add([lay.c] + [lay.x(v, d) for v in range(p.num_ops)],
+                 [1.0] + [-float(t) for t in p.dur[:, d]], 0.0)
+
+
+# ---------------------------------------------------------------------------- solving
+def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.ndarray]:
+    """Columns in [0, 1] (times scaled by the upper bound); ``head ≤ s ≤ 1 − tail − fastest duration``.
+
+    x forbidden by symmetry breaking is fixed to 0.
+    """
+    lower = np.zeros(lay.size)
+    upper = np.ones(lay.size)
+    upper[: lay.s0] = p.max_device.reshape(-1).astype(np.float64)
+    lower[lay.s0: lay.c] = p.head
+    upper[lay.s0: lay.c] = np.maximum(p.head, 1.0 - p.tail - p.dur.min(axis=1))
+    integrality = np.zeros(lay.size, dtype=np.int64)
+    integrality[: lay.s0] = 1
+    integrality[lay.y0: lay.size] = 1
+    return Bounds(lower, upper), integrality
+
+
+def solve_milp(p: MilpProblem, time_limit_s: float) -> MilpResult:
+    """Build and solve the scheduling MILP with HiGHS; times in the result are µs."""
+    lay = _Layout(p.num_ops, p.num_devices, len(p.edge_src), len(p.pair_i))
+    rows = _Rows()
+    _assignment_rows(rows, p, lay)
+    _precedence_rows(rows, p, lay)
+    _disjunctive_rows(rows, p, lay)
+    _makespan_rows(rows, p, lay)
+    cost = np.zeros(lay.size)
+    cost[lay.c] = 1.0
+    bounds, integrality = _bounds_and_integrality(p, lay)
+    return _run_highs(cost, rows, bounds, integrality, time_limit_s, p.scale_us,
+                      lambda x: _decode(x, p, lay))
+
+
+def memory_feasible(p: MilpProblem, time_limit_s: float) -> bool | None:
+    """Whether some assignment respects memory and co-location (None: unknown within the limit)."""
+    if p.memory.sum() <= p.capacity.min():
+        return True
+    if p.memory.sum() > p.capacity.sum():
+        return False
+    lay = _Layout(p.num_ops, p.num_devices, 0, 0)
+    rows = _Rows()
+    _assignment_rows(rows, p, lay)
+    size = lay.s0
+    bounds = Bounds(np.zeros(size), p.max_device.reshape(-1).astype(np.float64))
+    res = _run_highs(np.zeros(size), rows, bounds, np.ones(size, dtype=np.int64), time_limit_s, 1.0,
+                     lambda x: (None, None))
+    return {"optimal": True, "infeasible": False}.get(res.status)
+
+
+def _run_highs(cost: np.ndarray, rows: _Rows, bounds: Bounds, integrality: np.ndarray,
+               time_limit_s: float, scale_us: float, decode: Any) -> MilpResult:
+    """Call ``scipy.optimize.milp`` and translate its status; ``decode(x)`` → (assignment, start)."""
+    start = time.perf_counter()
+    try:
+        res = milp(cost, constraints=rows.constraint(len(cost)), integrality=integrality,
+                   bounds=bounds, options={"time_limit": max(time_limit_s, _MIN_TIME_LIMIT_S),
+                                           "mip_rel_gap": MIP_REL_GAP, "presolve": True})
+    except (MemoryError, ValueError) as exc:
+        return MilpResult(f"error ({type(exc).__name__}: {exc})", None, None, None, None,
+                          time.perf_counter() - start, len(cost), len(rows.lo))
+    seconds = time.perf_counter() - start
+    has_x = res.x is not None
+    if res.status in (0, 2):
+        status = "optimal" if res.status == 0 else "infeasible"
+    elif res.status == 1:  # time (or node) limit
+        status = "time_limit" if has_x else "no_solution"
+    else:
+        status = f"error (HiGHS status {res.status}: {res.message})"
+    assignment, start_us = decode(res.x) if has_x else (None, None)
+    bound = getattr(res, "mip_dual_bound", None)
+    bound_us = float(bound) * scale_us if bound is not None and np.isfinite(bound) else None
+    objective = float(res.fun) * scale_us if has_x else None
+    return MilpResult(status, assignment, start_us, objective, bound_us, seconds, len(cost), len(rows.lo))
+
+
+def _decode(x: np.ndarray, p: MilpProblem, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Device per op (largest x) and start time per op (µs) from a solution vector."""
+    assignment = np.argmax(x[: lay.s0].reshape(p.num_ops, p.num_devices), axis=1).astype(np.int64)
+    return assignment, x[lay.s0: lay.c] * p.scale_us
+
+
+# ---------------------------------------------------------------------------- the model's schedule
+def model_edge_delay_us(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:
+    """Per edge, the delay (µs) from its producer's finish to its data on the consumer's device.
+
+    0 on one device; else ``k·bytes + b`` with ``bytes`` the largest edge of the same tensor
+    ``(producer, src_output)`` into the same device (the simulator's transfer grouping).
+    """
+    dev = np.asarray(assignment, dtype=np.int64)
+    keys = list(zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
+                    dev[graph.edge_dst].tolist(), strict=True))
+    largest: dict[tuple[int, int, int], float] = {}
+    for key, b in zip(keys, graph.edge_bytes.tolist(), strict=True):
+        largest[key] = max(largest.get(key, 0.0), b)
+    cross = dev[graph.edge_src] != dev[graph.edge_dst]
+    delay = [float(cluster.comm_time_us(largest[k])) if c else 0.0
+             for k, c in zip(keys, cross.tolist(), strict=True)]
+    return np.asarray(delay, dtype=np.float64)
+
+
+def model_schedule(graph: Graph, cluster: Cluster, assignment: np.ndarray,
+                   priority: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Semi-active schedule under the MILP's model; returns start and finish per op (µs).
+
+    Ops are taken one at a time: among those whose predecessors are all taken, the smallest
+    ``(priority, topological rank)`` (default: topological order). Each starts at the later of its
+    device's free time and its inputs' arrival (no channel contention). Ordering the ops of any
+    schedule by start time reproduces it or an earlier one, so the MILP's makespan is checked here.
+    """
+    dev = np.asarray(assignment, dtype=np.int64).tolist()
+    dur = (graph.time_us / cluster.speed[np.asarray(dev, dtype=np.int64)]).tolist()
+    delay = model_edge_delay_us(graph, cluster, np.asarray(dev)).tolist()
+    rank = graph.topological_rank.tolist()
+    prio = rank if priority is None else np.asarray(priority, dtype=np.float64).tolist()
+    ptr, nbr, eid = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_edge.tolist()
+    pending = graph.in_degree.tolist()
+    arrival = [0.0] * graph.num_nodes
+    start = [0.0] * graph.num_nodes
+    finish = [0.0] * graph.num_nodes
+    free = [0.0] * cluster.num_devices
+    ready = [(prio[v], rank[v], v) for v in range(graph.num_nodes) if pending[v] == 0]
+    heapq.heapify(ready)
+    while ready:
+        _, _, u = heapq.heappop(ready)
+        start[u] = max(free[dev[u]], arrival[u])
+        finish[u] = free[dev[u]] = start[u] + dur[u]
+        for k in range(ptr[u], ptr[u + 1]):
+            v = nbr[k]
+            arrival[v] = max(arrival[v], finish[u] + delay[eid[k]])
+            pending[v] -= 1
+            if pending[v] == 0:
+                heapq.heappush(ready, (prio[v], rank[v], v))
+    return np.asarray(start), np.asarray(finish)
+
+
+# ---------------------------------------------------------------------------- the placer
+def check_size(graph: Graph, cluster: Cluster, max_ops: int) -> None:
+    """Refuse graphs above ``max_ops`` ops and clusters above :data:`MAX_DEVICES` devices."""
+    if graph.num_nodes > max_ops:
+        raise CeleritasInputError(
+            f"placer 'optimal': graph has {graph.num_nodes} ops, more than max_ops={max_ops} "
+            "(the MILP grows quadratically; use a heuristic placer)")
+    if cluster.num_devices > MAX_DEVICES:
+        raise CeleritasInputError(
+            f"placer 'optimal': cluster has {cluster.num_devices} devices, more than {MAX_DEVICES} "
+            "(the MILP grows with devices × op pairs; use a heuristic placer)")
+
+
+def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+    """Minimum-makespan placement (µs, no channel contention) from the MILP; see the module doc.
+
+    If no assignment fits memory, the memory constraint is dropped (``milp_status``
+    ``"infeasible_memory"``; the evaluation then reports OOM). If HiGHS finds no solution within
+    ``time_limit`` seconds, every op goes to device 0 and ``extra["fallback"]`` says so.
+    """
+    check_size(graph, cluster, int(params["max_ops"]))
+    time_limit = float(params["time_limit"])
+    problem = build_problem(graph, cluster)
+    extra: dict[str, Any] = {"milp_model": "no channel contention"}
+    start = time.perf_counter()
+    fits = memory_feasible(problem, time_limit)
+    if fits is False:
+        problem = build_problem(graph, cluster, use_memory=False)
+        extra["memory"] = "no assignment fits device memory: memory constraint dropped"
+    res = solve_milp(problem, time_limit - (time.perf_counter() - start))
+    extra.update(milp_seconds=time.perf_counter() - start, milp_solver_status=res.status,
+                 milp_variables=res.num_vars, milp_constraints=res.num_rows)
+    if res.assignment is None or res.start_us is None:
+        extra.update(milp_status="time_limit" if res.status == "no_solution" else res.status,
+                     milp_makespan_us=None, milp_bound_us=res.bound_us, milp_gap=None,
+                     fallback=f"no MILP solution ({res.status}) within time_limit: all ops on device 0")
+        return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64), extra=extra)
+    _, finish = model_schedule(graph, cluster, res.assignment, res.start_us)
+    makespan = float(finish.max())  # re-timed exactly; at most HiGHS's objective (up to tolerance)
+    bound = res.bound_us if res.bound_us is not None else (makespan if res.status == "optimal" else None)
+    if bound is not None:
+        bound = min(bound, makespan)
+    gap = None if bound is None else (makespan - bound) / makespan if makespan > 0 else 0.0
+    status = "infeasible_memory" if fits is False else res.status
+    extra.update(milp_status=status, milp_makespan_us=makespan, milp_bound_us=bound, milp_gap=gap)
+    return PlacerOutput(assignment=res.assignment, extra=extra)
+
+
+register_placer(PlacerSpec(
+    "optimal", optimal_placer,
+    "exact reference for small graphs: MILP (HiGHS) minimising makespan without channel contention",
+    (ParamSpec("time_limit", 60.0, "HiGHS wall-clock limit in seconds; the best solution found is used",
+               float, minimum=0.0, exclusive_minimum=True),
+     ParamSpec("max_ops", 40, "refuse graphs with more ops (the MILP grows quadratically)",
+               int, minimum=1, maximum=200)),
+))
