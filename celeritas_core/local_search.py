@@ -63,16 +63,22 @@ class CandidatePool:
         self.graph = graph
         self.cluster = cluster
         self.candidates: list[Candidate] = []
+        self._seen: dict[bytes, float] = {}
         self.replay_seconds = 0.0
         """Wall time (s) of the slowest replay so far: what one more trial costs."""
 
     def add(self, name: str, assignment: np.ndarray, *, step_time_us: float | None = None) -> Candidate:
-        """Replay ``assignment`` (unless its step time is known exactly) and record it."""
+        """Replay ``assignment`` (unless its step time is known exactly, or the same assignment was
+        offered before) and record it."""
         assignment = np.asarray(assignment, dtype=np.int64)
+        key = assignment.tobytes()
+        if step_time_us is None and key in self._seen:
+            step_time_us = self._seen[key]
         if step_time_us is None:
             start = time.perf_counter()
             step_time_us = simulate(self.graph, self.cluster, assignment).step_time_us
             self.replay_seconds = max(self.replay_seconds, time.perf_counter() - start)
+        self._seen[key] = float(step_time_us)
         candidate = Candidate(name, assignment, float(step_time_us),
                               excess_bytes(self.graph, self.cluster, assignment))
         self.candidates.append(candidate)

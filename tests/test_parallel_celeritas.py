@@ -120,3 +120,21 @@ def test_celeritas_is_never_slower_than_any_of_its_own_candidates(graph, devices
     if graph.total_memory_bytes <= cluster.memory_bytes.max():
         assert not p.oom
         assert p.predicted_step_time_us <= p.single_device_time_us * (1 + 1e-9) + 1e-9
+
+
+def test_pool_replays_an_assignment_once_and_ranks_fitting_placements_first(monkeypatch):
+    import celeritas_core.local_search as ls
+
+    g = make_graph([("a", "b")], memory={"a": 10, "b": 10}, times={"a": 10, "b": 10})
+    cluster = Cluster.homogeneous(2, 15.0, **FREE)
+    calls = []
+    real = ls.simulate
+    monkeypatch.setattr(ls, "simulate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    pool = CandidatePool(g, cluster)
+    one = pool.add("one-device", np.array([0, 0]))
+    again = pool.add("same", np.array([0, 0]))
+    split = pool.add("split", np.array([0, 1]))
+    assert len(calls) == 2 and again.step_time_us == one.step_time_us
+    assert not one.fits and split.fits and one.step_time_us < split.step_time_us + 1e-9
+    assert pool.best.name == "split"  # fits beats faster-but-OOM
+    assert pool.summary() == {"one-device": None, "same": None, "split": pytest.approx(20.0)}
