@@ -39,10 +39,11 @@ def tlevel(graph: Graph, comm_us: np.ndarray | None = None) -> np.ndarray:
     return np.asarray(tl)
 
 
-def blevel(graph: Graph, comm_us: np.ndarray | None = None) -> np.ndarray:
-    """Longest path (µs) from each node to any sink, including the node's own time."""
+def blevel(graph: Graph, comm_us: np.ndarray | None = None, time_us: np.ndarray | None = None) -> np.ndarray:
+    """Longest path (µs) from each node to any sink, including the node's own time (``time_us``,
+    default the graph's op times; HEFT's upward rank passes mean times over devices)."""
     n = graph.num_nodes
-    w = graph.time_us.tolist()
+    w = (graph.time_us if time_us is None else time_us).tolist()
     comm = (np.zeros(graph.num_edges) if comm_us is None else comm_us).tolist()
     ptr = graph.succ_ptr.tolist()
     nbr = graph.succ_idx.tolist()

@@ -40,6 +40,7 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
 from celeritas_core.grouping import baechi_fusion
+from celeritas_core.levels import blevel, edge_comm_us
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
 
 
@@ -102,19 +103,9 @@ def upward_rank(graph: Graph, cluster: Cluster) -> np.ndarray:
     """HEFT's ``rank_u`` per node (µs): mean compute time plus the costliest path to a sink, with
     mean transfer time ``((D − 1) / D)·(k·bytes + b)`` per edge."""
     num_dev = cluster.num_devices
-    mean_time = (graph.time_us * float(np.mean(1.0 / cluster.speed))).tolist()
-    comm = np.asarray(cluster.comm_time_us(graph.edge_bytes), dtype=np.float64)
-    mean_comm = (comm * ((num_dev - 1) / num_dev)).tolist()
-    ptr, nbr, edge = graph.succ_ptr.tolist(), graph.succ_idx.tolist(), graph.succ_edge.tolist()
-    rank = [0.0] * graph.num_nodes
-    for v in reversed(graph.topological_order.tolist()):
-        tail = 0.0
-        for k in range(ptr[v], ptr[v + 1]):
-            x = mean_comm[edge[k]] + rank[nbr[k]]
-            if x > tail:
-                tail = x
-        rank[v] = mean_time[v] + tail
-    return np.asarray(rank)
+    mean_time = graph.time_us * float(np.mean(1.0 / cluster.speed))
+    mean_comm = edge_comm_us(graph, cluster) * ((num_dev - 1) / num_dev)
+    return blevel(graph, mean_comm, time_us=mean_time)
 
 
 def heft_order(graph: Graph, rank: np.ndarray) -> np.ndarray:

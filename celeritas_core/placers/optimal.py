@@ -62,6 +62,7 @@ from celeritas_core.graph import Graph
 from celeritas_core.levels import blevel, tlevel
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.placers.etf import list_schedule
+from celeritas_core.simulator import simulate
 
 #: Clusters with more devices than this are refused.
 MAX_DEVICES = 8
@@ -69,6 +70,33 @@ MAX_DEVICES = 8
 MIP_REL_GAP = 1e-7
 #: Smallest time limit (s) handed to HiGHS when the budget is already spent.
 _MIN_TIME_LIMIT_S = 1e-3
+
+
+@dataclass(frozen=True, eq=False)
+class ChannelData:
+    """The channel model's data: candidate transfers and the pairs that may share a channel.
+
+    A tensor is ``(producer, src_output)``; a candidate transfer is a tensor and a destination
+    device some consumer of it may use. Times are scaled like :class:`MilpProblem`'s.
+    """
+
+    tensor_src: np.ndarray  # producer op of each tensor
+    tensor_output: np.ndarray  # src_output of each tensor
+    consumers: tuple[tuple[tuple[int, float], ...], ...]  # per tensor: (consumer, scaled k·bytes + b)
+    tr_tensor: np.ndarray  # per candidate transfer: its tensor
+    tr_device: np.ndarray  # ... and its destination device
+    tr_start_min: np.ndarray  # earliest start (the producer's earliest finish)
+    tr_end_max: np.ndarray  # latest end in a schedule within the upper bound
+    pair_a: np.ndarray  # candidate transfer pairs that may hold one channel together
+    pair_b: np.ndarray
+    pair_sender: np.ndarray  # -1: they share a channel whenever both exist; else a sender_pair index
+    sender_pair: np.ndarray  # (k, 2) producer pairs whose same-device indicator a pair needs
+    sender_q: np.ndarray  # per sender pair: index of the op pair reusing its q column, or -1
+
+    @property
+    def num_transfers(self) -> int:
+        """Number of candidate transfers."""
+        return len(self.tr_tensor)
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +119,7 @@ class MilpProblem:
     head: np.ndarray  # scaled earliest start of each op (longest path to it on the fastest device)
     tail: np.ndarray  # scaled longest path after each op's finish to a sink (fastest device)
     scale_us: float
+    channels: ChannelData | None = None  # None: no channel contention
 
     @property
     def num_ops(self) -> int:
@@ -105,12 +134,16 @@ class MilpProblem:
 
 @dataclass(frozen=True)
 class _Layout:
-    """Column indices: x (ops × devices), s (ops), C, z (edges), q (pairs), y (pairs)."""
+    """Column indices: x (ops × devices), s (ops), C, z (edges), q (pairs), y (pairs), then the
+    channel model's w, ts, e (transfers), own same-sender indicators and order binaries (pairs)."""
 
     ops: int
     devices: int
     edges: int
     pairs: int
+    transfers: int = 0
+    senders: int = 0  # same-sender indicators not shared with an op pair's q
+    chan_pairs: int = 0
 
     def x(self, v: int, d: int) -> int:
         """Column of ``x[v, d]``."""
@@ -142,9 +175,34 @@ class _Layout:
         return self.q0 + self.pairs
 
     @property
+    def w0(self) -> int:
+        """First transfer-exists column."""
+        return self.y0 + self.pairs
+
+    @property
+    def ts0(self) -> int:
+        """First transfer-start column."""
+        return self.w0 + self.transfers
+
+    @property
+    def e0(self) -> int:
+        """First transfer-end column."""
+        return self.ts0 + self.transfers
+
+    @property
+    def sq0(self) -> int:
+        """First own same-sender column."""
+        return self.e0 + self.transfers
+
+    @property
+    def cy0(self) -> int:
+        """First channel order column."""
+        return self.sq0 + self.senders
+
+    @property
     def size(self) -> int:
         """Number of columns."""
-        return self.y0 + self.pairs
+        return self.cy0 + self.chan_pairs
 
 
 class _Rows:
@@ -184,25 +242,102 @@ class MilpResult:
     seconds: float
     num_vars: int
     num_rows: int
+    transfer_start_us: dict[tuple[int, int, int], float] | None = None  # channel model: (u, output, d)
 
 
 # ---------------------------------------------------------------------------- problem data
-def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True) -> MilpProblem:
-    """Collect the MILP's data (scaled by an upper bound on the optimum) for ``graph`` on ``cluster``."""
+def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True,
+                  channels: bool = False) -> MilpProblem:
+    """Collect the MILP's data (scaled by an upper bound on the optimum) for ``graph`` on ``cluster``.
+
+    ``channels=True`` adds the channel model (:class:`ChannelData`) and scales by an upper bound
+    under that model.
+    """
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur_us = graph.time_us[:, None] / speed[None, :]
     src, dst, delay_us, shared_us = _edge_delays(graph, cluster)
-    scale = _upper_bound_us(graph, cluster, use_memory)
+    scale = _upper_bound_us(graph, cluster, use_memory, channels)
     fastest = float(speed.max())
     pair_i, pair_j = _unrelated_pairs(graph)
+    head = tlevel(graph) / fastest / scale
+    tail = (blevel(graph) - graph.time_us) / fastest / scale
+    mask = _symmetry_mask(graph, cluster)
+    chan = (_channel_data(graph, cluster, scale, head, tail, mask, pair_i, pair_j) if channels
+            else None)
     return MilpProblem(
         dur=dur_us / scale, edge_src=src, edge_dst=dst, edge_delay=delay_us / scale,
         shared=tuple((u, v, w, c / scale) for u, v, w, c in shared_us),
         pair_i=pair_i, pair_j=pair_j,
         memory=graph.memory_bytes.astype(np.float64), capacity=cluster.memory_bytes.astype(np.float64),
-        use_memory=use_memory, anchor=_anchors(graph), max_device=_symmetry_mask(graph, cluster),
-        sinks=np.flatnonzero(graph.out_degree == 0), head=tlevel(graph) / fastest / scale,
-        tail=(blevel(graph) - graph.time_us) / fastest / scale, scale_us=scale,
+        use_memory=use_memory, anchor=_anchors(graph), max_device=mask,
+        sinks=np.flatnonzero(graph.out_degree == 0), head=head, tail=tail, scale_us=scale,
+        channels=chan,
+    )
+
+
+def _channel_data(graph: Graph, cluster: Cluster, scale: float, head: np.ndarray, tail: np.ndarray,
+                  mask: np.ndarray, pair_i: np.ndarray, pair_j: np.ndarray) -> ChannelData:
+    """Candidate transfers and the transfer pairs that may hold a channel together.
+
+    Pairs are skipped only where no schedule can have them overlap on a channel:
+
+    - different destinations on 2 devices: a common sender would have to differ from both;
+    - ``A = (t1, d1)`` before ``B = (t2, d2)`` is forced when every consumer of ``t1`` is ``t2``'s
+      producer or reaches it: ``A`` ends before its consumer on ``d1`` starts, which finishes no
+      later than ``t2``'s producer, before ``B`` starts.
+    """
+    fastest = float(cluster.speed.max())
+    tensors = sorted(_tensor_consumers(graph).items())
+    reach = _reach_bits(graph)
+    t_src = np.asarray([u for (u, _), _ in tensors], dtype=np.int64)
+    t_out = np.asarray([o for (_, o), _ in tensors], dtype=np.int64)
+    consumers = tuple(tuple((v, float(cluster.comm_time_us(b)) / scale) for v, b in sorted(c.items()))
+                      for _, c in tensors)
+    dur_fast = graph.time_us / fastest / scale
+    tr_tensor: list[int] = []
+    tr_device: list[int] = []
+    for t, cons in enumerate(consumers):
+        for d in range(cluster.num_devices):
+            if any(mask[v, d] for v, _ in cons):
+                tr_tensor.append(t)
+                tr_device.append(d)
+    start_min = [float(head[t_src[t]] + dur_fast[t_src[t]]) for t in tr_tensor]
+    end_max = [1.0 - min(float(tail[v] + dur_fast[v]) for v, _ in consumers[t]) for t in tr_tensor]
+
+    def forced_before(t1: int, t2: int) -> bool:  # every consumer of t1 is or reaches t2's producer
+        u2 = int(t_src[t2])
+        return all(v == u2 or (reach[v] >> u2) & 1 for v, _ in consumers[t1])
+
+    q_index = {(int(i), int(j)): k for k, (i, j) in enumerate(zip(pair_i, pair_j, strict=True))}
+    senders: dict[tuple[int, int], int] = {}
+    pa: list[int] = []
+    pb: list[int] = []
+    ps: list[int] = []
+    n_tr = len(tr_tensor)
+    for a in range(n_tr):
+        t1, d1 = tr_tensor[a], tr_device[a]
+        for b in range(a + 1, n_tr):
+            t2, d2 = tr_tensor[b], tr_device[b]
+            u1, u2 = int(t_src[t1]), int(t_src[t2])
+            if d1 != d2 and cluster.num_devices < 3:
+                continue
+            if forced_before(t1, t2) or forced_before(t2, t1):
+                continue
+            sender = -1  # same destination (receive channel) or same producer (send channel)
+            if d1 != d2 and u1 != u2:
+                key = (u1, u2) if graph.topological_rank[u1] < graph.topological_rank[u2] else (u2, u1)
+                sender = senders.setdefault(key, len(senders))
+            pa.append(a)
+            pb.append(b)
+            ps.append(sender)
+    sender_pair = np.asarray(sorted(senders, key=senders.__getitem__), dtype=np.int64).reshape(-1, 2)
+    return ChannelData(
+        tensor_src=t_src, tensor_output=t_out, consumers=consumers,
+        tr_tensor=np.asarray(tr_tensor, dtype=np.int64), tr_device=np.asarray(tr_device, dtype=np.int64),
+        tr_start_min=np.asarray(start_min, dtype=np.float64), tr_end_max=np.asarray(end_max, dtype=np.float64),
+        pair_a=np.asarray(pa, dtype=np.int64), pair_b=np.asarray(pb, dtype=np.int64),
+        pair_sender=np.asarray(ps, dtype=np.int64), sender_pair=sender_pair,
+        sender_q=np.asarray([q_index.get((int(i), int(j)), -1) for i, j in sender_pair], dtype=np.int64),
     )
 
 
@@ -244,13 +379,14 @@ def _edge_delays(
     return src, dst, np.asarray([pair_delay[k] for k in keys], dtype=np.float64), shared
 
 
-def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool) -> float:
+def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool, channels: bool = False) -> float:
     """Makespan (µs) of a feasible schedule under the model: the MILP's big M and time scale.
 
     The smallest of: every op on the fastest device that holds the model (any device when memory
-    is dropped); m-ETF's assignment replayed in its own start order when it fits memory; and the
-    sum of all op durations on the slowest device plus all edge transfer times (each edge charged
-    its tensor's largest bytes), which bounds any semi-active schedule.
+    is dropped); m-ETF's assignment replayed in its own start order when it fits memory (with
+    ``channels``, its :func:`simulate` step, one schedule of the channel model); and the sum of
+    all op durations on the slowest device plus all edge transfer times (each edge charged its
+    tensor's largest bytes), which bounds any semi-active schedule, one job at a time.
     """
     largest: dict[tuple[int, int], float] = {}
     for u, o, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
@@ -266,22 +402,31 @@ def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool) -> float:
     etf = list_schedule(graph, cluster)
     used = np.bincount(etf.assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
     if np.all(used <= capacity):
-        bounds.append(float(model_schedule(graph, cluster, etf.assignment, etf.start_us)[1].max()))
+        if channels:
+            bounds.append(float(simulate(graph, cluster, etf.assignment).step_time_us))
+        else:
+            bounds.append(float(model_schedule(graph, cluster, etf.assignment, etf.start_us)[1].max()))
     bound = min(bounds)
     return bound if bound > 0 else 1.0
 
 
-def _unrelated_pairs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (i, j), i before j in topological order, with no path between them."""
-    order = graph.topological_order.tolist()
+def _reach_bits(graph: Graph) -> list[int]:
+    """Per op, the bitset of its descendants."""
     ptr, nbr = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
-    reach = [0] * graph.num_nodes  # bitset of descendants
-    for u in reversed(order):
+    reach = [0] * graph.num_nodes
+    for u in reversed(graph.topological_order.tolist()):
         bits = 0
         for k in range(ptr[u], ptr[u + 1]):
             v = nbr[k]
             bits |= reach[v] | (1 << v)
         reach[u] = bits
+    return reach
+
+
+def _unrelated_pairs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i, j), i before j in topological order, with no path between them."""
+    order = graph.topological_order.tolist()
+    reach = _reach_bits(graph)
     pi: list[int] = []
     pj: list[int] = []
     for a, i in enumerate(order):
