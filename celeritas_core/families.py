@@ -42,6 +42,7 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
+from celeritas_core.synthetic import GraphBuilder
 
 __all__ = [
     "FAMILIES",
@@ -103,28 +104,12 @@ class Instance:
 
 
 # ---------------------------------------------------------------------------- builder
-class _Dag:
-    """Append-only ops and tensor edges; inputs always precede their consumer (acyclic by design)."""
+class _Dag(GraphBuilder):
+    """Ops whose memory and outgoing tensors are their output (bytes), built in topological order."""
 
-    def __init__(self) -> None:
-        self.names: list[str] = []
-        self.ops: list[str] = []
-        self.base_us: list[float] = []
-        self.out_bytes: list[float] = []
-        self.src: list[int] = []
-        self.dst: list[int] = []
-
-    def add(self, name: str, op: str, base_us: float, out_bytes: float, inputs: Sequence[int] = ()) -> int:
-        """Add an op with output ``out_bytes`` (bytes) reading ``inputs``; return its index."""
-        i = len(self.names)
-        self.names.append(name)
-        self.ops.append(op)
-        self.base_us.append(base_us)
-        self.out_bytes.append(out_bytes)
-        for j in inputs:
-            self.src.append(j)
-            self.dst.append(i)
-        return i
+    def op(self, name: str, op: str, base_us: float, out_bytes: float, inputs: Sequence[int] = ()) -> int:
+        """Add an op of ``base_us`` µs (before noise) with output ``out_bytes`` reading ``inputs``."""
+        return self.add(name, op, out_bytes=out_bytes, base_us=base_us, inputs=inputs)
 
     def graph(self, name: str, rng: np.random.Generator, meta: dict[str, object]) -> Graph:
         """Freeze: times get log-normal noise; memory and edge bytes are the producers' outputs."""
@@ -229,7 +214,7 @@ def inception_graph(
     rng = np.random.default_rng(seed)
     g = _Dag()
     side = 4 * res
-    x = g.add("input", "Placeholder", _SOURCE_US, _FLOAT * batch * side * side * 3)
+    x = g.op("input", "Placeholder", _SOURCE_US, _FLOAT * batch * side * side * 3)
     x, side, c_in = _conv(g, "stem/conv_0", x, batch, side, 3, 32, kernel=3, stride=2)
     x, side, c_in = _conv(g, "stem/conv_1", x, batch, side, c_in, width, kernel=3, stride=2)
     for m in range(modules):
@@ -238,11 +223,11 @@ def inception_graph(
         x, side, c_in = _inception_module(g, rng, f"module_{m}", x, batch, side, c_in,
                                           width * 2**stage, stride)
     pixels = side * side
-    pooled = g.add("head/Mean", "Mean", _eltwise_us(_FLOAT * batch * pixels * c_in), _FLOAT * batch * c_in,
+    pooled = g.op("head/Mean", "Mean", _eltwise_us(_FLOAT * batch * pixels * c_in), _FLOAT * batch * c_in,
                    [x])
-    logits = g.add("head/MatMul", "MatMul", _matmul_us(batch, c_in, classes), _FLOAT * batch * classes,
+    logits = g.op("head/MatMul", "MatMul", _matmul_us(batch, c_in, classes), _FLOAT * batch * classes,
                    [pooled])
-    g.add("head/Softmax", "Softmax", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
+    g.op("head/Softmax", "Softmax", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
           [logits])
     return g.graph(name or f"inception-m{modules}-s{seed}", rng,
                    {"source": "celeritas_core.families.inception_graph", "family": "b", "seed": seed,
@@ -254,7 +239,7 @@ def _conv(g: _Dag, name: str, x: int, batch: int, side: int, c_in: int, c_out: i
     """A fused ``Conv2D`` (same padding): returns (node, output side, output channels)."""
     out_side = max(1, -(-side // stride))
     pixels = out_side * out_side
-    node = g.add(name, "Conv2D", _conv_us(batch, pixels, kernel, c_in, c_out),
+    node = g.op(name, "Conv2D", _conv_us(batch, pixels, kernel, c_in, c_out),
                  _FLOAT * batch * pixels * c_out, [x])
     return node, out_side, c_out
 
@@ -277,14 +262,14 @@ def _inception_module(g: _Dag, rng: np.random.Generator, prefix: str, x: int, ba
         outs.append(h)
     pool_side = max(1, -(-side // stride))
     pool_bytes = _FLOAT * batch * pool_side * pool_side * c_in
-    pool = g.add(f"{prefix}/pool/AvgPool", "AvgPool",
+    pool = g.op(f"{prefix}/pool/AvgPool", "AvgPool",
                  _eltwise_us(_FLOAT * batch * side * side * c_in + pool_bytes), pool_bytes, [x])
     h, out_side, _ = _conv(g, f"{prefix}/pool/conv", pool, batch, pool_side, c_in, widths[-1],
                            kernel=1, stride=1)
     outs.append(h)
     c_out = sum(widths)
     out_bytes = _FLOAT * batch * out_side * out_side * c_out
-    concat = g.add(f"{prefix}/concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
+    concat = g.op(f"{prefix}/concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
     return concat, out_side, c_out
 
 
@@ -328,7 +313,7 @@ def towers_graph(
     classes = _check_int(classes, "classes", 1)
     rng = np.random.default_rng(seed)
     g = _Dag()
-    x = g.add("input", "Placeholder", _SOURCE_US, _FLOAT * batch * features)
+    x = g.op("input", "Placeholder", _SOURCE_US, _FLOAT * batch * features)
     outs: list[int] = []
     total = 0
     for t in range(towers):
@@ -336,15 +321,15 @@ def towers_graph(
         w = int(rng.choice(_BRANCH_WIDTHS))
         h, n_in = x, features
         for k in range(depth):
-            h = g.add(f"tower_{t}/dense_{k}", "MatMul", _matmul_us(batch, n_in, w), _FLOAT * batch * w, [h])
+            h = g.op(f"tower_{t}/dense_{k}", "MatMul", _matmul_us(batch, n_in, w), _FLOAT * batch * w, [h])
             n_in = w
         outs.append(h)
         total += w
     out_bytes = _FLOAT * batch * total
-    concat = g.add("concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
-    logits = g.add("head/MatMul", "MatMul", _matmul_us(batch, total, classes), _FLOAT * batch * classes,
+    concat = g.op("concat", "ConcatV2", _eltwise_us(2 * out_bytes), out_bytes, outs)
+    logits = g.op("head/MatMul", "MatMul", _matmul_us(batch, total, classes), _FLOAT * batch * classes,
                    [concat])
-    g.add("head/Sigmoid", "Sigmoid", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
+    g.op("head/Sigmoid", "Sigmoid", _eltwise_us(2 * _FLOAT * batch * classes), _FLOAT * batch * classes,
           [logits])
     return g.graph(name or f"towers-k{towers}-s{seed}", rng,
                    {"source": "celeritas_core.families.towers_graph", "family": "b", "seed": seed,

@@ -113,7 +113,7 @@ def _eltwise_us(nbytes: float) -> float:
 _Input = int | tuple[int, int, float]
 
 
-class _Builder:
+class GraphBuilder:
     """Append-only lists of nodes and edges; inputs always precede consumers (a DAG by design)."""
 
     def __init__(self) -> None:
@@ -194,7 +194,7 @@ class _Spec:
     classes: int
 
 
-def _variable(g: _Builder, variables: list[_Var], name: str, nbytes: float) -> int:
+def _variable(g: GraphBuilder, variables: list[_Var], name: str, nbytes: float) -> int:
     """A ``VariableV2`` with its ``/read`` identity and two Adam slots; returns the read op."""
     var = g.add(name, "VariableV2", out_bytes=nbytes, base_us=_SOURCE_US, coloc=name)
     read = g.add(f"{name}/read", "Identity", out_bytes=nbytes, base_us=_META_US, inputs=(var,),
@@ -209,7 +209,7 @@ def _variable(g: _Builder, variables: list[_Var], name: str, nbytes: float) -> i
 _Fwd = tuple[str, int, tuple[int, ...]]
 
 
-def _forward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int]) -> int:
+def _forward(g: GraphBuilder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int]) -> int:
     """Build input, layers and the loss; return the loss node ``xent`` (its output 1 is the backprop)."""
     k = 9 if s.kernel == "Conv2D" else 1
     width_b = s.width // s.branches if s.join == "concat" else s.width
@@ -321,7 +321,7 @@ def _forward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff
     return xent
 
 
-def _backward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int],
+def _backward(g: GraphBuilder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int],
               xent: int) -> None:
     """Append the gradient ops (reverse of ``fwd``), filling each variable's ``grad``."""
     contrib: dict[int, list[_Input]] = {}
@@ -448,7 +448,7 @@ def _backward(g: _Builder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], dif
             raise AssertionError(kind)
 
 
-def _optimizer(g: _Builder, variables: list[_Var]) -> None:
+def _optimizer(g: GraphBuilder, variables: list[_Var]) -> None:
     """Append Adam: hyper-parameters, one ``ApplyAdam`` per variable, the beta-power updates."""
     first = variables[0].name  # TF colocates the beta powers with the first variable
     lr = g.const("Adam/learning_rate")
@@ -481,9 +481,9 @@ def _optimizer(g: _Builder, variables: list[_Var]) -> None:
     g.add("Adam", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=(group, *assigns))
 
 
-def _build(s: _Spec) -> _Builder:
+def _build(s: _Spec) -> GraphBuilder:
     """The whole training step as builder lists (costs still noise-free)."""
-    g = _Builder()
+    g = GraphBuilder()
     variables: list[_Var] = []
     fwd: list[_Fwd] = []
     diff: set[int] = set()

@@ -13,7 +13,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
 from celeritas_core.graph import Graph
 from celeritas_core.placers import place
-from celeritas_core.placers.heft import DeviceTimeline, heft_order, heft_schedule, upward_rank
+from celeritas_core.placers.heft import heft_order, heft_schedule, upward_rank
 from tests.conftest import make_graph
 
 
@@ -118,21 +118,6 @@ def test_a_colocation_group_stays_together_and_is_charged_whole():
     res = heft_schedule(g, Cluster.homogeneous(2, 3.0, slope_us_per_byte=0.0, intercept_us=1.0))
     assert _devices(g, res.assignment) == {"v1": 0, "u1": 0, "v2": 1, "u2": 1}
     assert res.best_effort_ops == 0
-
-
-def test_device_timeline_merges_touching_blocks_and_finds_gaps():
-    tl = DeviceTimeline()
-    tl.insert(0.0, 10.0)
-    tl.insert(20.0, 30.0)
-    tl.insert(10.0, 15.0)
-    assert (tl.starts, tl.ends) == ([0.0, 20.0], [15.0, 30.0])
-    assert tl.earliest_start(0.0, 5.0) == 15.0
-    assert tl.earliest_start(0.0, 6.0) == 30.0
-    assert tl.earliest_start(16.0, 4.0) == 16.0
-    tl.insert(15.0, 20.0)
-    assert (tl.starts, tl.ends) == ([0.0], [30.0])
-    tl.insert(40.0, 40.0)  # zero length: no device time
-    assert tl.earliest_start(35.0, 1.0) == 35.0
 
 
 def _random_dag(seed: int, n: int = 40) -> Graph:

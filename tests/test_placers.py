@@ -10,7 +10,8 @@ from celeritas_core.colocation import colocation_respected
 from celeritas_core.compare import params_for
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.placers import PLACERS, get_placer, place
-from celeritas_core.placers.celeritas import _DeviceTimeline, adjusting_placement, order_place
+from celeritas_core.placers.celeritas import adjusting_placement, order_place
+from celeritas_core.timeline import DeviceTimeline
 from tests.conftest import make_graph
 
 
@@ -58,7 +59,7 @@ def test_order_place_fills_devices_in_order_then_best_effort():
 
 
 def test_device_timeline_inserts_into_gaps():
-    tl = _DeviceTimeline()
+    tl = DeviceTimeline()
     tl.insert(0.0, 10.0)
     tl.insert(20.0, 30.0)
     assert tl.earliest_start(0.0, 5.0) == 10.0
@@ -126,3 +127,15 @@ def test_a_graph_without_op_times_places_and_reports_finite_figures(tmp_path):
         assert p.predicted_step_time_us == 0.0 and p.lower_bound_us == 0.0
         assert p.gap_to_lower_bound == 0.0 and p.speedup_vs_single == 1.0
         save_placement(p, tmp_path / f"{name}.json")
+
+
+def test_device_timeline_fills_gaps_between_touching_and_zero_length_intervals():
+    tl = DeviceTimeline()
+    for start, end in ((0.0, 10.0), (20.0, 30.0), (10.0, 15.0)):
+        tl.insert(start, end)
+    assert tl.earliest_start(0.0, 5.0) == 15.0
+    assert tl.earliest_start(0.0, 6.0) == 30.0
+    assert tl.earliest_start(16.0, 4.0) == 16.0
+    assert tl.earliest_start(5.0, 0.0) == 10.0  # a zero-length op fits where two intervals touch
+    tl.insert(17.0, 17.0)  # a zero-length interval splits the gap [15, 20)
+    assert tl.earliest_start(15.0, 4.0) == 30.0

@@ -8,7 +8,6 @@ to their anchor's device.
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.local_search import CandidatePool, critical_path_search
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.timeline import DeviceTimeline
 
 
 def order_place(graph: Graph, cluster: Cluster, order: np.ndarray,
@@ -42,34 +42,6 @@ def order_place(graph: Graph, cluster: Cluster, order: np.ndarray,
         device[v] = d
         free[d] -= mem[v]
     return device
-
-
-class _DeviceTimeline:
-    """Busy intervals of one device, kept sorted, for insertion-based earliest start (µs)."""
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def earliest_start(self, ready: float, duration: float) -> float:
-        """First time >= ``ready`` with an idle gap of ``duration`` (µs) on this device."""
-        starts, ends = self.starts, self.ends
-        k = bisect_right(ends, ready)  # intervals ending after `ready` start at k
-        t = ready
-        while k < len(starts):
-            if starts[k] - t >= duration:
-                return t
-            t = max(t, ends[k])
-            k += 1
-        return t
-
-    def insert(self, start: float, end: float) -> None:
-        """Record ``[start, end)`` as busy."""
-        k = bisect_right(self.starts, start)
-        self.starts.insert(k, start)
-        self.ends.insert(k, end)
 
 
 def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None = None,
@@ -95,7 +67,7 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
     free = cluster.memory_bytes.astype(np.float64).tolist()
     pred_ptr, pred_idx, pred_edge = (a.tolist() for a in (graph.pred_ptr, graph.pred_idx, graph.pred_edge))
     succ_ptr, succ_edge = graph.succ_ptr.tolist(), graph.succ_edge.tolist()
-    timelines = [_DeviceTimeline() for _ in range(num_dev)]
+    timelines = [DeviceTimeline() for _ in range(num_dev)]
     finish = [0.0] * n
     device = [0] * n
     previous = 0

@@ -30,7 +30,6 @@ local finish and the two largest remote arrivals).
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +41,7 @@ from celeritas_core.graph import Graph
 from celeritas_core.grouping import baechi_fusion
 from celeritas_core.levels import blevel, edge_comm_us
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.timeline import DeviceTimeline
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,50 +53,6 @@ class HeftResult:
     finish_us: np.ndarray
     makespan_us: float
     best_effort_ops: int
-
-
-class DeviceTimeline:
-    """Busy blocks ``[start, end)`` (µs) of one device, sorted and merged when they touch."""
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def earliest_start(self, ready: float, duration: float) -> float:
-        """First time >= ``ready`` (µs) outside every busy block with ``duration`` µs idle after it."""
-        starts, ends = self.starts, self.ends
-        k = bisect_right(ends, ready)  # blocks before k end by `ready`
-        t = ready
-        n = len(starts)
-        while k < n:
-            if starts[k] - t >= duration:
-                return t
-            if ends[k] > t:
-                t = ends[k]
-            k += 1
-        return t
-
-    def insert(self, start: float, end: float) -> None:
-        """Mark ``[start, end)`` busy (it must not overlap a block); zero-length runs take no time."""
-        if end <= start:
-            return
-        starts, ends = self.starts, self.ends
-        k = bisect_right(starts, start)
-        joins_prev = k > 0 and ends[k - 1] >= start
-        joins_next = k < len(starts) and starts[k] <= end
-        if joins_prev and joins_next:
-            ends[k - 1] = ends[k]
-            del starts[k], ends[k]
-        elif joins_prev:
-            ends[k - 1] = max(ends[k - 1], end)
-        elif joins_next:
-            starts[k] = start
-            ends[k] = max(ends[k], end)
-        else:
-            starts.insert(k, start)
-            ends.insert(k, end)
 
 
 def upward_rank(graph: Graph, cluster: Cluster) -> np.ndarray:
@@ -206,7 +162,8 @@ class _Heft:
             s = self.timelines[d].earliest_start(ready[d], dur)
             if s + dur < best_f:
                 best_d, best_s, best_f = d, s, s + dur
-        self.timelines[best_d].insert(best_s, best_f)
+        if best_f > best_s:  # a zero-length op takes no device time
+            self.timelines[best_d].insert(best_s, best_f)
         self.memory.charge(v, best_d)
         self.device[v], self.start[v], self.finish[v] = best_d, best_s, best_f
 
