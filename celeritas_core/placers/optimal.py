@@ -334,7 +334,8 @@ def _channel_data(graph: Graph, cluster: Cluster, scale: float, head: np.ndarray
     return ChannelData(
         tensor_src=t_src, tensor_output=t_out, consumers=consumers,
         tr_tensor=np.asarray(tr_tensor, dtype=np.int64), tr_device=np.asarray(tr_device, dtype=np.int64),
-        tr_start_min=np.asarray(start_min, dtype=np.float64), tr_end_max=np.asarray(end_max, dtype=np.float64),
+        tr_start_min=np.asarray(start_min, dtype=np.float64),
+        tr_end_max=np.asarray(end_max, dtype=np.float64),
         pair_a=np.asarray(pa, dtype=np.int64), pair_b=np.asarray(pb, dtype=np.int64),
         pair_sender=np.asarray(ps, dtype=np.int64), sender_pair=sender_pair,
         sender_q=np.asarray([q_index.get((int(i), int(j)), -1) for i, j in sender_pair], dtype=np.int64),
@@ -526,6 +527,67 @@ def _disjunctive_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
         rows.add([lay.s0 + i, *cols, y, q], [1.0, *vals, m_ji, -m_ji], -m_ji)
 
 
+def _channel_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
+    """The channel model: transfers exist, last, feed their consumers and share channels one at a time.
+
+    Per candidate transfer ``(t, d)`` of tensor ``t = (u, o)`` and consumer ``v`` of ``t`` (``c_v``
+    its edge's ``k·bytes + b``): ``w ≥ x[v,d] − x[u,d]`` (the transfer exists when some consumer
+    sits on ``d`` and ``u`` does not), ``e − ts ≥ c_v·(x[v,d] − x[u,d])`` (it lasts as long as its
+    largest edge into ``d``), ``ts ≥ f_u``, and ``s_v ≥ e − M(1 − x[v,d])`` (a consumer on ``d``
+    waits for it; when ``u`` is on ``d`` too, ``e = ts = f_u`` satisfies this). Per pair sharing
+    a channel (order binary ``y``; ``q`` the pair's same-sender indicator when only a common
+    sender device makes them share one): ``ts_B ≥ e_A − M(1 − y) − M(2 − w_A − w_B) [− M(1 − q)]``
+    and the converse with ``y``. Cut: each receive channel's transfers fit in the makespan,
+    ``C ≥ Σ_t (e − ts)``.
+    """
+    ch = p.channels
+    assert ch is not None
+    tensor_of = ch.tr_tensor.tolist()
+    device_of = ch.tr_device.tolist()
+    for k, (t, d) in enumerate(zip(tensor_of, device_of, strict=True)):
+        u = int(ch.tensor_src[t])
+        w, ts, e = lay.w0 + k, lay.ts0 + k, lay.e0 + k
+        cols, vals = _finish(p, lay, u, -1.0)
+        rows.add([ts, *cols], [1.0, *vals], 0.0)  # ts ≥ f_u
+        rows.add([e, ts], [1.0, -1.0], 0.0)
+        for v, c in ch.consumers[t]:
+            if not p.max_device[v, d]:
+                continue
+            rows.add([w, lay.x(v, d), lay.x(u, d)], [1.0, -1.0, 1.0], 0.0)
+            rows.add([e, ts, lay.x(v, d), lay.x(u, d)], [1.0, -1.0, -c, c], 0.0)
+            m = max(0.0, float(ch.tr_end_max[k] - p.head[v]))
+            rows.add([lay.s0 + v, e, lay.x(v, d)], [1.0, -1.0, -m], -m)
+    for d in range(lay.devices):
+        ks = [k for k in range(ch.num_transfers) if device_of[k] == d]
+        if ks:
+            rows.add([lay.c, *(lay.e0 + k for k in ks), *(lay.ts0 + k for k in ks)],
+                     [1.0] + [-1.0] * len(ks) + [1.0] * len(ks), 0.0)
+    sender_cols = []
+    own = 0
+    for (u1, u2), q in zip(ch.sender_pair.tolist(), ch.sender_q.tolist(), strict=True):
+        if q >= 0:
+            sender_cols.append(lay.q0 + q)  # the op pair's same-device indicator
+            continue
+        col = lay.sq0 + own
+        own += 1
+        sender_cols.append(col)
+        for d in range(lay.devices):
+            rows.add([col, lay.x(u1, d), lay.x(u2, d)], [1.0, -1.0, -1.0], -1.0)
+    for k, (a, b, s) in enumerate(zip(ch.pair_a.tolist(), ch.pair_b.tolist(), ch.pair_sender.tolist(),
+                                      strict=True)):
+        y = lay.cy0 + k
+        act = [lay.w0 + a, lay.w0 + b] + ([sender_cols[s]] if s >= 0 else [])
+        n_act = len(act)
+        m_ab = max(0.0, float(ch.tr_end_max[a] - ch.tr_start_min[b]))
+        m_ba = max(0.0, float(ch.tr_end_max[b] - ch.tr_start_min[a]))
+        # y = 1: A first: ts_B − e_A − M·y − M·Σ act ≥ −M(1 + n_act)
+        rows.add([lay.ts0 + b, lay.e0 + a, y, *act], [1.0, -1.0, -m_ab, *([-m_ab] * n_act)],
+                 -m_ab * (1 + n_act))
+        # y = 0: B first: ts_A − e_B + M·y − M·Σ act ≥ −M·n_act
+        rows.add([lay.ts0 + a, lay.e0 + b, y, *act], [1.0, -1.0, m_ba, *([-m_ba] * n_act)],
+                 -m_ba * n_act)
+
+
 def _makespan_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
     """``C ≥ f_v`` for every sink and ``C ≥`` each device's load."""
     for v in p.sinks.tolist():
@@ -540,7 +602,8 @@ def _makespan_rows(rows: _Rows, p: MilpProblem, lay: _Layout) -> None:
 def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.ndarray]:
     """Columns in [0, 1] (times scaled by the upper bound); ``head ≤ s ≤ 1 − tail − fastest duration``.
 
-    x forbidden by symmetry breaking is fixed to 0.
+    x forbidden by symmetry breaking is fixed to 0. A transfer's start and end lie between its
+    producer's earliest finish and the latest start of its consumers (fastest device).
     """
     lower = np.zeros(lay.size)
     upper = np.ones(lay.size)
@@ -549,17 +612,27 @@ def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.nd
     upper[lay.s0: lay.c] = np.maximum(p.head, 1.0 - p.tail - p.dur.min(axis=1))
     integrality = np.zeros(lay.size, dtype=np.int64)
     integrality[: lay.s0] = 1
-    integrality[lay.y0: lay.size] = 1
+    integrality[lay.y0: lay.y0 + lay.pairs] = 1
+    ch = p.channels
+    if ch is not None:
+        for first in (lay.ts0, lay.e0):
+            lower[first: first + lay.transfers] = ch.tr_start_min
+            upper[first: first + lay.transfers] = np.maximum(ch.tr_start_min, ch.tr_end_max)
+        integrality[lay.cy0: lay.size] = 1
     return Bounds(lower, upper), integrality
 
 
 def solve_milp(p: MilpProblem, time_limit_s: float) -> MilpResult:
     """Build and solve the scheduling MILP with HiGHS; times in the result are µs."""
-    lay = _Layout(p.num_ops, p.num_devices, len(p.edge_src), len(p.pair_i))
+    ch = p.channels
+    lay = _Layout(p.num_ops, p.num_devices, len(p.edge_src), len(p.pair_i),
+                  *((ch.num_transfers, int(np.sum(ch.sender_q < 0)), len(ch.pair_a)) if ch else ()))
     rows = _Rows()
     _assignment_rows(rows, p, lay)
     _precedence_rows(rows, p, lay)
     _disjunctive_rows(rows, p, lay)
+    if ch is not None:
+        _channel_rows(rows, p, lay)
     _makespan_rows(rows, p, lay)
     cost = np.zeros(lay.size)
     cost[lay.c] = 1.0
@@ -603,17 +676,26 @@ def _run_highs(cost: np.ndarray, rows: _Rows, bounds: Bounds, integrality: np.nd
         status = "time_limit" if has_x else "no_solution"
     else:
         status = f"error (HiGHS status {res.status}: {res.message})"
-    assignment, start_us = decode(res.x) if has_x else (None, None)
+    assignment, start_us, *rest = decode(res.x) if has_x else (None, None)
     bound = getattr(res, "mip_dual_bound", None)
     bound_us = float(bound) * scale_us if bound is not None and np.isfinite(bound) else None
     objective = float(res.fun) * scale_us if has_x else None
-    return MilpResult(status, assignment, start_us, objective, bound_us, seconds, len(cost), len(rows.lo))
+    return MilpResult(status, assignment, start_us, objective, bound_us, seconds, len(cost), len(rows.lo),
+                      rest[0] if rest else None)
 
 
-def _decode(x: np.ndarray, p: MilpProblem, lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    """Device per op (largest x) and start time per op (µs) from a solution vector."""
+def _decode(x: np.ndarray, p: MilpProblem, lay: _Layout) -> tuple[Any, ...]:
+    """Device per op (largest x) and start time per op (µs) from a solution vector; with the
+    channel model also each candidate transfer's start (µs) keyed by (producer, src_output, device)."""
     assignment = np.argmax(x[: lay.s0].reshape(p.num_ops, p.num_devices), axis=1).astype(np.int64)
-    return assignment, x[lay.s0: lay.c] * p.scale_us
+    start_us = x[lay.s0: lay.c] * p.scale_us
+    ch = p.channels
+    if ch is None:
+        return assignment, start_us
+    transfer_start = {
+        (int(ch.tensor_src[t]), int(ch.tensor_output[t]), int(d)): float(x[lay.ts0 + k]) * p.scale_us
+        for k, (t, d) in enumerate(zip(ch.tr_tensor.tolist(), ch.tr_device.tolist(), strict=True))}
+    return assignment, start_us, transfer_start
 
 
 # ---------------------------------------------------------------------------- the model's schedule
@@ -670,6 +752,87 @@ def model_schedule(graph: Graph, cluster: Cluster, assignment: np.ndarray,
     return np.asarray(start), np.asarray(finish)
 
 
+def channel_schedule(graph: Graph, cluster: Cluster, assignment: np.ndarray,
+                     priority: np.ndarray | None = None,
+                     transfer_priority: Mapping[tuple[int, int, int], float] | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Semi-active schedule under the channel model; returns start and finish per op (µs).
+
+    The jobs are the ops and the transfers (one per tensor ``(u, src_output)`` and destination
+    device, lasting ``k·bytes + b`` for its largest edge there). They are taken one at a time:
+    among the jobs whose predecessors are all taken, the smallest priority (an op's ``priority``,
+    default its topological rank; a transfer's ``transfer_priority[(u, src_output, d)]``, default
+    its producer's priority), ties by topological rank with a transfer right after its producer.
+    An op starts at the later of its device's free time and its inputs' arrival, a transfer at the
+    latest of its producer's finish and its sender's send and receiver's receive channels' free
+    times. Taking the jobs of a schedule in start order reproduces it or an earlier one, so the
+    channel MILP's makespan is checked here.
+    """
+    dev = np.asarray(assignment, dtype=np.int64).tolist()
+    n = graph.num_nodes
+    dur = (graph.time_us / cluster.speed[np.asarray(dev, dtype=np.int64)]).tolist() if n else []
+    rank = graph.topological_rank.tolist()
+    prio = [float(r) for r in rank] if priority is None else np.asarray(priority, dtype=np.float64).tolist()
+    groups: dict[tuple[int, int, int], int] = {}
+    g_bytes: list[float] = []
+    g_src: list[int] = []
+    g_dst: list[int] = []
+    deps: list[set[int]] = [set() for _ in range(n)]  # per op: the jobs it waits for
+    for u, o, v, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
+                          graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True):
+        if dev[u] == dev[v]:
+            deps[v].add(u)
+            continue
+        key = (u, o, dev[v])
+        g = groups.setdefault(key, len(groups))
+        if g == len(g_bytes):
+            g_bytes.append(b)
+            g_src.append(u)
+            g_dst.append(dev[v])
+        else:
+            g_bytes[g] = max(g_bytes[g], b)
+        deps[v].add(n + g)
+    g_prio = [0.0] * len(groups)
+    for key, g in groups.items():
+        g_prio[g] = prio[key[0]] if transfer_priority is None else float(transfer_priority[key])
+    comm = [float(cluster.comm_time_us(b)) for b in g_bytes]
+    dependents: list[list[int]] = [[] for _ in range(n + len(groups))]
+    for g, u in enumerate(g_src):
+        dependents[u].append(n + g)
+    for v in range(n):
+        for j in deps[v]:
+            dependents[j].append(v)
+    pending = [len(deps[v]) for v in range(n)] + [1] * len(groups)
+    ready = [0.0] * (n + len(groups))
+    start = [0.0] * n
+    finish = [0.0] * n
+    free = [0.0] * cluster.num_devices
+    send_free = [0.0] * cluster.num_devices
+    recv_free = [0.0] * cluster.num_devices
+
+    def key_of(j: int) -> tuple[float, float, int]:
+        return (prio[j], rank[j], j) if j < n else (g_prio[j - n], rank[g_src[j - n]] + 0.5, j)
+
+    heap = [key_of(v) for v in range(n) if pending[v] == 0]
+    heapq.heapify(heap)
+    while heap:
+        *_, j = heapq.heappop(heap)
+        if j < n:
+            start[j] = max(free[dev[j]], ready[j])
+            end = finish[j] = free[dev[j]] = start[j] + dur[j]
+        else:
+            g = j - n
+            p, q = dev[g_src[g]], g_dst[g]
+            end = max(ready[j], send_free[p], recv_free[q]) + comm[g]
+            send_free[p] = recv_free[q] = end
+        for k in dependents[j]:
+            ready[k] = max(ready[k], end)
+            pending[k] -= 1
+            if pending[k] == 0:
+                heapq.heappush(heap, key_of(k))
+    return np.asarray(start, dtype=np.float64), np.asarray(finish, dtype=np.float64)
+
+
 # ---------------------------------------------------------------------------- the placer
 def check_size(graph: Graph, cluster: Cluster, max_ops: int) -> None:
     """Refuse graphs above ``max_ops`` ops and clusters above :data:`MAX_DEVICES` devices."""
@@ -683,8 +846,16 @@ def check_size(graph: Graph, cluster: Cluster, max_ops: int) -> None:
             "(the MILP grows with devices × op pairs; use a heuristic placer)")
 
 
+#: ``extra["milp_model"]`` per value of the ``channels`` parameter.
+MILP_MODELS = {
+    0: "no channel contention",
+    1: "channel contention (send and receive channels, one transfer per tensor and destination device)",
+}
+
+
 def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """Minimum-makespan placement (µs, no channel contention) from the MILP; see the module doc.
+    """Minimum-makespan placement (µs) from the MILP, without or with (``channels=1``) channel
+    contention; see the module doc.
 
     If no assignment fits memory, the memory constraint is dropped (``milp_status``
     ``"infeasible_memory"``; the evaluation then reports OOM). If HiGHS finds no solution within
@@ -692,12 +863,13 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) ->
     """
     check_size(graph, cluster, int(params["max_ops"]))
     time_limit = float(params["time_limit"])
-    problem = build_problem(graph, cluster)
-    extra: dict[str, Any] = {"milp_model": "no channel contention"}
+    channels = int(params.get("channels", 0)) == 1
+    problem = build_problem(graph, cluster, channels=channels)
+    extra: dict[str, Any] = {"milp_model": MILP_MODELS[int(channels)]}
     start = time.perf_counter()
     fits = memory_feasible(problem, time_limit)
     if fits is False:
-        problem = build_problem(graph, cluster, use_memory=False)
+        problem = build_problem(graph, cluster, use_memory=False, channels=channels)
         extra["memory"] = "no assignment fits device memory: memory constraint dropped"
     res = solve_milp(problem, time_limit - (time.perf_counter() - start))
     extra.update(milp_seconds=time.perf_counter() - start, milp_solver_status=res.status,
@@ -707,7 +879,10 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) ->
                      milp_makespan_us=None, milp_bound_us=res.bound_us, milp_gap=None,
                      fallback=f"no MILP solution ({res.status}) within time_limit: all ops on device 0")
         return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64), extra=extra)
-    _, finish = model_schedule(graph, cluster, res.assignment, res.start_us)
+    if channels:
+        _, finish = channel_schedule(graph, cluster, res.assignment, res.start_us, res.transfer_start_us)
+    else:
+        _, finish = model_schedule(graph, cluster, res.assignment, res.start_us)
     makespan = float(finish.max())  # re-timed exactly; at most HiGHS's objective (up to tolerance)
     bound = res.bound_us if res.bound_us is not None else (makespan if res.status == "optimal" else None)
     if bound is not None:
@@ -720,9 +895,12 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) ->
 
 register_placer(PlacerSpec(
     "optimal", optimal_placer,
-    "exact reference for small graphs: MILP (HiGHS) minimising makespan without channel contention",
+    "exact reference for small graphs: MILP (HiGHS) minimising makespan, without channel contention "
+    "or (channels=1) with it",
     (ParamSpec("time_limit", 60.0, "HiGHS wall-clock limit in seconds; the best solution found is used",
                float, minimum=0.0, exclusive_minimum=True),
      ParamSpec("max_ops", 40, "refuse graphs with more ops (the MILP grows quadratically)",
-               int, minimum=1, maximum=200)),
+               int, minimum=1, maximum=200),
+     ParamSpec("channels", 0, "1: model send/receive channel contention, so the optimum is a lower bound "
+               "on every placement's simulated step time (a much larger MILP)", int, minimum=0, maximum=1)),
 ))
