@@ -12,16 +12,27 @@ minimise the makespan (µs) under this model:
   (the static sum model of the rest of the code);
 - the members of a co-location group share one device.
 
-**No channel contention.** Transfers never wait for each other: each starts when its producer
-finishes, the transfer semantics of ``simulate(graph, cluster, a, channels=False)``. The MILP has
-one delay per edge; without contention all edges of one tensor into one device arrive at the same
-time, so this equals the simulator's one transfer per (tensor, destination device).
+**No channel contention** (``channels=0``, the default). Transfers never wait for each other: each
+starts when its producer finishes, the transfer semantics of ``simulate(graph, cluster, a,
+channels=False)``. The MILP has one delay per edge; without contention all edges of one tensor
+into one device arrive at the same time, so this equals the simulator's one transfer per (tensor,
+destination device).
 
-**Only the assignment is returned.** :func:`place` replays it in the regular simulator, which adds
-FIFO channel contention and dispatches ready ops greedily by (ready time, topological rank) instead
+**Channel contention** (``channels=1``). One transfer per (tensor, destination device), lasting
+``k·bytes + b`` for its largest edge into that device, holds the sender's send and the receiver's
+receive channel, one transfer at a time per channel, in any order (:func:`_channel_rows`). The
+simulator's replay of any assignment is one such schedule, so the optimum is a lower bound on
+every placement's ``simulate(graph, cluster, a)`` step. Solved in two phases
+(:func:`_solve_with_channels`): the no-channel MILP first, whose bound is a lower bound here too
+and whose solution re-timed under channels seeds the upper bound; then the channel MILP, skipped
+when the two already meet.
+
+**Only the assignment is returned.** :func:`place` replays it in the regular simulator, which
+reserves channels FIFO and dispatches ready ops greedily by (ready time, topological rank) instead
 of in the MILP's order, so its step time can exceed ``extra["milp_makespan_us"]`` (even with
-``channels=False``). ``milp_makespan_us`` is the MILP solution re-timed by :func:`model_schedule`
-in the MILP's start order.
+``channels=False`` in the simulator, or ``channels=1`` here). ``milp_makespan_us`` is the MILP
+solution re-timed in the MILP's start order by :func:`model_schedule` (``channels=0``) or
+:func:`channel_schedule` (``channels=1``).
 
 Formulation: the standard disjunctive (big-M) model of multiprocessor scheduling with
 communication delays (see the survey of Y.-K. Kwok and I. Ahmad, "Static scheduling algorithms
@@ -46,6 +57,7 @@ relabelling devices in order of first use). scipy's ``milp`` takes no warm start
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Mapping, Sequence
@@ -120,6 +132,7 @@ class MilpProblem:
     tail: np.ndarray  # scaled longest path after each op's finish to a sink (fastest device)
     scale_us: float
     channels: ChannelData | None = None  # None: no channel contention
+    makespan_min: float = 0.0  # scaled lower bound on the makespan (C's lower bound)
 
     @property
     def num_ops(self) -> int:
@@ -246,17 +259,21 @@ class MilpResult:
 
 
 # ---------------------------------------------------------------------------- problem data
-def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True,
-                  channels: bool = False) -> MilpProblem:
+def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True, channels: bool = False,
+                  upper_bound_us: float | None = None, lower_bound_us: float = 0.0) -> MilpProblem:
     """Collect the MILP's data (scaled by an upper bound on the optimum) for ``graph`` on ``cluster``.
 
     ``channels=True`` adds the channel model (:class:`ChannelData`) and scales by an upper bound
-    under that model.
+    under that model. ``upper_bound_us``: the makespan of a known schedule that is feasible under
+    the model (memory, co-location; channels when on), used when below the built-in bound.
+    ``lower_bound_us``: a known lower bound on the optimum, the makespan's lower bound.
     """
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur_us = graph.time_us[:, None] / speed[None, :]
     src, dst, delay_us, shared_us = _edge_delays(graph, cluster)
     scale = _upper_bound_us(graph, cluster, use_memory, channels)
+    if upper_bound_us is not None and 0 < upper_bound_us < scale:
+        scale = upper_bound_us
     fastest = float(speed.max())
     pair_i, pair_j = _unrelated_pairs(graph)
     head = tlevel(graph) / fastest / scale
@@ -271,7 +288,7 @@ def build_problem(graph: Graph, cluster: Cluster, *, use_memory: bool = True,
         memory=graph.memory_bytes.astype(np.float64), capacity=cluster.memory_bytes.astype(np.float64),
         use_memory=use_memory, anchor=_anchors(graph), max_device=mask,
         sinks=np.flatnonzero(graph.out_degree == 0), head=head, tail=tail, scale_us=scale,
-        channels=chan,
+        channels=chan, makespan_min=min(max(lower_bound_us / scale, 0.0), 1.0),
     )
 
 
@@ -613,11 +630,13 @@ def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.nd
     integrality = np.zeros(lay.size, dtype=np.int64)
     integrality[: lay.s0] = 1
     integrality[lay.y0: lay.y0 + lay.pairs] = 1
+    lower[lay.c] = p.makespan_min
     ch = p.channels
     if ch is not None:
         for first in (lay.ts0, lay.e0):
             lower[first: first + lay.transfers] = ch.tr_start_min
             upper[first: first + lay.transfers] = np.maximum(ch.tr_start_min, ch.tr_end_max)
+        integrality[lay.w0: lay.w0 + lay.transfers] = 1  # implied by x; branching on it helps HiGHS
         integrality[lay.cy0: lay.size] = 1
     return Bounds(lower, upper), integrality
 
@@ -864,33 +883,89 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) ->
     check_size(graph, cluster, int(params["max_ops"]))
     time_limit = float(params["time_limit"])
     channels = int(params.get("channels", 0)) == 1
-    problem = build_problem(graph, cluster, channels=channels)
-    extra: dict[str, Any] = {"milp_model": MILP_MODELS[int(channels)]}
     start = time.perf_counter()
+    problem = build_problem(graph, cluster)
+    extra: dict[str, Any] = {"milp_model": MILP_MODELS[int(channels)]}
     fits = memory_feasible(problem, time_limit)
     if fits is False:
-        problem = build_problem(graph, cluster, use_memory=False, channels=channels)
+        problem = build_problem(graph, cluster, use_memory=False)
         extra["memory"] = "no assignment fits device memory: memory constraint dropped"
-    res = solve_milp(problem, time_limit - (time.perf_counter() - start))
+    left = time_limit - (time.perf_counter() - start)
+    res = solve_milp(problem, left / 2 if channels else left)
+    if channels:
+        best, res = _solve_with_channels(graph, cluster, res, fits is not False, time_limit, start, extra)
+    else:
+        best = None
+        if res.assignment is not None and res.start_us is not None:
+            best = (float(model_schedule(graph, cluster, res.assignment, res.start_us)[1].max()),
+                    res.assignment)
     extra.update(milp_seconds=time.perf_counter() - start, milp_solver_status=res.status,
                  milp_variables=res.num_vars, milp_constraints=res.num_rows)
-    if res.assignment is None or res.start_us is None:
+    if best is None:
         extra.update(milp_status="time_limit" if res.status == "no_solution" else res.status,
-                     milp_makespan_us=None, milp_bound_us=res.bound_us, milp_gap=None,
+                     milp_makespan_us=None, milp_bound_us=_best_bound(res, extra), milp_gap=None,
                      fallback=f"no MILP solution ({res.status}) within time_limit: all ops on device 0")
         return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64), extra=extra)
-    if channels:
-        _, finish = channel_schedule(graph, cluster, res.assignment, res.start_us, res.transfer_start_us)
-    else:
-        _, finish = model_schedule(graph, cluster, res.assignment, res.start_us)
-    makespan = float(finish.max())  # re-timed exactly; at most HiGHS's objective (up to tolerance)
-    bound = res.bound_us if res.bound_us is not None else (makespan if res.status == "optimal" else None)
+    makespan, assignment = best  # re-timed exactly; at most HiGHS's objective (up to tolerance)
+    bound = _best_bound(res, extra)
+    if bound is None and res.status == "optimal":
+        bound = makespan
     if bound is not None:
         bound = min(bound, makespan)
     gap = None if bound is None else (makespan - bound) / makespan if makespan > 0 else 0.0
-    status = "infeasible_memory" if fits is False else res.status
-    extra.update(milp_status=status, milp_makespan_us=makespan, milp_bound_us=bound, milp_gap=gap)
-    return PlacerOutput(assignment=res.assignment, extra=extra)
+    status = res.status
+    if channels and gap is not None and gap <= MIP_REL_GAP:
+        status = "optimal"  # e.g. the no-channel bound closed the gap
+    extra.update(milp_status="infeasible_memory" if fits is False else status, milp_makespan_us=makespan,
+                 milp_bound_us=bound, milp_gap=gap)
+    return PlacerOutput(assignment=assignment, extra=extra)
+
+
+def _best_bound(res: MilpResult, extra: Mapping[str, Any]) -> float | None:
+    """The larger of the solve's dual bound and the no-channel bound (a bound for channels too)."""
+    bounds = [b for b in (res.bound_us, extra.get("milp_no_channel_bound_us")) if b is not None]
+    return max(bounds) if bounds else None
+
+
+def _solve_with_channels(graph: Graph, cluster: Cluster, first: MilpResult, use_memory: bool,
+                         time_limit: float, start: float, extra: dict[str, Any],
+                         ) -> tuple[tuple[float, np.ndarray] | None, MilpResult]:
+    """Second phase of ``channels=1``: the channel MILP, seeded by the no-channel solve ``first``.
+
+    The no-channel optimum (or bound) is a lower bound under channels (contention only delays
+    transfers); ``first``'s solution re-timed under channels (in its own order, or replayed by
+    the simulator) is a feasible schedule, an upper bound. When they meet, the channel MILP is
+    skipped. Returns the best (makespan, assignment) under channels and the result to report.
+    """
+    lower = first.bound_us if first.bound_us is not None else None
+    seed: tuple[float, np.ndarray] | None = None
+    nochan = None
+    if first.assignment is not None and first.start_us is not None:
+        nochan = float(model_schedule(graph, cluster, first.assignment, first.start_us)[1].max())
+        if first.status == "optimal":
+            lower = nochan if lower is None else min(lower, nochan)
+        retimed = float(channel_schedule(graph, cluster, first.assignment, first.start_us)[1].max())
+        replay = float(simulate(graph, cluster, first.assignment).step_time_us)
+        seed = (min(retimed, replay), first.assignment)
+    extra.update(milp_no_channel_status=first.status, milp_no_channel_makespan_us=nochan,
+                 milp_no_channel_bound_us=lower)
+    if seed is not None and lower is not None and seed[0] <= lower * (1 + 1e-9):
+        extra["milp_channel_skipped"] = ("the no-channel solution re-timed under channels meets the "
+                                         "no-channel bound: optimal under channels too")
+        return seed, dataclasses.replace(first, status="optimal", bound_us=lower)
+    problem = build_problem(graph, cluster, use_memory=use_memory, channels=True,
+                            upper_bound_us=None if seed is None else seed[0],
+                            lower_bound_us=0.0 if lower is None else lower * (1 - 1e-7))
+    res = solve_milp(problem, time_limit - (time.perf_counter() - start))
+    best = seed
+    if res.assignment is not None and res.start_us is not None:
+        makespan = float(channel_schedule(graph, cluster, res.assignment, res.start_us,
+                                          res.transfer_start_us)[1].max())
+        if best is None or makespan < best[0]:
+            best = (makespan, res.assignment)
+    if best is not None and res.status == "no_solution":
+        res = dataclasses.replace(res, status="time_limit")
+    return best, res
 
 
 register_placer(PlacerSpec(
