@@ -85,18 +85,20 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
                  f"gap {placement.gap_to_lower_bound * 100:+.1f} %")
     lines.append("")
     busy = placement.extra.get("device_busy_us")
-    lines.append(f"{'device':<10} {'ops':>7} {'memory':>12} {'capacity':>12} {'used':>7} {'busy':>12}")
+    lines.append(f"{'device':<10} {'ops':>7} {'peak memory':>12} {'sum':>12} {'capacity':>12} {'peak %':>7} "
+                 f"{'busy':>12}")
     counts = np.bincount(placement.assignment, minlength=cluster.num_devices)
     for d, name in enumerate(cluster.device_names):
-        used = placement.device_memory_bytes[d]
+        used = placement.device_peak_memory_bytes[d]
         cap = cluster.memory_bytes[d]
         flag = "  OOM" if name in placement.oom_devices else ""
         busy_text = format_us(busy[d]) if busy is not None else "-"
-        lines.append(f"{name:<10} {counts[d]:>7,} {format_bytes(used):>12} {format_bytes(cap):>12} "
+        lines.append(f"{name:<10} {counts[d]:>7,} {format_bytes(used):>12} "
+                     f"{format_bytes(placement.device_memory_bytes[d]):>12} {format_bytes(cap):>12} "
                      f"{used / cap * 100:>6.1f}% {busy_text:>12}{flag}")
     lines.append("")
     if placement.oom:
-        lines.append(f"OOM: {', '.join(placement.oom_devices)} hold more memory than they have "
+        lines.append(f"OOM: {', '.join(placement.oom_devices)} peak above their memory "
                      "(best-effort placement)")
     else:
         lines.append("OOM: none")

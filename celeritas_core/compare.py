@@ -81,15 +81,16 @@ class Comparison:
         best = self.best_index
         out = []
         for i, p in enumerate(self.placements):
-            peak = int(np.argmax(p.device_memory_bytes / p.device_capacity_bytes))
+            peaks = p.device_peak_memory_bytes
+            peak = int(np.argmax(peaks / p.device_capacity_bytes))
             out.append({
                 "placer": p.placer,
                 "step_time_us": float(p.predicted_step_time_us),
                 "speedup_vs_single": float(p.speedup_vs_single),
                 "gap_to_lower_bound": float(p.gap_to_lower_bound),
                 "placement_seconds": float(p.placement_seconds),
-                "peak_memory_bytes": int(p.device_memory_bytes.max()),
-                "peak_memory_fraction": float(p.device_memory_bytes[peak] / p.device_capacity_bytes[peak]),
+                "peak_memory_bytes": int(peaks.max()),
+                "peak_memory_fraction": float(peaks[peak] / p.device_capacity_bytes[peak]),
                 "oom": p.oom,
                 "oom_devices": " ".join(p.oom_devices),
                 "coarse_nodes": p.coarse_nodes,
@@ -116,6 +117,7 @@ class Comparison:
                 {**{k: _finite(v) if isinstance(v, float) else v for k, v in row.items()},
                  "params": p.params,
                  "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
+                 "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
                  "oom_devices": list(p.oom_devices)}
                 for row, p in zip(self.rows(), self.placements, strict=True)
             ],

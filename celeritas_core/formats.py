@@ -19,7 +19,7 @@ import numpy as np
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
+from celeritas_core.graph import Graph, Liveness
 from celeritas_core.placement import Placement
 
 GRAPH_FORMAT = "celeritas-graph/1"
@@ -149,6 +149,9 @@ def graph_from_json(doc: Any) -> Graph:
     groups: list[str | None] = [None] * n
     time_us = np.empty(n, dtype=np.float64)
     memory = np.empty(n, dtype=np.float64)
+    persistent: list[float | None] = [None] * n
+    scratch: list[float | None] = [None] * n
+    outputs: list[list[float] | None] = [None] * n
     index: dict[str, int] = {}
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):
@@ -173,6 +176,7 @@ def graph_from_json(doc: Any) -> Graph:
             raise CeleritasInputError(f"{where}: missing field 'memory_bytes'")
         time_us[i] = _cost(node["time_us"], where, "time_us")
         memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
+        persistent[i], scratch[i], outputs[i] = _liveness_fields(node, where)
         group = node.get("colocation")
         if group is not None:
             if not isinstance(group, str) or not group:
@@ -210,6 +214,8 @@ def graph_from_json(doc: Any) -> Graph:
                 f"edges[{k}] ({s!r} -> {d!r}): field 'src_output' must be an integer >= 0, got {so!r}"
             )
         out[k] = so
+    modelled = any(p is not None or s is not None or o is not None
+                   for p, s, o in zip(persistent, scratch, outputs, strict=True))
     return Graph.from_arrays(
         name=name,
         node_names=names,
@@ -222,7 +228,22 @@ def graph_from_json(doc: Any) -> Graph:
         edge_bytes=nbytes,
         edge_src_output=out,
         meta=meta,
+        liveness=Liveness.from_lists(persistent, scratch, outputs) if modelled else None,
     )
+
+
+def _liveness_fields(node: dict[str, Any],
+                     where: str) -> tuple[float | None, float | None, list[float] | None]:
+    """The optional ``persistent_bytes``, ``scratch_bytes`` and ``output_bytes`` of a node (bytes)."""
+    persistent, scratch = (_cost(node[key], where, key) if key in node else None
+                           for key in ("persistent_bytes", "scratch_bytes"))
+    outputs = None
+    if "output_bytes" in node:
+        raw = node["output_bytes"]
+        if not isinstance(raw, list):
+            raise CeleritasInputError(f"{where}: field 'output_bytes' must be a list of numbers, got {raw!r}")
+        outputs = [_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
+    return persistent, scratch, outputs
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
@@ -239,6 +260,12 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
         }
         if graph.colocation[i] is not None:
             entry["colocation"] = graph.colocation[i]
+        live = graph.liveness
+        if live is not None and live.modelled[i]:
+            entry["persistent_bytes"] = _json_number(live.persistent_bytes[i])
+            entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
+            if live.scratch_bytes[i]:
+                entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
         nodes.append(entry)
     edges = []
     for s, d, b, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
@@ -250,6 +277,11 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
         edges.append(edge)
     return {"format": GRAPH_FORMAT, "name": graph.name, "meta": dict(graph.meta),
             "nodes": nodes, "edges": edges}
+
+
+def _json_number(x: float) -> int | float:
+    """An integral float as an int (bytes read back exactly), any other as a float."""
+    return int(x) if float(x).is_integer() else float(x)
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:

@@ -19,6 +19,58 @@ from celeritas_core.errors import CeleritasInputError
 
 
 @dataclass(frozen=True, eq=False)
+class Liveness:
+    """Time-dependent memory of the ops (bytes), for the liveness-aware peak of a replay.
+
+    ``modelled[i]`` marks the ops that gave any of these fields; the other ops keep the sum model
+    (their ``memory_bytes`` is live on their device for the whole step). For a modelled op:
+    ``persistent_bytes`` (variables, optimizer slots) is live for the whole step,
+    ``scratch_bytes`` while it runs, and output ``o`` of op ``i`` holds
+    ``output_bytes[output_ptr[i] + o]`` bytes (outputs past the list are sized by their largest
+    edge) from the op's start until its last consumer on each device has finished.
+    """
+
+    modelled: np.ndarray
+    persistent_bytes: np.ndarray
+    scratch_bytes: np.ndarray
+    output_ptr: np.ndarray
+    output_bytes: np.ndarray
+
+    @classmethod
+    def from_lists(cls, persistent: Sequence[float | None], scratch: Sequence[float | None],
+                   outputs: Sequence[Sequence[float] | None]) -> Liveness:
+        """Build from per-op values; an op whose three entries are all None is not modelled."""
+        n = len(persistent)
+        modelled = np.array([persistent[i] is not None or scratch[i] is not None or outputs[i] is not None
+                             for i in range(n)], dtype=bool)
+        sizes = [list(o) if o is not None else [] for o in outputs]
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(s) for s in sizes], out=ptr[1:])
+        flat = np.asarray([x for s in sizes for x in s], dtype=np.float64)
+        return cls(modelled, np.asarray([p or 0.0 for p in persistent], dtype=np.float64),
+                   np.asarray([s or 0.0 for s in scratch], dtype=np.float64), ptr, flat)
+
+    def check(self, names: Sequence[str]) -> None:
+        """Raise CeleritasInputError naming the first op with a bad value (one per op, >= 0, finite)."""
+        n = len(names)
+        if not (len(self.modelled) == len(self.persistent_bytes) == len(self.scratch_bytes) == n
+                and len(self.output_ptr) == n + 1 and self.output_ptr[-1] == len(self.output_bytes)):
+            raise CeleritasInputError("liveness fields must have one entry per node")
+        for field_name, values in (("persistent_bytes", self.persistent_bytes),
+                                   ("scratch_bytes", self.scratch_bytes)):
+            _check_costs(values, tuple(names), field_name)
+        bad = np.flatnonzero(~np.isfinite(self.output_bytes) | (self.output_bytes < 0))
+        if len(bad):
+            owner = int(np.searchsorted(self.output_ptr, bad[0], side="right") - 1)
+            raise CeleritasInputError(f"node {names[owner]!r}: output_bytes must be finite and >= 0, "
+                                      f"got {self.output_bytes[bad[0]]!r}")
+
+    def outputs(self, i: int) -> np.ndarray:
+        """Declared output sizes (bytes) of op ``i``, by output index."""
+        return self.output_bytes[self.output_ptr[i]:self.output_ptr[i + 1]]
+
+
+@dataclass(frozen=True, eq=False)
 class Graph:
     """A DAG of ops: per-node time (µs) and memory (bytes), per-edge tensor size (bytes)."""
 
@@ -33,6 +85,9 @@ class Graph:
     edge_bytes: np.ndarray
     edge_src_output: np.ndarray
     meta: Mapping[str, Any] = field(default_factory=dict)
+    liveness: Liveness | None = None
+    """Per-op persistent, output and scratch bytes for the time-dependent memory model; None when
+    no op gives them (then every op's ``memory_bytes`` is live for the whole step)."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -50,6 +105,7 @@ class Graph:
         colocation: Sequence[str | None] | None = None,
         edge_src_output: Sequence[int] | np.ndarray | None = None,
         meta: Mapping[str, Any] | None = None,
+        liveness: Liveness | None = None,
         check_acyclic: bool = True,
     ) -> Graph:
         """Build and validate a graph from index-based arrays (raises CeleritasInputError)."""
@@ -99,6 +155,8 @@ class Graph:
         groups = tuple(colocation) if colocation is not None else tuple(None for _ in range(n))
         if len(op_names) != n or len(groups) != n:
             raise CeleritasInputError("ops and colocation must have one value per node")
+        if liveness is not None:
+            liveness.check(names)
         graph = cls(
             name=name,
             node_names=names,
@@ -111,6 +169,7 @@ class Graph:
             edge_bytes=nbytes,
             edge_src_output=out,
             meta=dict(meta or {}),
+            liveness=liveness,
         )
         if check_acyclic:
             graph.topological_order  # noqa: B018  (raises on a cycle)

@@ -15,6 +15,8 @@ class Placement:
     ``assignment[i]`` is the device index of node ``i`` of the graph named ``graph_name``.
     ``predicted_step_time_us`` is the simulator's step time; ``lower_bound_us`` is
     max(critical path without communication, total work / total speed).
+    ``device_memory_bytes`` sums the ops' memory per device; ``device_peak_memory_bytes`` is the
+    replay's liveness-aware peak per device (docs/simulator.md), which decides ``oom_devices``.
     """
 
     placer: str
@@ -27,6 +29,8 @@ class Placement:
     single_device_time_us: float = float("nan")
     lower_bound_us: float = float("nan")
     device_memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    device_peak_memory_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    single_device_peak_memory_bytes: float = float("nan")
     device_capacity_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     oom_devices: tuple[str, ...] = ()
     placement_seconds: float = 0.0
@@ -72,6 +76,8 @@ class Placement:
             "lower_bound_us": _num(self.lower_bound_us),
             "gap_to_lower_bound": _num(self.gap_to_lower_bound),
             "device_memory_bytes": [int(x) for x in self.device_memory_bytes],
+            "device_peak_memory_bytes": [int(x) for x in self.device_peak_memory_bytes],
+            "single_device_peak_memory_bytes": _num(self.single_device_peak_memory_bytes),
             "device_capacity_bytes": [int(x) for x in self.device_capacity_bytes],
             "oom": self.oom,
             "oom_devices": list(self.oom_devices),

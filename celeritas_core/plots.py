@@ -91,7 +91,7 @@ def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | 
     colors = plt.get_cmap("tab10")
     x = np.arange(len(placements))
     for d in range(num_dev):
-        share = np.array([p.device_memory_bytes[d] / cluster.memory_bytes[d] * 100 for p in placements])
+        share = np.array([p.device_peak_memory_bytes[d] / cluster.memory_bytes[d] * 100 for p in placements])
         bars = ax.bar(x - 0.4 + width * (d + 0.5), share, width, color=colors(d % 10),
                       label=cluster.device_names[d])
         for bar, value in zip(bars, share, strict=True):

@@ -46,6 +46,8 @@ def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: 
                 "simulated_speedup_vs_best_baseline": best_baseline / p.predicted_step_time_us,
                 "oom": float(p.oom),
                 **{f"peak_memory_bytes_{name.replace(':', '_')}": float(m)
+                   for name, m in zip(p.devices, p.device_peak_memory_bytes, strict=True)},
+                **{f"sum_memory_bytes_{name.replace(':', '_')}": float(m)
                    for name, m in zip(p.devices, p.device_memory_bytes, strict=True)},
             }
             if p.coarse_nodes is not None:

@@ -1,0 +1,181 @@
+"""Per-device memory over time during a replay, and its peak (bytes), from tensor lifetimes.
+
+TensorFlow frees a tensor after its last consumer has run, so a device's memory is not the sum of
+its ops' outputs. For the ops a graph models with :class:`~celeritas_core.graph.Liveness`:
+
+* ``persistent_bytes`` are live on the op's device for the whole step;
+* ``scratch_bytes`` are live while the op runs, ``[start, finish)``;
+* each output tensor is live on the producer's device from the producer's start until its last
+  consumer on that device has finished, and at least until the producer finishes and every
+  transfer of it has left; a copy sent to another device is live there from the transfer's start
+  until its last consumer there has finished.
+
+Ops the graph does not model keep the sum model: their ``memory_bytes`` is live for the whole
+step, so a graph without liveness fields has peak = sum, exactly as before. At equal times frees
+come before allocations (an op's inputs are released when it finishes, the next op allocates when
+it starts), except at the instant a 0-µs op runs: its inputs, outputs and scratch all count then
+(frees at that device and time come after allocations). Units: µs and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celeritas_core.graph import Graph, Liveness
+from celeritas_core.simulator import SimulationResult
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryProfile:
+    """Memory of every device over one replay (µs, bytes)."""
+
+    baseline_bytes: np.ndarray
+    """Per device: bytes live for the whole step (persistent bytes and ops without liveness)."""
+    times_us: tuple[np.ndarray, ...]
+    """Per device: the times at which its usage changes, ascending."""
+    usage_bytes: tuple[np.ndarray, ...]
+    """Per device: bytes in use just after each of ``times_us``."""
+    peak_bytes: np.ndarray
+    """Per device: the largest usage over the step."""
+
+
+def memory_profile(graph: Graph, num_devices: int, assignment: np.ndarray,
+                   result: SimulationResult) -> MemoryProfile:
+    """Replay ``result`` of ``assignment`` into per-device memory over time (see module docstring)."""
+    live = graph.liveness
+    modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
+    static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
+    baseline = np.bincount(assignment, weights=static, minlength=num_devices).astype(np.float64)
+    if live is None or not modelled.any():
+        empty = tuple(np.zeros(0) for _ in range(num_devices))
+        return MemoryProfile(baseline, empty, empty, baseline.copy())
+    dev, start, end, size = _intervals(graph, live, assignment, result)
+    instant = result.finish_us <= result.start_us  # 0-µs ops: nothing they read is freed before them
+    late = _at_instants(dev, end, assignment[instant], result.start_us[instant], num_devices)
+    return _step_functions(baseline, dev, start, end, size, late | (end <= start))
+
+
+def _at_instants(dev: np.ndarray, when: np.ndarray, instant_dev: np.ndarray, instant_us: np.ndarray,
+                 num_devices: int) -> np.ndarray:
+    """True for each (device, time) that equals the run time of a 0-µs op on that device."""
+    out = np.zeros(len(dev), dtype=bool)
+    for d in np.unique(instant_dev).tolist():
+        here = dev == d
+        out[here] = np.isin(when[here], instant_us[instant_dev == d])
+    return out
+
+
+def _intervals(graph: Graph, live: Liveness, assignment: np.ndarray,
+               result: SimulationResult) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(device, start µs, end µs, bytes) of every scratch buffer, tensor and received copy."""
+    start, finish = result.start_us, result.finish_us
+    scratch = np.flatnonzero(live.modelled & (live.scratch_bytes > 0))
+    parts = [(assignment[scratch], start[scratch], finish[scratch], live.scratch_bytes[scratch])]
+    tensors = _tensors(graph, live)
+    if len(tensors.producer):
+        parts.extend(_tensor_intervals(graph, tensors, assignment, result))
+    return tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False)
+class _TensorTable:
+    """Output tensors of modelled ops: producer, output index, bytes; edge and tensor maps."""
+
+    producer: np.ndarray
+    output: np.ndarray
+    size: np.ndarray
+    edge: np.ndarray  # edges whose producer is modelled
+    edge_tensor: np.ndarray  # tensor id of each of those edges
+    width: int  # key = producer * width + output
+
+    def ids(self, producer: np.ndarray, output: np.ndarray) -> np.ndarray:
+        """Tensor id of each (producer, output) pair, -1 when it is not in the table."""
+        keys = self.producer * self.width + self.output
+        want = producer * self.width + output
+        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        return np.where((len(keys) > 0) & (keys[pos] == want), pos, -1)
+
+
+def _tensors(graph: Graph, live: Liveness) -> _TensorTable:
+    """Every declared output and every (producer, ``src_output``) with an edge, of modelled ops."""
+    declared_count = np.diff(live.output_ptr)
+    edge = np.flatnonzero(live.modelled[graph.edge_src])
+    width = int(max(declared_count.max(initial=0), graph.edge_src_output.max(initial=-1) + 1, 1))
+    owners = np.flatnonzero(live.modelled)
+    d_prod = np.repeat(owners, declared_count[owners])
+    d_out = _output_index(live, owners)
+    keys = np.concatenate([d_prod * width + d_out,
+                           graph.edge_src[edge] * width + graph.edge_src_output[edge]])
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    size = np.zeros(len(uniq))
+    np.maximum.at(size, inverse[len(d_prod):], graph.edge_bytes[edge])
+    declared = inverse[:len(d_prod)]
+    size[declared] = live.output_bytes[_flat_positions(live, owners)]
+    return _TensorTable(uniq // width, uniq % width, size, edge, inverse[len(d_prod):], width)
+
+
+def _output_index(live: Liveness, owners: np.ndarray) -> np.ndarray:
+    """Output index 0..k-1 of every declared output of ``owners``, in declaration order."""
+    counts = np.diff(live.output_ptr)[owners]
+    firsts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(int(counts.sum())) - firsts
+
+
+def _flat_positions(live: Liveness, owners: np.ndarray) -> np.ndarray:
+    """Positions in ``live.output_bytes`` of the declared outputs of ``owners``, in order."""
+    counts = np.diff(live.output_ptr)[owners]
+    return np.repeat(live.output_ptr[owners], counts) + _output_index(live, owners)
+
+
+def _tensor_intervals(graph: Graph, t: _TensorTable, assignment: np.ndarray,
+                      result: SimulationResult) -> list[tuple[np.ndarray, ...]]:
+    """Lifetimes of each tensor on its producer's device and of each copy sent elsewhere."""
+    start, finish = result.start_us, result.finish_us
+    home = assignment[t.producer]
+    local_end = finish[t.producer].copy()
+    src, dst = graph.edge_src[t.edge], graph.edge_dst[t.edge]
+    local = assignment[dst] == assignment[src]
+    np.maximum.at(local_end, t.edge_tensor[local], finish[dst[local]])
+    tr = result.transfers
+    tid = t.ids(tr.src_node, tr.src_output)
+    sent = tid >= 0
+    np.maximum.at(local_end, tid[sent], tr.end_us[sent])
+    parts = [(home, start[t.producer], local_end, t.size)]
+    if sent.any():
+        num_dev = int(max(assignment.max(initial=0), tr.dst_device.max(initial=0))) + 1
+        copy_keys = tid[sent] * num_dev + tr.dst_device[sent]
+        order = np.argsort(copy_keys)
+        remote_end = tr.start_us[sent][order].copy()
+        edge_keys = t.edge_tensor[~local] * num_dev + assignment[dst[~local]]
+        pos = np.searchsorted(copy_keys[order], edge_keys)
+        np.maximum.at(remote_end, pos, finish[dst[~local]])
+        parts.append((tr.dst_device[sent][order], tr.start_us[sent][order], remote_end,
+                      t.size[tid[sent][order]]))
+    return parts
+
+
+def _step_functions(baseline: np.ndarray, dev: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    size: np.ndarray, free_late: np.ndarray) -> MemoryProfile:
+    """Sum intervals into per-device step functions over the baseline. At equal times: frees, then
+    allocations, then the ``free_late`` frees (zero-length lifetimes, and lifetimes ending when a
+    0-µs op runs, whose inputs and outputs must exist for that instant)."""
+    num_dev = len(baseline)
+    when = np.concatenate([start, end])
+    delta = np.concatenate([size, -size])
+    where = np.concatenate([dev, dev])
+    phase = np.concatenate([np.ones(len(start)), np.where(free_late, 2.0, 0.0)])
+    order = np.lexsort((phase, when, where))
+    when, delta, where = when[order], delta[order], where[order]
+    bounds = np.searchsorted(where, np.arange(num_dev + 1))
+    times, usage = [], []
+    peak = baseline.copy()
+    for d in range(num_dev):
+        lo, hi = bounds[d], bounds[d + 1]
+        level = baseline[d] + np.cumsum(delta[lo:hi])
+        times.append(when[lo:hi])
+        usage.append(level)
+        if hi > lo:
+            peak[d] = max(peak[d], float(level.max()))
+    return MemoryProfile(baseline, tuple(times), tuple(usage), peak)

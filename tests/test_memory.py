@@ -1,0 +1,151 @@
+"""Liveness-aware peak memory of a replay: hand-made graphs with known peaks, OOM by peak, properties."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from celeritas_core.cluster import Cluster
+from celeritas_core.formats import graph_from_json, graph_to_json
+from celeritas_core.graph import Graph, Liveness
+from celeritas_core.memory import memory_profile
+from celeritas_core.placers import place
+from celeritas_core.simulator import simulate
+from tests.test_properties import SETTINGS
+
+X = 100.0
+
+
+def _live_graph(names: list[str], edges: list[tuple[str, str]], *, persistent: dict[str, float] | None = None,
+                scratch: dict[str, float] | None = None, out: float = X) -> Graph:
+    """Every op runs 10 µs and has one output of ``out`` bytes; memory_bytes is the sum model."""
+    persistent = persistent or {}
+    scratch = scratch or {}
+    index = {n: i for i, n in enumerate(names)}
+    live = Liveness.from_lists([persistent.get(n, 0.0) for n in names], [scratch.get(n) for n in names],
+                               [[out] for _ in names])
+    memory = [persistent.get(n, 0.0) + out + scratch.get(n, 0.0) for n in names]
+    return Graph.from_arrays(name="live", node_names=names, time_us=[10.0] * len(names), memory_bytes=memory,
+                             edge_src=[index[a] for a, _ in edges], edge_dst=[index[b] for _, b in edges],
+                             edge_bytes=[out] * len(edges), liveness=live)
+
+
+def _peaks(graph: Graph, assignment: list[int], devices: int = 1) -> np.ndarray:
+    cluster = Cluster.homogeneous(devices, 1e12, slope_us_per_byte=0.0, intercept_us=5.0)
+    a = np.asarray(assignment)
+    return memory_profile(graph, devices, a, simulate(graph, cluster, a)).peak_bytes
+
+
+def test_a_chain_frees_as_it_goes():
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)))
+    assert _peaks(g, [0] * 6)[0] == pytest.approx(2 * X)  # an op's input and output, never more
+    assert g.total_memory_bytes == pytest.approx(6 * X)
+
+
+def test_a_fork_keeps_both_branches_live():
+    g = _live_graph(["s", "a", "b", "t"], [("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")])
+    assert _peaks(g, [0, 0, 0, 0])[0] == pytest.approx(3 * X)  # s, a and b while b runs
+
+
+def test_a_training_step_keeps_forward_activations_until_their_gradients():
+    names = ["f1", "f2", "f3", "g3", "g2", "g1"]
+    edges = [("f1", "f2"), ("f2", "f3"), ("f3", "g3"), ("g3", "g2"), ("g2", "g1"), ("f1", "g1"), ("f2", "g2")]
+    g = _live_graph(names, edges)
+    # while g2 runs: f1 (kept for g1), f2 (its input), g3 (its input) and g2's own output
+    assert _peaks(g, [0] * 6)[0] == pytest.approx(4 * X)
+
+
+def test_persistent_and_scratch_bytes():
+    g = _live_graph(["v", "a", "b"], [("v", "a"), ("a", "b")], persistent={"v": 1000.0}, scratch={"a": 50.0})
+    assert _peaks(g, [0, 0, 0])[0] == pytest.approx(1000 + 2 * X + 50)
+
+
+def test_a_received_copy_lives_on_the_receiver_until_its_last_consumer():
+    g = _live_graph(["a", "b", "c"], [("a", "b"), ("a", "c"), ("b", "c")])
+    peaks = _peaks(g, [0, 1, 1], devices=2)
+    assert peaks[0] == pytest.approx(X)  # a's output, until its transfer has left
+    assert peaks[1] == pytest.approx(3 * X)  # the copy of a, b's and c's outputs while c runs
+
+
+def test_graph_without_liveness_fields_keeps_the_sum():
+    g = Graph.from_arrays(name="old", node_names=["a", "b"], time_us=[1, 1], memory_bytes=[7, 5],
+                          edge_src=[0], edge_dst=[1], edge_bytes=[3])
+    assert _peaks(g, [0, 1], devices=2).tolist() == [7.0, 5.0]
+
+
+def test_fits_by_peak_but_not_by_sum_is_accepted_and_over_peak_is_oom():
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)))
+    fits = place(g, Cluster.homogeneous(1, 3 * X), "single")  # sum 6X, peak 2X
+    assert not fits.oom
+    assert fits.device_peak_memory_bytes.tolist() == [2 * X] and fits.device_memory_bytes.tolist() == [6 * X]
+    assert fits.single_device_peak_memory_bytes == pytest.approx(2 * X)
+    tight = place(g, Cluster.homogeneous(1, 1.5 * X), "single")
+    assert tight.oom and tight.oom_devices == ("gpu:0",)
+    doc = tight.to_json()
+    assert doc["device_peak_memory_bytes"] == [200] and doc["single_device_peak_memory_bytes"] == 200.0
+
+
+def test_liveness_fields_round_trip_through_json_and_are_checked():
+    g = _live_graph(["v", "a"], [("v", "a")], persistent={"v": 1000.0}, scratch={"a": 50.0})
+    doc = graph_to_json(g)
+    assert doc["nodes"][0]["persistent_bytes"] == 1000 and doc["nodes"][1]["scratch_bytes"] == 50
+    back = graph_from_json(doc)
+    assert back.liveness is not None
+    assert back.liveness.outputs(1).tolist() == [X]
+    assert _peaks(back, [0, 0]).tolist() == _peaks(g, [0, 0]).tolist()
+    doc["nodes"][1]["output_bytes"] = [-1]
+    with pytest.raises(Exception, match="node 'a': field 'output_bytes\\[0\\]' must be finite and >= 0"):
+        graph_from_json(doc)
+
+
+@st.composite
+def live_dags(draw: st.DrawFn) -> Graph:
+    """A random DAG whose ops all carry persistent, output and scratch bytes."""
+    n = draw(st.integers(2, 25))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if rng.random() < 0.2]
+    outs = rng.integers(1, 3, n)
+    sizes = [rng.integers(0, 1000, k).astype(float).tolist() for k in outs]
+    src_out = [int(rng.integers(0, outs[i])) for i, _ in pairs]
+    persistent = rng.integers(0, 500, n).astype(float)
+    scratch = rng.integers(0, 200, n).astype(float)
+    return Graph.from_arrays(
+        name="rand", node_names=[f"n{i}" for i in range(n)], time_us=rng.integers(0, 50, n),
+        memory_bytes=persistent + scratch + np.array([sum(s) for s in sizes]),
+        edge_src=[i for i, _ in pairs], edge_dst=[j for _, j in pairs],
+        edge_bytes=[sizes[i][o] for (i, _), o in zip(pairs, src_out, strict=True)], edge_src_output=src_out,
+        liveness=Liveness.from_lists(persistent.tolist(), scratch.tolist(), sizes))
+
+
+@SETTINGS
+@given(graph=live_dags())
+def test_one_device_peak_is_between_the_largest_live_set_and_the_sum(graph):
+    live = graph.liveness
+    one = np.zeros(graph.num_nodes, dtype=np.int64)
+    peak = _peaks(graph, one.tolist())[0]
+    assert peak <= graph.total_memory_bytes + 1e-6
+    persistent = live.persistent_bytes.sum()
+    for v in range(graph.num_nodes):  # while v runs: its inputs, its outputs, its scratch
+        inputs = {(int(graph.edge_src[e]), int(graph.edge_src_output[e]))
+                  for e in np.flatnonzero(graph.edge_dst == v)}
+        in_bytes = sum(live.outputs(u)[o] for u, o in inputs)
+        assert peak >= persistent + live.scratch_bytes[v] + live.outputs(v).sum() + in_bytes - 1e-6
+
+
+@SETTINGS
+@given(graph=live_dags(), seed=st.integers(0, 1000))
+def test_peak_never_exceeds_sum_plus_received_copies(graph, seed):
+    devices = 3
+    a = np.random.default_rng(seed).integers(0, devices, graph.num_nodes)
+    cluster = Cluster.homogeneous(devices, 1e12, slope_us_per_byte=1e-3, intercept_us=5.0)
+    result = simulate(graph, cluster, a)
+    peaks = memory_profile(graph, devices, a, result).peak_bytes
+    sums = np.bincount(a, weights=graph.memory_bytes, minlength=devices)
+    received = np.bincount(result.transfers.dst_device, weights=result.transfers.bytes, minlength=devices)
+    assert np.all(peaks <= sums + received + 1e-6)
