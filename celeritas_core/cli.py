@@ -119,7 +119,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
     spec.resolve_params(params)
     graph = load_graph(args.graph)
     cluster = _cluster_from_args(args)
-    placement = place(graph, cluster, args.placer, params)
+    placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
     out = Path(args.out) if args.out else Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
     save_placement(placement, out)
     print(_summary(graph, cluster, placement))
@@ -229,7 +229,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     cluster = _cluster_from_args(args)
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"{Path(args.graph).stem}.compare")
     progress = None if args.quiet else _Progress()
-    comparison = compare_placers(graph, cluster, placers, params, progress=progress)
+    comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom)
     print(f"graph   {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges on "
           f"{cluster.num_devices} devices; single device {format_us(comparison.single_device_time_us)}, "
           f"lower bound {format_us(comparison.lower_bound_us)}")
@@ -339,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="celeritas placer: 1 (default) also tries min-cut and multilevel partitions, "
                         "list schedules and one device, keeps the fastest replay and improves it "
                         "by a critical-path search; 0 is the paper's Adjusting Placement alone")
+    p.add_argument("--headroom", type=float, default=0.0, metavar="F",
+                   help="fraction of each device's memory the placers keep free, 0 <= F < 1 (default 0): "
+                        "memory estimates err; OOM is still judged against the full memory")
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="any other placer parameter (repeatable; `celeritas placers` lists them)")
     p.add_argument("--out", metavar="FILE",
@@ -384,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"per-cluster memory cap of the fusion placers (default {DEFAULT_MEMORY_FRACTION})")
     c.add_argument("--refine", type=int, choices=(0, 1), default=None,
                    help="celeritas placer's candidates and search beyond the paper (default 1)")
+    c.add_argument("--headroom", type=float, default=0.0, metavar="F",
+                   help="fraction of each device's memory the placers keep free, 0 <= F < 1 (default 0): "
+                        "memory estimates err; OOM is still judged against the full memory")
     c.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a placer parameter, passed to every placer that accepts it (repeatable; "
                         "`celeritas placers` lists them), e.g. --param threshold=0.4")

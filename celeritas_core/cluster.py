@@ -88,6 +88,13 @@ class Cluster:
         """Transfer time (µs) of a tensor of ``nbytes`` between two different devices."""
         return self.slope_us_per_byte * nbytes + self.intercept_us
 
+    def with_headroom(self, headroom: float) -> Cluster:
+        """A copy whose devices keep ``headroom`` (a fraction in [0, 1)) of their memory free."""
+        if not 0.0 <= headroom < 1.0:
+            raise CeleritasInputError(f"headroom: must be in [0, 1), got {headroom!r}")
+        return Cluster(self.device_names, self.memory_bytes * (1.0 - headroom), self.speed.copy(),
+                       self.slope_us_per_byte, self.intercept_us)
+
     def with_memory(self, memory_bytes: float) -> Cluster:
         """A copy with every device's memory set to ``memory_bytes`` (e.g. unlimited)."""
         return Cluster(

@@ -191,8 +191,10 @@ def compare_placers(
     params: Mapping[str, Any] | None = None,
     *,
     progress: ProgressFn | None = None,
+    headroom: float = 0.0,
 ) -> Comparison:
-    """Run each placer in ``placers`` and evaluate it with the simulator.
+    """Run each placer in ``placers`` and evaluate it with the simulator; every placer keeps
+    ``headroom`` (a fraction) of each device's memory free.
 
     ``params`` maps parameter names to values; each placer receives the ones it accepts
     (``R`` goes to the fusion placers, ``threshold`` to m-SCT, …). Parameter values are checked
@@ -212,7 +214,7 @@ def compare_placers(
     for i, name in enumerate(placers):
         if progress is not None:
             progress(i, len(placers), name)
-        placements.append(place(graph, cluster, name, params_for(name, shared)))
+        placements.append(place(graph, cluster, name, params_for(name, shared), headroom=headroom))
     if progress is not None:
         progress(len(placers), len(placers), "")
     return Comparison(graph, cluster, placements)

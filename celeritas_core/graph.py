@@ -9,7 +9,7 @@ bytes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -317,6 +317,14 @@ class Graph:
     def total_memory_bytes(self) -> float:
         """Sum of all op memory (bytes)."""
         return float(self.memory_bytes.sum())
+
+    def with_memory(self, memory_bytes: np.ndarray) -> Graph:
+        """The same graph with other per-op ``memory_bytes`` (e.g. the placers' planning bytes)."""
+        memory = np.asarray(memory_bytes, dtype=np.float64)
+        if memory.shape != self.memory_bytes.shape:
+            raise CeleritasInputError("memory_bytes must have one value per node")
+        _check_costs(memory, self.node_names, "memory_bytes")
+        return replace(self, memory_bytes=memory)
 
     def to_networkx(self) -> Any:
         """Return a networkx MultiDiGraph with the same names, costs and edges (for inspection)."""

@@ -50,9 +50,16 @@ class Candidate:
         return (not self.fits, self.excess_bytes, self.step_time_us)
 
 
-def excess_bytes(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> float:
-    """Bytes of op memory above capacity, summed over devices (sum model, bytes)."""
-    used = np.bincount(assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
+def excess_bytes(graph: Graph, cluster: Cluster, assignment: np.ndarray,
+                 result: SimulationResult | None = None) -> float:
+    """Bytes above capacity summed over devices: of the replayed liveness-aware peak when the graph
+    has liveness fields and ``result`` is given, else of the op memory sums (bytes)."""
+    if graph.liveness is not None and result is not None:
+        from celeritas_core.memory import memory_profile
+
+        used = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes
+    else:
+        used = np.bincount(assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
     return float(np.maximum(used - cluster.memory_bytes, 0.0).sum())
 
 
@@ -63,7 +70,7 @@ class CandidatePool:
         self.graph = graph
         self.cluster = cluster
         self.candidates: list[Candidate] = []
-        self._seen: dict[bytes, float] = {}
+        self._seen: dict[bytes, tuple[float, float]] = {}
         self.replay_seconds = 0.0
         """Wall time (s) of the slowest replay so far: what one more trial costs."""
 
@@ -72,15 +79,18 @@ class CandidatePool:
         offered before) and record it."""
         assignment = np.asarray(assignment, dtype=np.int64)
         key = assignment.tobytes()
-        if step_time_us is None and key in self._seen:
-            step_time_us = self._seen[key]
-        if step_time_us is None:
-            start = time.perf_counter()
-            step_time_us = simulate(self.graph, self.cluster, assignment).step_time_us
-            self.replay_seconds = max(self.replay_seconds, time.perf_counter() - start)
-        self._seen[key] = float(step_time_us)
-        candidate = Candidate(name, assignment, float(step_time_us),
-                              excess_bytes(self.graph, self.cluster, assignment))
+        if key in self._seen:
+            step_time_us, excess = self._seen[key]
+        else:
+            result = None
+            if step_time_us is None or self.graph.liveness is not None:
+                start = time.perf_counter()
+                result = simulate(self.graph, self.cluster, assignment)
+                self.replay_seconds = max(self.replay_seconds, time.perf_counter() - start)
+                step_time_us = result.step_time_us if step_time_us is None else step_time_us
+            excess = excess_bytes(self.graph, self.cluster, assignment, result)
+        self._seen[key] = (float(step_time_us), excess)
+        candidate = Candidate(name, assignment, float(step_time_us), excess)
         self.candidates.append(candidate)
         return candidate
 
@@ -198,7 +208,7 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
         step = result.step_time_us
     if step >= start.step_time_us * (1.0 - IMPROVEMENT_TOLERANCE):
         return start
-    return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best))
+    return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best, result))
 
 
 def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,

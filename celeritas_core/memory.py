@@ -179,3 +179,29 @@ def _step_functions(baseline: np.ndarray, dev: np.ndarray, start: np.ndarray, en
         if hi > lo:
             peak[d] = max(peak[d], float(level.max()))
     return MemoryProfile(baseline, tuple(times), tuple(usage), peak)
+
+
+def planning_memory_bytes(graph: Graph) -> np.ndarray:
+    """Per-op bytes for the placers' capacity checks, which add bytes per device (sum model).
+
+    Without liveness fields this is ``memory_bytes``. Otherwise the transient part of each
+    modelled op (``memory_bytes − persistent_bytes``: outputs and scratch) is scaled by one factor
+    so that the ops add up to the liveness-aware peak of the whole graph replayed on one device;
+    persistent bytes and unmodelled ops count in full. A split adds received copies that this
+    estimate does not see, which is what the placers' ``headroom`` is for.
+    """
+    from celeritas_core.cluster import Cluster
+    from celeritas_core.simulator import simulate
+
+    live = graph.liveness
+    if live is None or not live.modelled.any():
+        return graph.memory_bytes
+    persistent = np.where(live.modelled, np.minimum(live.persistent_bytes, graph.memory_bytes),
+                          graph.memory_bytes)
+    transient = graph.memory_bytes - persistent
+    one = np.zeros(graph.num_nodes, dtype=np.int64)
+    result = simulate(graph, Cluster.homogeneous(1, 1.0), one)
+    peak = float(memory_profile(graph, 1, one, result).peak_bytes[0])
+    total = float(transient.sum())
+    scale = min(max((peak - float(persistent.sum())) / total, 0.0), 1.0) if total > 0 else 0.0
+    return persistent + scale * transient

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.graph import Graph
+from celeritas_core.graph import Graph, Liveness
 from celeritas_tf.step import TrainingStep
 
 
@@ -68,12 +68,16 @@ def graph_from_step(
     ops = [node.op for node in graph_def.node]
     output_bytes = np.zeros(len(names))
     num_outputs = np.zeros(len(names), dtype=np.int64)
+    persistent: list[float] = [0.0] * len(names)
+    outputs: list[list[float]] = [[] for _ in names]
     for i, n in enumerate(names):
         op = tf_graph.get_operation_by_name(n)
         num_outputs[i] = len(op.outputs)
-        output_bytes[i] = sum(_tensor_bytes(t) for t in op.outputs)
-        if op.type in ("VarHandleOp", "VariableV2"):
-            output_bytes[i] = variable_bytes(op)
+        outputs[i] = [_tensor_bytes(t) for t in op.outputs]
+        output_bytes[i] = sum(outputs[i])
+        if op.type in ("VarHandleOp", "VariableV2"):  # the variable lives all step; its handle is free
+            output_bytes[i] = persistent[i] = variable_bytes(op)
+            outputs[i] = [0.0] * len(op.outputs)
     groups = _UnionFind(names)
     src: list[int] = []
     dst: list[int] = []
@@ -125,6 +129,7 @@ def graph_from_step(
         edge_dst=np.asarray(dst, dtype=np.int64),
         edge_bytes=np.asarray(nbytes),
         edge_src_output=np.asarray(out_slot, dtype=np.int64),
+        liveness=Liveness.from_lists(persistent, [None] * len(names), outputs),
         meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
               "model_config": dict(step.model.config), **dict(meta or {})},
     )

@@ -149,3 +149,28 @@ def test_peak_never_exceeds_sum_plus_received_copies(graph, seed):
     sums = np.bincount(a, weights=graph.memory_bytes, minlength=devices)
     received = np.bincount(result.transfers.dst_device, weights=result.transfers.bytes, minlength=devices)
     assert np.all(peaks <= sums + received + 1e-6)
+
+
+def test_planning_bytes_add_up_to_the_one_device_peak():
+    from celeritas_core.memory import planning_memory_bytes
+
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)), persistent={"x0": 50.0})
+    planning = planning_memory_bytes(g)
+    assert planning.sum() == pytest.approx(50 + 2 * X)
+    assert planning[0] >= 50  # persistent bytes count in full
+
+
+def test_placers_plan_by_peak_and_keep_the_headroom_free():
+    from celeritas_core.errors import CeleritasInputError
+
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)))  # sum 6X, one-device peak 2X
+    cluster = Cluster.homogeneous(2, 3 * X, slope_us_per_byte=0.0, intercept_us=50.0)
+    p = place(g, cluster, "order-place", {"R": 1})  # by the sum it would need both devices
+    assert not p.oom and len(set(p.assignment.tolist())) == 1
+    roomy = place(g, cluster, "celeritas", headroom=0.2)
+    assert roomy.extra["headroom"] == 0.2 and not roomy.oom
+    assert roomy.device_peak_memory_bytes.max() <= 0.8 * 3 * X
+    with pytest.raises(CeleritasInputError, match=r"headroom: must be in \[0, 1\)"):
+        place(g, cluster, "celeritas", headroom=1.0)

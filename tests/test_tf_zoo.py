@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,28 @@ def test_inputs_and_labels_match_the_models() -> None:
 def test_bad_knobs_are_input_errors(name: str, knobs: dict) -> None:
     with pytest.raises(CeleritasInputError):
         get_model(name, **knobs)
+
+
+def test_extracted_graphs_carry_liveness_fields(step2: TrainingStep) -> None:
+    from celeritas_core.cluster import Cluster
+    from celeritas_core.placers.base import single_device_peak_bytes
+    from celeritas_tf.extract import graph_from_step, variable_bytes
+
+    graph = graph_from_step(step2)
+    live = graph.liveness
+    assert live is not None and live.modelled.all()
+    for i, node in enumerate(step2.step_graph_def().node):
+        op = step2.graph.get_operation_by_name(node.name)
+        assert len(live.outputs(i)) == len(op.outputs)
+        if op.type in ("VarHandleOp", "VariableV2"):
+            assert live.persistent_bytes[i] == variable_bytes(op) == graph.memory_bytes[i]
+    # with op times the replay frees activations after their last use: below the sum
+    timed = _with_unit_times(graph)
+    assert single_device_peak_bytes(timed, Cluster.homogeneous(1, 1e15)) < timed.total_memory_bytes
+
+
+def _with_unit_times(graph: Any) -> Any:
+    """The graph with every op taking 1 µs, so the replay has a real order."""
+    from dataclasses import replace
+
+    return replace(graph, time_us=np.ones(graph.num_nodes))

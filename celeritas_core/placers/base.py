@@ -124,17 +124,25 @@ def place(
     params: Mapping[str, Any] | None = None,
     *,
     evaluate: bool = True,
+    headroom: float = 0.0,
 ) -> Placement:
     """Run placer ``placer`` on ``graph`` over ``cluster`` and return an evaluated Placement.
 
-    ``placement_seconds`` counts the placer alone (wall clock), not the simulation that fills
-    ``predicted_step_time_us``.
+    The placer plans with :func:`~celeritas_core.memory.planning_memory_bytes` (liveness-aware
+    when the graph has liveness fields) on devices that keep ``headroom`` (a fraction) of their
+    memory free; the evaluation checks the replayed peak against the full capacity.
+    ``placement_seconds`` counts the planning bytes and the placer (wall clock), not the simulation
+    that fills ``predicted_step_time_us``.
     """
+    from celeritas_core.memory import planning_memory_bytes
+
     spec = get_placer(placer)
     resolved = spec.resolve_params(params)
+    planning_cluster = cluster.with_headroom(headroom)
     check_colocation_fits(graph, cluster)
     start = time.perf_counter()
-    out = spec.func(graph, cluster, resolved)
+    planning = graph if graph.liveness is None else graph.with_memory(planning_memory_bytes(graph))
+    out = spec.func(planning, planning_cluster, resolved)
     seconds = time.perf_counter() - start
     assignment = np.asarray(out.assignment, dtype=np.int64)
     if assignment.shape != (graph.num_nodes,) or (
@@ -152,7 +160,7 @@ def place(
         graph_name=graph.name,
         placement_seconds=seconds,
         coarse_nodes=out.coarse_nodes,
-        extra=dict(out.extra),
+        extra=dict(out.extra, **({"headroom": float(headroom)} if headroom else {})),
     )
     if evaluate:
         evaluate_placement(graph, cluster, placement)
@@ -177,9 +185,11 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
     placement.device_peak_memory_bytes = peak
     placement.single_device_peak_memory_bytes = single_device_peak_bytes(graph, cluster)
     placement.device_capacity_bytes = cluster.memory_bytes.copy()
-    placement.oom_devices = tuple(
-        cluster.device_names[d] for d in np.flatnonzero(peak > cluster.memory_bytes)
-    )
+    over = np.flatnonzero(peak > cluster.memory_bytes)
+    placement.oom_devices = tuple(cluster.device_names[d] for d in over)
+    if len(over):
+        excess = peak - cluster.memory_bytes
+        placement.extra["oom_excess_bytes"] = {cluster.device_names[d]: float(excess[d]) for d in over}
     placement.predicted_step_time_us = result.step_time_us
     placement.single_device_time_us = single_device_time_us(graph, cluster)
     placement.lower_bound_us = lower_bound_us(graph, cluster)
