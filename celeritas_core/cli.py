@@ -246,7 +246,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
         written.append(gantt_chart(graph, cluster, best, out_dir / "gantt.png"))
         written.append(memory_chart(comparison.placements, cluster, out_dir / "memory.png",
-                                    title=f"{graph.name}: memory per device"))
+                                    title=f"{graph.name}: peak memory per device", graph=graph, best=best))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 

@@ -81,12 +81,51 @@ def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str 
 
 
 def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | os.PathLike[str],
-                 *, title: str = "") -> Path:
-    """Write grouped bars of per-device memory (bytes, as % of capacity) for every placement;
-    bars above 100 % (OOM) are hatched. Returns the PNG path."""
+                 *, title: str = "", graph: Graph | None = None, best: Placement | None = None) -> Path:
+    """Write per-device memory as % of capacity: with ``graph`` and ``best``, the best placement's
+    liveness-aware usage over its replay (left, with the capacity line), and the replayed peak of
+    every placement as grouped bars (right; above 100 %, OOM, hatched). Returns the PNG path."""
+    plt = _pyplot()
+    timeline = graph is not None and best is not None
+    width_in = max(6.0, 1.2 * len(placements) + 2) + (6.0 if timeline else 0.0)
+    fig, axes = plt.subplots(1, 2 if timeline else 1, figsize=(width_in, 4), squeeze=False)
+    if timeline:
+        _memory_over_time(axes[0][0], graph, cluster, best)
+    _peak_bars(axes[0][-1], placements, cluster, title)
+    fig.tight_layout()
+    try:
+        return _save_atomic(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def _memory_over_time(ax: Any, graph: Graph, cluster: Cluster, placement: Placement) -> None:
+    """Step lines of each device's memory (% of capacity) over the replay of ``placement``."""
+    from celeritas_core.memory import memory_profile
+    from celeritas_core.simulator import simulate
+
+    result = simulate(graph, cluster, placement.assignment)
+    profile = memory_profile(graph, cluster.num_devices, placement.assignment, result)
+    scale, unit = _time_unit(max(result.step_time_us, 1e-9))
+    colors = _pyplot().get_cmap("tab10")
+    for d, name in enumerate(cluster.device_names):
+        times = np.concatenate([[0.0], profile.times_us[d], [result.step_time_us]]) / scale
+        usage = np.concatenate([[profile.baseline_bytes[d]], profile.usage_bytes[d],
+                                [profile.baseline_bytes[d]]]) / cluster.memory_bytes[d] * 100
+        ax.step(times, usage, where="post", color=colors(d % 10), lw=1, label=name)
+    ax.axhline(100, color="red", lw=1, ls="--", label="capacity")
+    ax.set_ylim(0, max(110.0, ax.get_ylim()[1]))
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("device memory (% of capacity)")
+    ax.set_title(f"{placement.placer}: memory over the step", fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+
+
+def _peak_bars(ax: Any, placements: Sequence[Placement], cluster: Cluster, title: str) -> None:
+    """Grouped bars of every placement's replayed peak per device (% of capacity)."""
     plt = _pyplot()
     num_dev = cluster.num_devices
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(placements) + 2), 4))
     width = 0.8 / num_dev
     colors = plt.get_cmap("tab10")
     x = np.arange(len(placements))
@@ -101,15 +140,11 @@ def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | 
     ax.axhline(100, color="red", lw=1, ls="--", label="capacity")
     ax.set_xticks(x)
     ax.set_xticklabels([p.placer + (" (OOM)" if p.oom else "") for p in placements], fontsize=8)
-    ax.set_ylabel("device memory (% of capacity)")
-    ax.set_title(title or "memory per device", fontsize=10)
+    ax.set_ylim(0, max(110.0, ax.get_ylim()[1]))
+    ax.set_ylabel("peak device memory (% of capacity)")
+    ax.set_title(title or "peak memory per device", fontsize=10)
     ax.legend(fontsize=7, ncol=min(num_dev + 1, 5), loc="upper right")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    try:
-        return _save_atomic(fig, path)
-    finally:
-        plt.close(fig)
 
 
 def deviation_cdf_chart(curves: Sequence[tuple[str, Any, Any]], path: str | os.PathLike[str],

@@ -58,7 +58,8 @@ def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: 
                 artifacts={"placement": str(local)})
         gantt = gantt_chart(graph, cluster, comparison.best, Path(tmp) / "gantt.png")
         memory = memory_chart(comparison.placements, cluster, Path(tmp) / "memory.png",
-                              title=f"{graph.name}: memory per device")
+                              title=f"{graph.name}: peak memory per device", graph=graph,
+                              best=comparison.best)
         storage.upload_file(str(gantt), artifact(run_dir, "gantt"))
         storage.upload_file(str(memory), artifact(run_dir, "memory_chart"))
         tracking.log_artifact(parent_run_id, str(gantt), "placement")
