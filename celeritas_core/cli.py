@@ -412,16 +412,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "
                         "steps), layered, inception-modules or towers")
     g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
-    g.add_argument("--tasks", type=int, metavar="N", help="layered: number of tasks, >= 2 (default 100)")
+    g.add_argument("--tasks", type=int, metavar="N",
+                   help="layered: number of tasks, 2..2,000,000 (default 100)")
     g.add_argument("--ccr", type=float, metavar="X",
                    help="layered: communication-to-computation ratio, >= 0 (default 1)")
     g.add_argument("--mean-predecessors", dest="mean_predecessors", type=float, metavar="X",
-                   help="layered: mean number of predecessors of a non-entry task, >= 1 (default 3)")
+                   help="layered: mean number of predecessors of a non-entry task, 1..1000 (default 3)")
     g.add_argument("--modules", type=int, metavar="N",
-                   help="inception-modules: number of modules, >= 1 (default 4)")
-    g.add_argument("--towers", type=int, metavar="K", help="towers: number of towers, >= 1 (default 4)")
+                   help="inception-modules: number of modules, 1..120 (default 4)")
+    g.add_argument("--towers", type=int, metavar="K",
+                   help="towers: number of towers, 1..100,000 (default 4)")
     g.add_argument("--batch-size", dest="batch_size", type=int, metavar="B",
-                   help="inception-modules and towers: batch size, >= 1 (default 32 and 256)")
+                   help="inception-modules and towers: batch size, 1..1,000,000 (default 32 and 256)")
     g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
     g.set_defaults(func=_cmd_generate)
 

@@ -137,6 +137,14 @@ def _eltwise_us(nbytes: float) -> float:
     return nbytes / _BYTES_PER_US + _ELTWISE_LAUNCH_US
 
 
+#: Size limits of the generators (a larger request is an input error, not minutes of work).
+MAX_TASKS = 2_000_000
+MAX_TOWERS = 100_000
+MAX_STAGES = 40
+MAX_SIZE = 1_000_000  # batch size, resolution, channels, features, classes, depth
+MAX_PREDECESSORS = 1_000.0
+
+
 def _check_int(value: object, field: str, minimum: int, maximum: int | None = None) -> int:
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
     if ok and maximum is not None and value > maximum:
@@ -204,13 +212,14 @@ def inception_graph(
     Returns:
         A :class:`Graph` with ``meta`` ``source``, ``family``, ``seed``, ``batch_size``.
     """
-    modules = _check_int(modules, "modules", 1)
-    seed = _check_int(seed, "seed", 0)
-    batch = _check_int(batch_size, "batch_size", 1)
-    res = _check_int(resolution, "resolution", 1)
-    width = _check_int(channels, "channels", 1)
     per_stage = _check_int(modules_per_stage, "modules_per_stage", 1)
-    classes = _check_int(classes, "classes", 1)
+    # the width doubles at every stage: beyond MAX_STAGES the costs overflow a float
+    modules = _check_int(modules, "modules", 1, per_stage * MAX_STAGES)
+    seed = _check_int(seed, "seed", 0)
+    batch = _check_int(batch_size, "batch_size", 1, MAX_SIZE)
+    res = _check_int(resolution, "resolution", 1, MAX_SIZE)
+    width = _check_int(channels, "channels", 1, MAX_SIZE)
+    classes = _check_int(classes, "classes", 1, MAX_SIZE)
     rng = np.random.default_rng(seed)
     g = _Dag()
     side = 4 * res
@@ -304,13 +313,13 @@ def towers_graph(
         classes: outputs of the head.
         name: graph name (default ``towers-k{towers}-s{seed}``).
     """
-    towers = _check_int(towers, "towers", 1)
+    towers = _check_int(towers, "towers", 1, MAX_TOWERS)
     seed = _check_int(seed, "seed", 0)
-    lo = _check_int(min_depth, "min_depth", 1)
-    hi = _check_int(max_depth, "max_depth", lo)
-    batch = _check_int(batch_size, "batch_size", 1)
-    features = _check_int(input_features, "input_features", 1)
-    classes = _check_int(classes, "classes", 1)
+    lo = _check_int(min_depth, "min_depth", 1, MAX_SIZE)
+    hi = _check_int(max_depth, "max_depth", lo, MAX_SIZE)
+    batch = _check_int(batch_size, "batch_size", 1, MAX_SIZE)
+    features = _check_int(input_features, "input_features", 1, MAX_SIZE)
+    classes = _check_int(classes, "classes", 1, MAX_SIZE)
     rng = np.random.default_rng(seed)
     g = _Dag()
     x = g.op("input", "Placeholder", _SOURCE_US, _FLOAT * batch * features)
@@ -382,12 +391,13 @@ def layered_dag(
         task_memory_bytes: memory of each task (bytes).
         name: graph name (default ``layered-n{tasks}-ccr{ccr:g}-s{seed}``).
     """
-    n = _check_int(tasks, "tasks", 2)
+    n = _check_int(tasks, "tasks", 2, MAX_TASKS)
     target = _check_number(ccr, "ccr")
     seed = _check_int(seed, "seed", 0)
     mean_pred = _check_number(mean_predecessors, "mean_predecessors")
-    if mean_pred < 1:
-        raise CeleritasInputError(f"mean_predecessors: must be >= 1, got {mean_predecessors!r}")
+    if not 1 <= mean_pred <= MAX_PREDECESSORS:
+        raise CeleritasInputError(f"mean_predecessors: must be in [1, {MAX_PREDECESSORS:g}], "
+                                  f"got {mean_predecessors!r}")
     alpha = _check_number(shape, "shape", positive=True)
     memory = _check_number(task_memory_bytes, "task_memory_bytes")
     rng = np.random.default_rng(seed)

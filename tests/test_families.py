@@ -138,12 +138,14 @@ def test_two_inception_modules_fit_in_30_ops(seed):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda: layered_dag(tasks=1, ccr=1.0), "tasks: must be an integer >= 2"),
+    (lambda: layered_dag(tasks=1, ccr=1.0), r"tasks: must be an integer in \[2, 2000000\]"),
     (lambda: layered_dag(tasks=10, ccr=-1.0), "ccr: must be a finite number >= 0"),
     (lambda: layered_dag(tasks=10, ccr=float("inf")), "ccr: must be a finite number"),
-    (lambda: layered_dag(tasks=10, ccr=1.0, mean_predecessors=0.5), "mean_predecessors: must be >= 1"),
-    (lambda: inception_graph(modules=0), "modules: must be an integer >= 1"),
-    (lambda: towers_graph(towers=2, min_depth=3, max_depth=2), "max_depth: must be an integer >= 3"),
+    (lambda: layered_dag(tasks=10, ccr=1.0, mean_predecessors=0.5),
+     r"mean_predecessors: must be in \[1, 1000\]"),
+    (lambda: inception_graph(modules=0), r"modules: must be an integer in \[1, 120\]"),
+    (lambda: towers_graph(towers=2, min_depth=3, max_depth=2),
+     r"max_depth: must be an integer in \[3, 1000000\]"),
     (lambda: benchmark_instances("z"), "unknown family 'z'"),
 ])
 def test_bad_values_are_input_errors(call, message):
@@ -201,10 +203,16 @@ def test_generate_writes_loadable_graphs(argv, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["layered", "--tasks", "1"], "--tasks: must be an integer >= 2, got 1"),
+    (["layered", "--tasks", "1"], "--tasks: must be an integer in [2, 2000000], got 1"),
+    (["layered", "--tasks", "100000000"], "--tasks: must be an integer in [2, 2000000]"),
+    (["layered", "--mean-predecessors", "1e308"], "--mean-predecessors: must be in [1, 1000]"),
+    (["inception-modules", "--modules", "100000"], "--modules: must be an integer in [1, 120]"),
+    (["inception-modules", "--batch-size", "1" + "0" * 320],
+     "--batch-size: must be an integer in [1, 1000000]"),
+    (["towers", "--towers", "1000000"], "--towers: must be an integer in [1, 100000]"),
     (["layered", "--ccr", "-0.5"], "--ccr: must be a finite number >= 0"),
     (["layered", "--ccr", "nan"], "--ccr: must be a finite number >= 0"),
-    (["towers", "--towers", "0"], "--towers: must be an integer >= 1"),
+    (["towers", "--towers", "0"], "--towers: must be an integer in [1, 100000]"),
     (["towers", "--tasks", "5"], "--tasks: applies to layered only"),
     (["inception-modules", "--seed", "-1"], "--seed: must be an integer >= 0"),
 ])
