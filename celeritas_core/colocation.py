@@ -32,6 +32,14 @@ def colocation_anchor(graph: Graph, order: np.ndarray) -> np.ndarray:
     return anchor
 
 
+def placement_units(graph: Graph) -> np.ndarray:
+    """Unit id per op: a co-location group is one unit, every other op its own (ids 0..u-1, in
+    order of group id, then of op index)."""
+    gid = graph.colocation_ids
+    key = np.where(gid >= 0, gid, int(gid.max(initial=-1)) + 1 + np.arange(graph.num_nodes))
+    return np.unique(key, return_inverse=True)[1].astype(np.int64)
+
+
 def anchored_memory(graph: Graph, anchor: np.ndarray) -> np.ndarray:
     """Memory (bytes) per node with each group's total charged to its anchor, 0 to other members."""
     return np.bincount(anchor, weights=graph.memory_bytes, minlength=graph.num_nodes)

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
 from celeritas_core.simulator import SimulationResult, simulate
+
+__all__ = ["Candidate", "CandidatePool", "critical_chain", "critical_path_search", "excess_bytes",
+           "placement_units"]
 
 #: Relative step-time gain (µs/µs) below which a move or a candidate counts as no better.
 IMPROVEMENT_TOLERANCE = 1e-9
@@ -164,13 +168,6 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
     if a[0] < b[0] - tol_step:
         return True
     return a[0] <= b[0] + tol_step and a[1] < b[1] - IMPROVEMENT_TOLERANCE * max(b[1], 1e-300)
-
-
-def placement_units(graph: Graph) -> np.ndarray:
-    """Unit id per op: a co-location group is one unit, every other op its own (ids 0..u-1)."""
-    gid = graph.colocation_ids
-    key = np.where(gid >= 0, gid, int(gid.max(initial=-1)) + 1 + np.arange(graph.num_nodes))
-    return np.unique(key, return_inverse=True)[1].astype(np.int64)
 
 
 def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float,

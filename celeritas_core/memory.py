@@ -19,6 +19,7 @@ it starts), except at the instant a 0-µs op runs: its inputs, outputs and scrat
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,6 +182,28 @@ def _step_functions(baseline: np.ndarray, dev: np.ndarray, start: np.ndarray, en
     return MemoryProfile(baseline, tuple(times), tuple(usage), peak)
 
 
+_ONE_DEVICE_PEAK: weakref.WeakKeyDictionary[Graph, float] = weakref.WeakKeyDictionary()
+
+
+def one_device_peak_bytes(graph: Graph) -> float:
+    """Liveness-aware peak (bytes) with every op on one device (the sum without liveness fields).
+
+    On one device the replay's order does not depend on the device's speed, so the peak is a
+    property of the graph; it is computed once per graph (placing with several placers asks for it
+    once each to plan and to evaluate).
+    """
+    from celeritas_core.cluster import Cluster
+    from celeritas_core.simulator import simulate
+
+    if graph.liveness is None:
+        return graph.total_memory_bytes
+    if graph not in _ONE_DEVICE_PEAK:
+        one = np.zeros(graph.num_nodes, dtype=np.int64)
+        result = simulate(graph, Cluster.homogeneous(1, 1.0), one)
+        _ONE_DEVICE_PEAK[graph] = float(memory_profile(graph, 1, one, result).peak_bytes[0])
+    return _ONE_DEVICE_PEAK[graph]
+
+
 def planning_memory_bytes(graph: Graph) -> np.ndarray:
     """Per-op bytes for the placers' capacity checks, which add bytes per device (sum model).
 
@@ -190,18 +213,13 @@ def planning_memory_bytes(graph: Graph) -> np.ndarray:
     persistent bytes and unmodelled ops count in full. A split adds received copies that this
     estimate does not see, which is what the placers' ``headroom`` is for.
     """
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.simulator import simulate
-
     live = graph.liveness
     if live is None or not live.modelled.any():
         return graph.memory_bytes
     persistent = np.where(live.modelled, np.minimum(live.persistent_bytes, graph.memory_bytes),
                           graph.memory_bytes)
     transient = graph.memory_bytes - persistent
-    one = np.zeros(graph.num_nodes, dtype=np.int64)
-    result = simulate(graph, Cluster.homogeneous(1, 1.0), one)
-    peak = float(memory_profile(graph, 1, one, result).peak_bytes[0])
+    peak = one_device_peak_bytes(graph)
     total = float(transient.sum())
     scale = min(max((peak - float(persistent.sum())) / total, 0.0), 1.0) if total > 0 else 0.0
     return persistent + scale * transient

@@ -169,7 +169,7 @@ def place(
 
 def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
     """Fill memory, OOM, simulated step time and the reference times of ``placement`` in place."""
-    from celeritas_core.memory import memory_profile
+    from celeritas_core.memory import memory_profile, one_device_peak_bytes
     from celeritas_core.simulator import simulate
 
     if len(placement.assignment) != graph.num_nodes:
@@ -183,7 +183,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
     placement.device_memory_bytes = device_memory(graph, cluster, placement.assignment)
     peak = memory_profile(graph, cluster.num_devices, placement.assignment, result).peak_bytes
     placement.device_peak_memory_bytes = peak
-    placement.single_device_peak_memory_bytes = single_device_peak_bytes(graph, cluster)
+    placement.single_device_peak_memory_bytes = one_device_peak_bytes(graph)
     placement.device_capacity_bytes = cluster.memory_bytes.copy()
     over = np.flatnonzero(peak > cluster.memory_bytes)
     placement.oom_devices = tuple(cluster.device_names[d] for d in over)
@@ -196,17 +196,6 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
     placement.devices = cluster.device_names
     placement.extra["device_busy_us"] = [float(x) for x in result.device_busy_us]
     return placement
-
-
-def single_device_peak_bytes(graph: Graph, cluster: Cluster) -> float:
-    """Liveness-aware peak (bytes) with every op on device 0, replayed (no replay without liveness)."""
-    from celeritas_core.memory import memory_profile
-    from celeritas_core.simulator import simulate
-
-    if graph.liveness is None:
-        return graph.total_memory_bytes
-    one = np.zeros(graph.num_nodes, dtype=np.int64)
-    return float(memory_profile(graph, 1, one, simulate(graph, cluster, one)).peak_bytes[0])
 
 
 def device_memory(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:

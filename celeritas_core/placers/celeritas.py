@@ -227,33 +227,22 @@ def single_device_candidate(graph: Graph, cluster: Cluster, pool: CandidatePool)
 
 
 def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
-    """Offer list schedules that use parallel work: HEFT on the ops; channel-aware ETF and SCT
-    (favourite children from the SCT LP) on Baechi's fused co-placement graph; ETF on the ops.
+    """Offer list schedules that use parallel work: the ``heft`` placer on the ops, the ``m-etf``
+    and ``m-sct`` placers on Baechi's fused co-placement graph (their defaults) and ``m-etf`` on the
+    ops, each with its default parameters.
 
     Each runs only while the wall-clock ``deadline`` (s) leaves room for it and its replay, its cost
     estimated in replays of the graph as measured on a 25k-op graph (HEFT 8, ETF 7–10, SCT's LP
     about 100), so large graphs skip them.
     """
-    from celeritas_core.grouping import baechi_fusion
-    from celeritas_core.placers.etf import list_schedule
-    from celeritas_core.placers.heft import heft_schedule
-    from celeritas_core.placers.sct_lp import solve_favourite_children
+    from celeritas_core.placers.base import get_placer
 
-    fused = None
-
-    def on_fused(favourites: bool) -> np.ndarray:
-        nonlocal fused
-        fused = fused or baechi_fusion(graph)
-        favourite = solve_favourite_children(fused.graph, cluster, 0.5).favourite if favourites else None
-        return fused.to_ops(list_schedule(fused.graph, cluster, favourite).assignment)
-
-    schedules = (("heft", 10, lambda: heft_schedule(graph, cluster).assignment),
-                 ("etf/fused", 10, lambda: on_fused(False)),
-                 ("sct/fused", 100, lambda: on_fused(True)),
-                 ("etf", 12, lambda: list_schedule(graph, cluster).assignment))
-    for name, cost_in_replays, schedule in schedules:
+    schedules = (("heft", "heft", {}, 10), ("etf/fused", "m-etf", {}, 10),
+                 ("sct/fused", "m-sct", {}, 100), ("etf", "m-etf", {"fusion": 0}, 12))
+    for name, placer, params, cost_in_replays in schedules:
         if time.perf_counter() + cost_in_replays * pool.replay_seconds <= deadline:
-            pool.add(name, schedule())
+            spec = get_placer(placer)
+            pool.add(name, spec.func(graph, cluster, spec.resolve_params(params)).assignment)
 
 
 def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust: bool) -> PlacerOutput:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import placement_units
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
@@ -50,9 +51,7 @@ def unit_graph(graph: Graph) -> UnitGraph:
     """
     n = graph.num_nodes
     rank = graph.topological_rank
-    gid = graph.colocation_ids
-    key = np.where(gid >= 0, gid, int(gid.max(initial=-1)) + 1 + np.arange(n))
-    _, raw = np.unique(key, return_inverse=True)
+    raw = placement_units(graph)
     num_units = int(raw.max()) + 1
     first = np.full(num_units, n, dtype=np.int64)
     np.minimum.at(first, raw, rank)
