@@ -36,6 +36,7 @@ from celeritas_core.cluster import Cluster  # noqa: E402
 from celeritas_core.compare import params_for  # noqa: E402
 from celeritas_core.formats import write_json_atomic  # noqa: E402
 from celeritas_core.levels import ccr  # noqa: E402
+from celeritas_core.memory import one_device_peak_bytes  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
 from celeritas_core.plots import deviation_cdf_chart  # noqa: E402
 from celeritas_core.regression import fit_costs, relative_deviation  # noqa: E402
@@ -43,13 +44,13 @@ from celeritas_core.units import format_bytes, format_us  # noqa: E402
 from celeritas_tf.analytical import analytical_costs, parse_cost_source  # noqa: E402
 from celeritas_tf.calibrate import calibrate_comm  # noqa: E402
 from celeritas_tf.evaluation import profile_small_batches, remeasure, validate  # noqa: E402
-from celeritas_tf.extract import graph_from_step  # noqa: E402
+from celeritas_tf.extract import graph_from_step, view_aliases  # noqa: E402
 from celeritas_tf.models import ZOO, get_model  # noqa: E402
-from celeritas_tf.profile import trace_step  # noqa: E402
+from celeritas_tf.profile import trace_costs, trace_step  # noqa: E402
 from celeritas_tf.step import build_training_step  # noqa: E402
 
 PAPER_NODES = {"inception_v3": 6332, "nmt": 25463, "transformer": 36352, "tensor_holography": 3810}
-MODELS = ("tensor_holography", "inception_v3", "nmt", "transformer")
+MODELS = ("mlp", "tensor_holography", "inception_v3", "nmt", "transformer")
 SMALL_BATCHES = (2, 4, 8)
 LARGE_BATCH = 32
 DEVICES = 4
@@ -72,12 +73,14 @@ def accuracy(models: list[str], traced: int, comm: tuple[float, float]) -> tuple
     *noise floor*: the per-op deviation between two traces of the same re-measured placement,
     which no estimate can beat.
     """
-    rows, measured, curves = [], {}, []
+    rows, measured, curves, all_fits = [], {}, [], {}
     for name in models:
         model = get_model(name)
         start = time.perf_counter()
         traces = profile_small_batches(model, SMALL_BATCHES, traced_steps=traced, progress=_say)
         fits = fit_costs([(t.batch_size, t.time_us, t.memory_bytes) for t in traces])
+        fits = fits.with_aliases(max(traces, key=lambda t: t.batch_size).aliases)
+        all_fits[name] = fits
         predicted_memory = float(fits.predict(LARGE_BATCH)[1].sum())
         cluster = Cluster.homogeneous(DEVICES, DEVICE_SHARE * predicted_memory,
                                       slope_us_per_byte=comm[0], intercept_us=comm[1])
@@ -101,7 +104,52 @@ def accuracy(models: list[str], traced: int, comm: tuple[float, float]) -> tuple
         measured[name] = (model, result.measured, cluster)
     deviation_cdf_chart(curves, CDF_FIGURE, title=f"Standard Evaluation: batch {list(SMALL_BATCHES)} -> "
                         f"{LARGE_BATCH}, re-measured on {DEVICES} logical CPU devices")
-    return rows, measured
+    return rows, measured, all_fits
+
+
+PEAK_BATCHES = (8, 16, 32)
+PEAK_TARGET = 0.10
+
+
+def peak_estimation(models: list[str], all_fits: dict[str, object], traced: int) -> list[dict[str, object]]:
+    """Predicted vs measured single-device peak memory per zoo model and batch size (bytes).
+
+    Measured: TensorFlow's allocation records of ``traced`` steps on one device (the largest).
+    Predicted two ways: the liveness replay of the graph with the costs and aliases measured at
+    that batch (the memory model alone), and of the graph Standard Evaluation predicts from the
+    small-batch fits (what the placers see before anything runs at that batch).
+    """
+    rows = []
+    for name in models:
+        model, fits = get_model(name), all_fits[name]
+        for batch in PEAK_BATCHES:
+            _say(f"{name}: measuring the one-device peak at batch {batch}")
+            step = build_training_step(model, batch)
+            trace = trace_step(step, traced_steps=traced)
+            measured = max(trace.peak_bytes.values())
+            replayed = one_device_peak_bytes(graph_from_step(step, trace_costs(trace), aliases=trace.aliases))
+            estimated = one_device_peak_bytes(graph_from_step(step, fits.predict_costs(batch),
+                                                              aliases=fits.output_aliases))
+            rows.append({"model": name, "batch": batch, "measured_bytes": measured,
+                         "predicted_from_measured_costs_bytes": replayed,
+                         "predicted_from_fits_bytes": estimated,
+                         "error_measured_costs": replayed / measured - 1.0,
+                         "error_fits": estimated / measured - 1.0})
+    return rows
+
+
+def _print_peak_table(rows: list[dict[str, object]]) -> None:
+    """The peak-estimation table."""
+    print(f"Single-device peak memory: TensorFlow's allocation records vs our liveness replay (fits from "
+          f"batches {list(SMALL_BATCHES)})")
+    print(f"{'model':<18} {'batch':>6} {'measured':>11} {'replay(meas)':>13} {'err':>7} {'replay(fits)':>13} "
+          f"{'err':>7}")
+    for r in rows:
+        print(f"{r['model']:<18} {r['batch']:>6} {format_bytes(r['measured_bytes']):>11} "
+              f"{format_bytes(r['predicted_from_measured_costs_bytes']):>13} "
+              f"{r['error_measured_costs'] * 100:>+6.1f}% {format_bytes(r['predicted_from_fits_bytes']):>13} "
+              f"{r['error_fits'] * 100:>+6.1f}%")
+    print()
 
 
 def fidelity(measured: dict[str, object], steps: int) -> list[dict[str, object]]:
@@ -151,7 +199,8 @@ def paper_scale(models: list[str]) -> list[dict[str, object]]:
         start = time.perf_counter()
         _say(f"building {name} at the paper's configuration, batch {entry.paper_batch_size}")
         step = build_training_step(get_model(name, paper=True), entry.paper_batch_size)
-        graph = graph_from_step(step, analytical_costs(step.step_graph_def(), spec))
+        graph = graph_from_step(step, analytical_costs(step.step_graph_def(), spec),
+                                aliases=view_aliases(step))
         built = time.perf_counter() - start
         cluster = Cluster.homogeneous(DEVICES, spec.memory_bytes)
         _say(f"placing {name} with {', '.join(PAPER_PLACERS)}")
@@ -205,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     _say("calibrating transfers between two logical devices")
     calibration = calibrate_comm(2)
     comm = (calibration.slope_us_per_byte, calibration.intercept_us)
-    acc_rows, measured = accuracy(models, args.traced_steps, comm)
+    acc_rows, measured, all_fits = accuracy(models, args.traced_steps, comm)
+    peak_rows = peak_estimation(models, all_fits, args.traced_steps)
     fid_rows = fidelity(measured, args.steps)
-    count_rows = [] if args.skip_paper_counts else paper_scale(models)
+    count_rows = [] if args.skip_paper_counts else paper_scale([m for m in models if m in PAPER_NODES])
 
     print(f"Estimation accuracy: small batches {list(SMALL_BATCHES)} -> batch {LARGE_BATCH}, re-measured on "
           f"{DEVICES} logical CPU devices\n")
@@ -227,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {p['placer']:<12} simulated {p['simulated_us'] / 1e3:>9.3f} ms   measured "
                   f"{p['measured_us'] / 1e3:>9.3f} ms{'   (OOM in the model)' if p['oom'] else ''}")
     print()
+    _print_peak_table(peak_rows)
     if count_rows:
         print("Paper scale: the paper's configurations and batch sizes, analytical V100 costs, Celeritas on "
               "4 x 32 GiB")
@@ -246,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"deviation {r['memory_dev'] * 100:.2f}% (target <= {MEMORY_TARGET:.0%})")
         checks.append(f"{'PASS' if r['time_dev'] <= TIME_TARGET else 'MISS'} {r['model']}: mean time "
                       f"deviation {r['time_dev'] * 100:.2f}% (target <= {TIME_TARGET:.0%})")
+    for r in peak_rows:
+        worst = max(abs(r["error_fits"]), abs(r["error_measured_costs"]))
+        checks.append(f"{'PASS' if worst <= PEAK_TARGET else 'MISS'} {r['model']} batch {r['batch']}: "
+                      f"predicted one-device peak within {worst * 100:.1f}% of TensorFlow's "
+                      f"(target <= {PEAK_TARGET:.0%})")
     for r in fid_rows:
         ok = np.isfinite(r["spearman"]) and r["spearman"] >= SPEARMAN_TARGET
         checks.append(f"{'PASS' if ok else 'MISS'} {r['model']}: Spearman simulated vs measured "
@@ -256,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"replayed peak (one-device peak {format_bytes(r['single_device_peak_bytes'])}"
                       f"{'' if fits else ', more than the 4 devices hold'})")
     print("\n".join(checks))
-    write_json_atomic(Path(args.out), {"accuracy": acc_rows, "fidelity": fid_rows, "node_counts": count_rows,
-                                       "checks": checks}, indent=1)
+    write_json_atomic(Path(args.out), {"accuracy": acc_rows, "peak_memory": peak_rows, "fidelity": fid_rows,
+                                       "node_counts": count_rows, "checks": checks}, indent=1)
     print(f"\nwrote {args.out}, {CDF_FIGURE}")
     return 0
 

@@ -216,6 +216,7 @@ def graph_from_json(doc: Any) -> Graph:
         out[k] = so
     modelled = any(p is not None or s is not None or o is not None
                    for p, s, o in zip(persistent, scratch, outputs, strict=True))
+    aliases = _alias_fields(nodes, index, outputs)
     return Graph.from_arrays(
         name=name,
         node_names=names,
@@ -228,8 +229,37 @@ def graph_from_json(doc: Any) -> Graph:
         edge_bytes=nbytes,
         edge_src_output=out,
         meta=meta,
-        liveness=Liveness.from_lists(persistent, scratch, outputs) if modelled else None,
+        liveness=Liveness.from_lists(persistent, scratch, outputs, aliases) if modelled else None,
     )
+
+
+def _alias_fields(nodes: list[Any], index: Mapping[str, int],
+                  outputs: list[list[float] | None]) -> list[list[tuple[int, int] | None] | None] | None:
+    """Each node's optional ``output_aliases`` as ``(producer index, output)`` pairs (None: none)."""
+    result: list[list[tuple[int, int] | None] | None] = [None] * len(nodes)
+    for i, node in enumerate(nodes):
+        if "output_aliases" not in node:
+            continue
+        where = f"node {node['name']!r}"
+        raw = node["output_aliases"]
+        declared = outputs[i] or []
+        if not isinstance(raw, list) or len(raw) != len(declared):
+            raise CeleritasInputError(f"{where}: field 'output_aliases' must be a list with one entry per "
+                                      f"output_bytes entry ({len(declared)})")
+        result[i] = [_alias_entry(x, index, where, k) for k, x in enumerate(raw)]
+    return result if any(r for r in result) else None
+
+
+def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tuple[int, int] | None:
+    """One ``output_aliases`` entry: null, or ``{"node": NAME, "output": K}``."""
+    if raw is None:
+        return None
+    node, output = (raw.get("node"), raw.get("output")) if isinstance(raw, dict) else (None, None)
+    known = isinstance(node, str) and node in index
+    if not known or not isinstance(output, int) or isinstance(output, bool) or not 0 <= output < 2**31:
+        raise CeleritasInputError(f"{where}: output_aliases[{k}] must be null or {{\"node\": NAME, "
+                                  f"\"output\": K}} naming an input tensor, got {raw!r}")
+    return index[node], output
 
 
 def _liveness_fields(node: dict[str, Any],
@@ -266,6 +296,10 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
             entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
             if live.scratch_bytes[i]:
                 entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
+            aliases = live.aliases(i)
+            if any(a is not None for a in aliases):
+                entry["output_aliases"] = [None if a is None else {"node": names[a[0]], "output": a[1]}
+                                           for a in aliases]
         nodes.append(entry)
     edges = []
     for s, d, b, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),

@@ -27,7 +27,10 @@ class Liveness:
     ``persistent_bytes`` (variables, optimizer slots) is live for the whole step,
     ``scratch_bytes`` while it runs, and output ``o`` of op ``i`` holds
     ``output_bytes[output_ptr[i] + o]`` bytes (outputs past the list are sized by their largest
-    edge) from the op's start until its last consumer on each device has finished.
+    edge) from the op's start until its last consumer on each device has finished. An output may
+    *alias* one of the op's inputs (``alias_node``/``alias_output`` at the same position, -1 for
+    none): it shares that tensor's buffer (a view, or TensorFlow forwarding the input buffer), so
+    it adds no bytes on its device and keeps the shared buffer live until its own consumers finish.
     """
 
     modelled: np.ndarray
@@ -35,11 +38,19 @@ class Liveness:
     scratch_bytes: np.ndarray
     output_ptr: np.ndarray
     output_bytes: np.ndarray
+    alias_node: np.ndarray | None = None
+    """Per declared output: the producer whose tensor it aliases (-1: its own buffer); None: no
+    output aliases anything."""
+    alias_output: np.ndarray | None = None
+    """Per declared output: the output index of the aliased tensor (-1: none)."""
 
     @classmethod
     def from_lists(cls, persistent: Sequence[float | None], scratch: Sequence[float | None],
-                   outputs: Sequence[Sequence[float] | None]) -> Liveness:
-        """Build from per-op values; an op whose three entries are all None is not modelled."""
+                   outputs: Sequence[Sequence[float] | None],
+                   aliases: Sequence[Sequence[tuple[int, int] | None] | None] | None = None) -> Liveness:
+        """Build from per-op values; an op whose three entries are all None is not modelled.
+        ``aliases[i][o]`` is the ``(producer index, output index)`` whose buffer output ``o`` of op
+        ``i`` shares, or None."""
         n = len(persistent)
         modelled = np.array([persistent[i] is not None or scratch[i] is not None or outputs[i] is not None
                              for i in range(n)], dtype=bool)
@@ -47,8 +58,17 @@ class Liveness:
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum([len(s) for s in sizes], out=ptr[1:])
         flat = np.asarray([x for s in sizes for x in s], dtype=np.float64)
+        alias_node = alias_output = None
+        if aliases is not None and any(a for a in aliases):
+            alias_node = np.full(len(flat), -1, dtype=np.int64)
+            alias_output = np.full(len(flat), -1, dtype=np.int64)
+            for i, entries in enumerate(aliases):
+                for o, target in enumerate(entries or ()):
+                    if target is not None and o < len(sizes[i]):
+                        alias_node[ptr[i] + o], alias_output[ptr[i] + o] = target
         return cls(modelled, np.asarray([p or 0.0 for p in persistent], dtype=np.float64),
-                   np.asarray([s or 0.0 for s in scratch], dtype=np.float64), ptr, flat)
+                   np.asarray([s or 0.0 for s in scratch], dtype=np.float64), ptr, flat,
+                   alias_node, alias_output)
 
     def check(self, names: Sequence[str]) -> None:
         """Raise CeleritasInputError naming the first op with a bad value (one per op, >= 0, finite)."""
@@ -68,6 +88,39 @@ class Liveness:
     def outputs(self, i: int) -> np.ndarray:
         """Declared output sizes (bytes) of op ``i``, by output index."""
         return self.output_bytes[self.output_ptr[i]:self.output_ptr[i + 1]]
+
+    def aliases(self, i: int) -> list[tuple[int, int] | None]:
+        """Per declared output of op ``i``: the ``(producer, output)`` it aliases, or None."""
+        lo, hi = int(self.output_ptr[i]), int(self.output_ptr[i + 1])
+        if self.alias_node is None or self.alias_output is None:
+            return [None] * (hi - lo)
+        return [(int(self.alias_node[k]), int(self.alias_output[k])) if self.alias_node[k] >= 0 else None
+                for k in range(lo, hi)]
+
+    def check_aliases(self, names: Sequence[str], edge_src: np.ndarray, edge_dst: np.ndarray,
+                      edge_src_output: np.ndarray) -> None:
+        """Raise CeleritasInputError naming the first output that aliases a tensor which is not an
+        input of its op (an edge ``producer -> op`` with that ``src_output``)."""
+        if self.alias_node is None or self.alias_output is None:
+            return
+        flat = np.flatnonzero(self.alias_node >= 0)
+        if not len(flat):
+            return
+        owner = np.searchsorted(self.output_ptr, flat, side="right") - 1
+        n = len(names)
+        into = np.isin(edge_dst, owner)
+        inputs = set(zip(edge_dst[into].tolist(), edge_src[into].tolist(), edge_src_output[into].tolist(),
+                         strict=True))
+        wanted = zip(owner.tolist(), self.alias_node[flat].tolist(), self.alias_output[flat].tolist(),
+                     strict=True)
+        bad = [k for k, key in enumerate(wanted) if key not in inputs]
+        if len(bad):
+            k = int(bad[0])
+            i, o = int(owner[k]), int(flat[k] - self.output_ptr[owner[k]])
+            target = int(self.alias_node[flat[k]])
+            shown = repr(names[target]) if target < n else f"node index {target}"
+            raise CeleritasInputError(f"node {names[i]!r}: output_aliases[{o}] names {shown} output "
+                                      f"{int(self.alias_output[flat[k]])}, which is not an input of the node")
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,6 +210,7 @@ class Graph:
             raise CeleritasInputError("ops and colocation must have one value per node")
         if liveness is not None:
             liveness.check(names)
+            liveness.check_aliases(names, src, dst, out)
         graph = cls(
             name=name,
             node_names=names,

@@ -20,7 +20,7 @@ it starts), except at the instant a 0-µs op runs: its inputs, outputs and scrat
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -90,6 +90,9 @@ class _TensorTable:
     edge: np.ndarray  # edges whose producer is modelled
     edge_tensor: np.ndarray  # tensor id of each of those edges
     width: int  # key = producer * width + output
+    alias_of: np.ndarray | None = None
+    """Per tensor: the tensor whose buffer it shares (-1: its own buffer; -2: a buffer outside the
+    model, e.g. of an op without liveness fields); None when no output aliases."""
 
     def ids(self, producer: np.ndarray, output: np.ndarray) -> np.ndarray:
         """Tensor id of each (producer, output) pair, -1 when it is not in the table."""
@@ -114,7 +117,15 @@ def _tensors(graph: Graph, live: Liveness) -> _TensorTable:
     np.maximum.at(size, inverse[len(d_prod):], graph.edge_bytes[edge])
     declared = inverse[:len(d_prod)]
     size[declared] = live.output_bytes[_flat_positions(live, owners)]
-    return _TensorTable(uniq // width, uniq % width, size, edge, inverse[len(d_prod):], width)
+    table = _TensorTable(uniq // width, uniq % width, size, edge, inverse[len(d_prod):], width)
+    if live.alias_node is None or live.alias_output is None:
+        return table
+    flat = _flat_positions(live, owners)
+    aliased = live.alias_node[flat] >= 0
+    alias_of = np.full(len(uniq), -1, dtype=np.int64)
+    target = table.ids(live.alias_node[flat][aliased], live.alias_output[flat][aliased])
+    alias_of[declared[aliased]] = np.where(target >= 0, target, -2)
+    return replace(table, alias_of=alias_of)
 
 
 def _output_index(live: Liveness, owners: np.ndarray) -> np.ndarray:
@@ -143,7 +154,11 @@ def _tensor_intervals(graph: Graph, t: _TensorTable, assignment: np.ndarray,
     tid = t.ids(tr.src_node, tr.src_output)
     sent = tid >= 0
     np.maximum.at(local_end, tid[sent], tr.end_us[sent])
-    parts = [(home, start[t.producer], local_end, t.size)]
+    home_size = t.size
+    if t.alias_of is not None:
+        home_size = np.where(t.alias_of == -1, t.size, 0.0)  # an alias adds no bytes of its own
+        local_end = _extend_alias_roots(t.alias_of, home, local_end)
+    parts = [(home, start[t.producer], local_end, home_size)]
     if sent.any():
         num_dev = int(max(assignment.max(initial=0), tr.dst_device.max(initial=0))) + 1
         copy_keys = tid[sent] * num_dev + tr.dst_device[sent]
@@ -152,9 +167,48 @@ def _tensor_intervals(graph: Graph, t: _TensorTable, assignment: np.ndarray,
         edge_keys = t.edge_tensor[~local] * num_dev + assignment[dst[~local]]
         pos = np.searchsorted(copy_keys[order], edge_keys)
         np.maximum.at(remote_end, pos, finish[dst[~local]])
+        if t.alias_of is not None:
+            _extend_received_copies(t.alias_of, home, local_end, copy_keys[order], remote_end, num_dev)
         parts.append((tr.dst_device[sent][order], tr.start_us[sent][order], remote_end,
                       t.size[tid[sent][order]]))
     return parts
+
+
+def _alias_parents(alias_of: np.ndarray, home: np.ndarray) -> np.ndarray:
+    """Per tensor: the tensor that owns its buffer on its device, following aliases between tensors
+    on one device (pointer jumping); a tensor that owns a buffer is its own parent."""
+    parent = np.arange(len(alias_of))
+    linked = np.flatnonzero(alias_of >= 0)
+    linked = linked[home[alias_of[linked]] == home[linked]]
+    parent[linked] = alias_of[linked]
+    while True:
+        jumped = parent[parent]
+        if np.array_equal(jumped, parent):
+            return parent
+        parent = jumped
+
+
+def _extend_alias_roots(alias_of: np.ndarray, home: np.ndarray, local_end: np.ndarray) -> np.ndarray:
+    """Keep each buffer live until every tensor sharing it on its device is done with (µs)."""
+    root = _alias_parents(alias_of, home)
+    out = local_end.copy()
+    np.maximum.at(out, root, local_end)
+    return out
+
+
+def _extend_received_copies(alias_of: np.ndarray, home: np.ndarray, local_end: np.ndarray,
+                            copy_keys: np.ndarray, remote_end: np.ndarray, num_dev: int) -> None:
+    """An alias of a tensor received from another device shares the received copy: keep the copy
+    live until the alias's buffer is done with (``local_end`` already covers its same-device
+    aliases). ``copy_keys`` (sorted, tensor * num_dev + device) index ``remote_end``."""
+    cross = np.flatnonzero(alias_of >= 0)
+    cross = cross[home[alias_of[cross]] != home[cross]]
+    if not len(cross) or not len(copy_keys):
+        return
+    keys = alias_of[cross] * num_dev + home[cross]
+    pos = np.minimum(np.searchsorted(copy_keys, keys), len(copy_keys) - 1)
+    found = copy_keys[pos] == keys
+    np.maximum.at(remote_end, pos[found], local_end[cross[found]])
 
 
 def _step_functions(baseline: np.ndarray, dev: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -223,3 +277,63 @@ def planning_memory_bytes(graph: Graph) -> np.ndarray:
     total = float(transient.sum())
     scale = min(max((peak - float(persistent.sum())) / total, 0.0), 1.0) if total > 0 else 0.0
     return persistent + scale * transient
+
+
+def live_bytes_by_op(graph: Graph, num_devices: int, assignment: np.ndarray, result: SimulationResult,
+                     device: int, time_us: float) -> np.ndarray:
+    """Per op: bytes live on ``device`` just after ``time_us`` (µs) of the replay ``result`` that
+    moving the op off ``device`` could free.
+
+    An op on ``device`` holds its persistent bytes (all of ``memory_bytes`` without liveness
+    fields), its scratch while it runs, and its outputs while they are kept there; a copy received
+    there is charged in full to each of its consumers there. An interval ``[start, end)`` counts
+    when ``start <= time_us < end`` (or it has zero length and starts by then). Shares can add up
+    to more than the device's usage (a copy with several consumers): they rank ops, not account.
+    """
+    live = graph.liveness
+    modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
+    here = assignment == device
+    static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
+    out = np.where(here, static, 0.0)
+    if live is None or not modelled.any():
+        return out
+    start, finish = result.start_us, result.finish_us
+    running = here & modelled & _alive(start, finish, time_us)
+    out[running] += live.scratch_bytes[running]
+    tensors = _tensors(graph, live)
+    if len(tensors.producer):
+        home = _tensor_intervals(graph, tensors, assignment, result)[0]
+        kept = (home[0] == device) & _alive(home[1], home[2], time_us)
+        np.add.at(out, tensors.producer[kept], home[3][kept])
+        _charge_received_copies(graph, tensors, assignment, result, device, time_us, out)
+    return out
+
+
+def _alive(start: np.ndarray, end: np.ndarray, time_us: float) -> np.ndarray:
+    """True where ``[start, end)`` holds ``time_us`` (a zero-length interval: from its start on)."""
+    return (start <= time_us) & ((end > time_us) | (end <= start))
+
+
+def _charge_received_copies(graph: Graph, t: _TensorTable, assignment: np.ndarray, result: SimulationResult,
+                            device: int, time_us: float, out: np.ndarray) -> None:
+    """Add to ``out`` the bytes of every copy received on ``device`` and live at ``time_us``, charged
+    to each of its consumers there (a copy lives from its transfer's start to its last consumer's
+    finish on the receiver, µs)."""
+    tr = result.transfers
+    tid = t.ids(tr.src_node, tr.src_output)
+    mine = np.flatnonzero((tid >= 0) & (tr.dst_device == device))
+    if not len(mine):
+        return
+    src, dst = graph.edge_src[t.edge], graph.edge_dst[t.edge]
+    into = (assignment[dst] == device) & (assignment[src] != device)
+    edge_tid, consumer = t.edge_tensor[into], dst[into]
+    order = np.argsort(tid[mine])
+    copy_tid = tid[mine][order]
+    pos = np.minimum(np.searchsorted(copy_tid, edge_tid), len(copy_tid) - 1)
+    found = copy_tid[pos] == edge_tid
+    end = tr.start_us[mine][order].copy()
+    np.maximum.at(end, pos[found], result.finish_us[consumer[found]])
+    alive = _alive(tr.start_us[mine][order], end, time_us)
+    pairs = np.unique(np.stack([consumer[found], pos[found]]), axis=1)
+    charged = pairs[:, alive[pairs[1]]]
+    np.add.at(out, charged[0], t.size[copy_tid[charged[1]]])

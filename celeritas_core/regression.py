@@ -11,7 +11,7 @@ is positive.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,14 @@ class CostFits:
     memory_intercept: np.ndarray
     time_r2: np.ndarray
     memory_r2: np.ndarray
+    output_aliases: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    """Per op with any, as profiled: for each output None (own buffer), ``(producer, output)``
+    (shares that input's buffer) or ``"external"`` (a buffer outside the step). Aliasing does not
+    depend on the batch size, so it carries over to the predicted graph unchanged."""
+
+    def with_aliases(self, aliases: Mapping[str, Sequence[Any]]) -> CostFits:
+        """The same fits carrying ``aliases`` (see :attr:`output_aliases`)."""
+        return replace(self, output_aliases={n: tuple(a) for n, a in aliases.items()})
 
     def predict(self, batch_size: float) -> tuple[np.ndarray, np.ndarray]:
         """Predicted ``(time_us, memory_bytes)`` per op at ``batch_size`` (clipped at 0)."""
@@ -57,6 +65,8 @@ class CostFits:
                                                self.memory_slope, self.memory_intercept, self.time_r2,
                                                self.memory_r2, strict=True)
             },
+            **({"output_aliases": {n: [list(e) if isinstance(e, tuple) else e for e in a]
+                                   for n, a in self.output_aliases.items()}} if self.output_aliases else {}),
         }
 
     @classmethod
@@ -88,7 +98,31 @@ class CostFits:
             arrays["tr"].append(_float_or_nan(fit.get("time_r2")))
             arrays["mr"].append(_float_or_nan(fit.get("memory_r2")))
         columns = (np.asarray(arrays[k]) for k in ("ts", "ti", "ms", "mi", "tr", "mr"))
-        return cls(tuple(ops), tuple(batches), *columns)
+        fits = cls(tuple(ops), tuple(batches), *columns)
+        return fits.with_aliases(read_output_aliases(doc.get("output_aliases", {}), source))
+
+
+def read_output_aliases(raw: Any, source: str | None = None) -> dict[str, tuple[Any, ...]]:
+    """Check an ``output_aliases`` object (op → list of null, ``[producer, output]`` or
+    ``"external"``) and return it with pairs as tuples."""
+    if not isinstance(raw, dict):
+        raise CeleritasInputError("field 'output_aliases' must be an object", source=source)
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, entries in raw.items():
+        if not isinstance(entries, list):
+            raise CeleritasInputError(f"output_aliases of op {name!r} must be a list", source=source)
+        row: list[Any] = []
+        for k, e in enumerate(entries):
+            if e is None or e == "external":
+                row.append(e)
+            elif (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
+                  and not isinstance(e[1], bool) and 0 <= e[1] < 2**31):
+                row.append((e[0], e[1]))
+            else:
+                raise CeleritasInputError(f"output_aliases of op {name!r}[{k}]: expected null, \"external\" "
+                                          f"or [producer, output], got {e!r}", source=source)
+        out[str(name)] = tuple(row)
+    return out
 
 
 def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]]) -> CostFits:

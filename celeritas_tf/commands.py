@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
@@ -77,7 +77,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     """Build the training step and write it as a celeritas-graph/1 with the chosen costs."""
     from celeritas_core.formats import save_graph
-    from celeritas_tf.extract import graph_from_step
+    from celeritas_tf.extract import graph_from_step, view_aliases
     from celeritas_tf.step import build_training_step
 
     model = _model(args)
@@ -87,15 +87,17 @@ def cmd_graph(args: argparse.Namespace) -> int:
         raise CeleritasInputError(f"--costs: expected static, profile or analytical:DEVICE, got {source!r}")
     step = build_training_step(model, batch)
     costs = None
+    aliases = view_aliases(step)
     if source == "profile":
         from celeritas_tf.profile import trace_costs, trace_step
 
-        costs = trace_costs(trace_step(step, traced_steps=args.steps, progress=_say))
+        trace = trace_step(step, traced_steps=args.steps, progress=_say)
+        costs, aliases = trace_costs(trace), trace.aliases
     elif source.startswith("analytical"):
         from celeritas_tf.analytical import analytical_costs, parse_cost_source
 
         costs = analytical_costs(step.step_graph_def(), parse_cost_source(source))
-    graph = graph_from_step(step, costs, meta={"costs": source})
+    graph = graph_from_step(step, costs, meta={"costs": source}, aliases=aliases)
     save_graph(graph, args.out)
     print(f"wrote {args.out}: {graph.name} at batch {batch}, {graph.num_nodes:,} ops, {graph.num_edges:,} "
           f"edges, {len(graph.colocation_names):,} co-location groups, costs: {source}")
@@ -121,10 +123,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     import numpy as np
 
     from celeritas_core.formats import read_json, write_json_atomic
-    from celeritas_core.regression import fit_costs
-    from celeritas_tf.evaluation import profile_rows
+    from celeritas_tf.evaluation import fits_from_profile
 
-    fits = fit_costs(profile_rows(read_json(args.profiles), args.profiles))
+    fits = fits_from_profile(read_json(args.profiles), args.profiles)
     doc = fits.to_json()
     write_json_atomic(args.out, doc)
     mem_r2 = float(np.nanmedian(fits.memory_r2)) if np.isfinite(fits.memory_r2).any() else float("nan")
@@ -158,8 +159,10 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
         save_graph(result.estimated, args.estimated_out)
         written.append(args.estimated_out)
     memory, timing = result.accuracy()
+    peaks = result.peaks(cluster)
     if args.accuracy_out:
-        write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing), indent=1)
+        write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing, peaks),
+                          indent=1)
         written.append(args.accuracy_out)
     if args.cdf_out:
         from celeritas_core.plots import deviation_cdf_chart
@@ -169,23 +172,33 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
           f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
           f"{len(timing.names):,} ops")
+    from celeritas_core.units import format_bytes
+
+    print("peak memory per device, predicted / measured: " + ", ".join(
+        f"{format_bytes(a)} / {format_bytes(b)}"
+        for a, b in zip(peaks["predicted_bytes"], peaks["measured_bytes"], strict=True)))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
 
-def accuracy_document(model: str, batch: int, memory: Any, timing: Any) -> dict[str, Any]:
-    """The estimation-accuracy summary written by ``remeasure --accuracy-out``."""
+def accuracy_document(model: str, batch: int, memory: Any, timing: Any,
+                      peaks: Mapping[str, list[float]] | None = None) -> dict[str, Any]:
+    """The estimation-accuracy summary written by ``remeasure --accuracy-out`` (``peaks``: the
+    predicted and measured peak memory per device, from :meth:`Remeasurement.peaks`)."""
     def part(d: Any) -> dict[str, Any]:
         return {"mean": d.mean, "ops": len(d.names), "cdf": {str(k): v for k, v in d.cdf().items()}}
 
-    return {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
-            "memory": part(memory), "time": part(timing)}
+    doc = {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
+           "memory": part(memory), "time": part(timing)}
+    if peaks is not None:
+        doc["peak_memory"] = {k: list(v) for k, v in peaks.items()}
+    return doc
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
     from celeritas_core.formats import read_json, write_json_atomic
-    from celeritas_tf.evaluation import validate
+    from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
 
     model = _model(args)
     batch = _check_batch(args.batch)
@@ -202,7 +215,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
                       progress=_say, source=args.placement)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
-             "predicted_step_time_us": doc.get("predicted_step_time_us")}
+             "predicted_step_time_us": doc.get("predicted_step_time_us"),
+             "predicted_peak_bytes": predicted_peaks(doc)}
     write_json_atomic(args.out, result.to_json(extra), indent=1)
     predicted = doc.get("predicted_step_time_us")
     if isinstance(predicted, int | float):
@@ -211,6 +225,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"{result.mean_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms, "
           f"p90 {result.p90_s * 1e3:.3f} ms "
           f"over {len(result.step_seconds)} steps after {args.warmup} warm-up")
+    peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
+    if "measured_peak_memory_bytes" in peaks:
+        from celeritas_core.units import format_bytes
+
+        measured = format_bytes(peaks["measured_peak_memory_bytes"])
+        line = f"peak memory of the fullest device: measured {measured}"
+        if "predicted_peak_memory_bytes" in peaks:
+            line += (f", predicted {format_bytes(peaks['predicted_peak_memory_bytes'])} "
+                     f"({peaks.get('peak_memory_relative_error', float('nan')) * 100:+.1f} %)")
+        print(line)
     print(f"wrote {args.out}")
     return 0
 

@@ -27,7 +27,7 @@ from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, relative_deviation
+from celeritas_core.regression import CostFits, Deviation, read_output_aliases, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import ModelSpec
 from celeritas_tf.profile import StepTrace, trace_costs, trace_step
@@ -74,7 +74,30 @@ def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str,
     """The ``celeritas-profile/1`` document of small-batch traces."""
     return {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
             "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
+                          "scratch_bytes": t.scratch_bytes, "peak_bytes": t.peak_bytes,
+                          "output_aliases": {n: [list(e) if isinstance(e, tuple) else e for e in a]
+                                             for n, a in t.aliases.items()},
                           "step_seconds": t.step_seconds} for t in traces]}
+
+
+def fits_from_profile(doc: Any, source: str | None = None) -> CostFits:
+    """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document, carrying
+    the profiled output aliases."""
+    from celeritas_core.regression import fit_costs
+
+    return fit_costs(profile_rows(doc, source)).with_aliases(profile_aliases(doc, source))
+
+
+def profile_aliases(doc: Any, source: str | None = None) -> dict[str, tuple[Any, ...]]:
+    """The ``output_aliases`` of the largest batch of a ``celeritas-profile/1`` document ({} for a
+    profile written before they were recorded)."""
+    if not isinstance(doc, dict):
+        return {}
+    profiles = [p for p in (doc.get("profiles") or []) if isinstance(p, dict)]
+    if not profiles:
+        return {}
+    largest = max(profiles, key=lambda p: p.get("batch_size") if isinstance(p.get("batch_size"), int) else 0)
+    return read_output_aliases(largest.get("output_aliases", {}), source)
 
 
 def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
@@ -125,13 +148,26 @@ class Remeasurement:
         """Memory and time deviations of the prediction from the re-measurement."""
         return estimation_accuracy(self.estimated, self.measured)
 
+    def peaks(self, cluster: Cluster) -> dict[str, list[float]]:
+        """Per device index: the estimated graph's replayed peak under the sequential placement
+        and the peak TensorFlow measured running it (bytes; see :func:`measured_peak_bytes`)."""
+        from celeritas_core.memory import memory_profile
+        from celeritas_core.simulator import simulate
+
+        result = simulate(self.estimated, cluster, self.assignment)
+        predicted = memory_profile(self.estimated, cluster.num_devices, self.assignment, result).peak_bytes
+        measured = peak_metrics(self.trace.peak_bytes, None)
+        return {"predicted_bytes": [float(x) for x in predicted],
+                "measured_bytes": [measured.get(f"measured_peak_memory_bytes_dev{k}", 0.0)
+                                   for k in range(cluster.num_devices)]}
+
 
 def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluster, *, order: str = "cpd",
               traced_steps: int = 3, progress: Progress | None = None) -> Remeasurement:
     """Standard Evaluation, step 2: place the large batch sequentially and re-measure every op."""
     check_devices(cluster.num_devices)
     step = build_training_step(model, batch_size)
-    estimated = graph_from_step(step, fits.predict_costs(batch_size),
+    estimated = graph_from_step(step, fits.predict_costs(batch_size), aliases=fits.output_aliases,
                                 meta={"costs": "regression", "fit_batch_sizes": list(fits.batch_sizes)})
     assignment = sequential_placement(estimated, cluster, order)
     if progress is not None:
@@ -139,8 +175,8 @@ def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluste
     trace = trace_step(step, num_devices=cluster.num_devices,
                        assignment=dict(zip(estimated.node_names, assignment.tolist(), strict=True)),
                        traced_steps=traced_steps)
-    measured = graph_from_step(step, trace_costs(trace), meta={"costs": "measured", "order": order,
-                                                               "devices": cluster.num_devices})
+    measured = graph_from_step(step, trace_costs(trace), aliases=trace.aliases,
+                               meta={"costs": "measured", "order": order, "devices": cluster.num_devices})
     return Remeasurement(estimated, measured, assignment, trace)
 
 
@@ -163,6 +199,9 @@ class Validation:
     warmup_steps: int
     step_seconds: list[float]
     devices_used: list[str] = field(default_factory=list)
+    measured_peak_bytes: dict[str, float] = field(default_factory=dict)
+    """Per device (TensorFlow's name): peak bytes of the traced step that precedes the timed ones
+    (:func:`celeritas_tf.profile.measured_peak_bytes`)."""
 
     @property
     def mean_s(self) -> float:
@@ -185,7 +224,8 @@ class Validation:
             "format": "celeritas-validation/1", "model": self.model, "batch_size": self.batch_size,
             "devices": self.num_devices, "warmup_steps": self.warmup_steps, "steps": len(self.step_seconds),
             "mean_s": self.mean_s, "median_s": self.median_s, "p90_s": self.p90_s,
-            "step_seconds": list(self.step_seconds), "devices_used": self.devices_used, **dict(extra or {}),
+            "step_seconds": list(self.step_seconds), "devices_used": self.devices_used,
+            "measured_peak_bytes": dict(self.measured_peak_bytes), **dict(extra or {}),
         }
 
 
@@ -218,7 +258,7 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
     check_devices(num_devices)
     tf = tensorflow()
     tf1 = tf.compat.v1
-    from celeritas_tf.profile import place_ops
+    from celeritas_tf.profile import measured_peak_bytes, place_ops, resident_bytes
 
     step = build_training_step(model, batch_size)
     check_assignment(step.step_op_names(), assignment, num_devices, source)
@@ -233,6 +273,7 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
         session.run(fetches, feeds[0], options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
                     run_metadata=metadata)
         used = sorted({d.device for d in metadata.step_stats.dev_stats})
+        peaks = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
         for i in range(warmup_steps):
             session.run(fetches, feeds[i % len(feeds)])
         for i in range(steps):
@@ -241,4 +282,34 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
             seconds.append(time.perf_counter() - start)
             if progress is not None and (i + 1) % 10 == 0:
                 progress(f"timed step {i + 1}/{steps}")
-    return Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds, used)
+    return Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds, used, peaks)
+
+
+def predicted_peaks(placement_doc: Mapping[str, Any]) -> list[float] | None:
+    """A ``celeritas-placement/1`` document's replayed peak per device index (bytes), if recorded."""
+    peaks = placement_doc.get("device_peak_memory_bytes")
+    if not isinstance(peaks, list) or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                              for x in peaks):
+        return None
+    return [float(x) for x in peaks]
+
+
+def peak_metrics(measured: Mapping[str, float] | None, predicted: Sequence[float] | None) -> dict[str, float]:
+    """Predicted (the placement's replay) and measured (TensorFlow's allocation records) peak
+    memory per device index and of the fullest device (bytes), and the relative error
+    ``predicted / measured − 1`` of the fullest."""
+    by_index: dict[int, float] = {}
+    for name, value in (measured or {}).items():
+        index = str(name).rsplit(":", 1)[-1]
+        if index.isdigit():
+            by_index[int(index)] = float(value)
+    out = {f"measured_peak_memory_bytes_dev{k}": v for k, v in sorted(by_index.items())}
+    out.update({f"predicted_peak_memory_bytes_dev{k}": float(v) for k, v in enumerate(predicted or [])})
+    if by_index:
+        out["measured_peak_memory_bytes"] = max(by_index.values())
+    if predicted:
+        out["predicted_peak_memory_bytes"] = float(max(predicted))
+    if by_index and predicted and out["measured_peak_memory_bytes"] > 0:
+        ratio = out["predicted_peak_memory_bytes"] / out["measured_peak_memory_bytes"]
+        out["peak_memory_relative_error"] = ratio - 1.0
+    return out

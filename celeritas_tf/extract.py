@@ -7,11 +7,18 @@ dtype size; resource handles and unknown shapes carry 0 bytes), a control input 
 join what TensorFlow's placer keeps together: the ``_class: loc:@X`` attributes and every op that
 consumes a resource handle with the op that produced it (resource ops run where the variable
 lives). A group is named after one of its members (the variable, where there is one).
+
+Liveness fields (``docs/formats.md``): a variable's ``persistent_bytes`` is its size; every op's
+``output_bytes`` are its outputs' static sizes (0 for an output that is a variable's buffer); an
+op with a cost gets ``scratch_bytes`` = its memory cost minus its outputs' static sizes and its
+persistent bytes (at least 0), which is the temp memory the profile measured (or its regression
+prediction). Output aliases (an output sharing an input's buffer) come from the trace
+(:func:`celeritas_tf.profile.output_aliases`) or, untraced, from op types (:func:`view_aliases`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +48,7 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
-def _tensor_bytes(tensor: Any) -> float:
+def tensor_bytes(tensor: Any) -> float:
     """Bytes of a graph tensor from its static shape (0 for resources, variants and unknown shapes)."""
     dtype = tensor.dtype
     if dtype.name in ("resource", "variant", "string"):
@@ -58,9 +65,11 @@ def graph_from_step(
     *,
     name: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    aliases: Mapping[str, Sequence[Any]] | None = None,
 ) -> Graph:
     """The step as a Graph; ``costs`` maps op name to ``(time_us, memory_bytes)`` (missing ops:
-    time 0 and the bytes of their outputs)."""
+    time 0 and the bytes of their outputs); ``aliases`` maps op name to how each output's buffer
+    relates to its inputs (:data:`celeritas_tf.profile.OutputAlias`, as profiled)."""
     graph_def = step.step_graph_def()
     names = [node.name for node in graph_def.node]
     index = {n: i for i, n in enumerate(names)}
@@ -73,7 +82,7 @@ def graph_from_step(
     for i, n in enumerate(names):
         op = tf_graph.get_operation_by_name(n)
         num_outputs[i] = len(op.outputs)
-        outputs[i] = [_tensor_bytes(t) for t in op.outputs]
+        outputs[i] = [tensor_bytes(t) for t in op.outputs]
         output_bytes[i] = sum(outputs[i])
         if op.type in ("VarHandleOp", "VariableV2"):  # the variable lives all step; its handle is free
             output_bytes[i] = persistent[i] = variable_bytes(op)
@@ -91,7 +100,7 @@ def graph_from_step(
                 producer, _, k = text.partition(":")
                 slot = int(k) if k else 0
                 tensor = tf_graph.get_operation_by_name(producer).outputs[slot]
-                size = _tensor_bytes(tensor)
+                size = tensor_bytes(tensor)
                 if tensor.dtype.name == "resource":
                     groups.union(producer, node.name)
             if producer not in index:
@@ -111,12 +120,18 @@ def graph_from_step(
     for r in roots:
         sizes[r] = sizes.get(r, 0) + 1
     colocation = [r if sizes[r] > 1 else None for r in roots]
+    alias_pairs = _apply_aliases(aliases or {}, index, outputs)
     time_us = np.zeros(len(names))
     memory = output_bytes.copy()
+    scratch: list[float | None] = [None] * len(names)
     for n, (t, m) in (costs or {}).items():
         if n in index:
-            time_us[index[n]] = t
-            memory[index[n]] = m
+            i = index[n]
+            time_us[i] = t
+            memory[i] = m
+            # what an op holds beyond its outputs and variables is scratch, freed when it ends
+            static = output_bytes[i] if persistent[i] == 0 else 0.0  # every output, aliased or not
+            scratch[i] = max(float(m) - static - persistent[i], 0.0) if np.isfinite(m) else 0.0
     # parallel edges (the same tensor used twice by one op) are kept: the simulator merges them
     return Graph.from_arrays(
         name=name or step.model.name,
@@ -129,10 +144,50 @@ def graph_from_step(
         edge_dst=np.asarray(dst, dtype=np.int64),
         edge_bytes=np.asarray(nbytes),
         edge_src_output=np.asarray(out_slot, dtype=np.int64),
-        liveness=Liveness.from_lists(persistent, [None] * len(names), outputs),
+        liveness=Liveness.from_lists(persistent, scratch, outputs, alias_pairs),
         meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
               "model_config": dict(step.model.config), **dict(meta or {})},
     )
+
+
+#: Op types whose output 0 is always a view of their input 0 (no copy, in every TensorFlow kernel).
+VIEW_OPS = frozenset({"Identity", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "Snapshot",
+                      "PreventGradient", "EnsureShape"})
+#: Op types whose output is a variable's buffer, read without a copy while no one writes it.
+VARIABLE_READ_OPS = frozenset({"ReadVariableOp"})
+
+
+def view_aliases(step: TrainingStep) -> dict[str, list[Any]]:
+    """Output aliases known from op types alone, for graphs whose step was not traced (static or
+    analytical costs): views share their input's buffer; variable reads are ``"external"``.
+    In-place forwarding, which TensorFlow decides at run time, is only seen by a trace."""
+    out: dict[str, list[Any]] = {}
+    for op in step.graph.get_operations():
+        if op.type in VIEW_OPS and op.inputs and op.outputs:
+            source = op.inputs[0]
+            out[op.name] = [(source.op.name, source.value_index)] + [None] * (len(op.outputs) - 1)
+        elif op.type in VARIABLE_READ_OPS:
+            out[op.name] = ["external"] * len(op.outputs)
+    return out
+
+
+def _apply_aliases(aliases: Mapping[str, Sequence[Any]], index: Mapping[str, int],
+                   outputs: list[list[float]]) -> list[list[tuple[int, int] | None] | None]:
+    """Per op: the ``(producer index, output)`` each output shares a buffer with; an ``"external"``
+    output (a buffer outside the step, e.g. a variable read) gets 0 output bytes instead."""
+    pairs: list[list[tuple[int, int] | None] | None] = [None] * len(outputs)
+    for name, entries in aliases.items():
+        i = index.get(name)
+        if i is None:
+            continue
+        row: list[tuple[int, int] | None] = [None] * len(outputs[i])
+        for o, entry in enumerate(list(entries)[:len(outputs[i])]):
+            if entry == "external":
+                outputs[i][o] = 0.0
+            elif isinstance(entry, list | tuple) and len(entry) == 2 and entry[0] in index:
+                row[o] = (index[entry[0]], int(entry[1]))
+        pairs[i] = row if any(r is not None for r in row) else None
+    return pairs
 
 
 def variable_bytes(op: Any) -> float:

@@ -3,12 +3,23 @@
 ``RunOptions(trace_level=FULL_TRACE)`` fills ``RunMetadata.step_stats``: per device, per executed
 op, its start and end (µs) and the allocations of its outputs. An op's **time** is
 ``op_end_rel_micros − op_start_rel_micros``, the median over the traced steps; its **memory** is
-the bytes of its outputs (``allocation_description.requested_bytes``) plus its persistent memory
-(``memory_stats``), the largest over the traced steps. Scratch (temp) memory is left out: it is
-freed when the op ends, so summing it over a device's ops would overstate what the device
-holds. Variables hold their own size (a resource handle's output is 0 bytes). Ops the runtime
-does not trace (fed placeholders appear as ``_arg_NAME_0_K``; constants folded away) keep time 0
-and the bytes of their static outputs.
+the bytes of its outputs (``allocation_description.requested_bytes``) plus its persistent and its
+scratch memory (``memory_stats``: ``persistent_memory_size``, ``temp_memory_size``), the largest
+over the traced steps; the scratch part alone is kept as :attr:`StepTrace.scratch_bytes`
+(extraction turns it into the op's ``scratch_bytes``, live only while the op runs). Variables
+hold their own size (a resource handle's output is 0 bytes). Ops the runtime does not trace (fed
+placeholders appear as ``_arg_NAME_0_K``; constants folded away) keep time 0 and the bytes of their
+static outputs.
+
+The **measured peak** of each device (:func:`measured_peak_bytes`) comes from TensorFlow's
+tracking allocator: with full tracing every allocation an op makes, and its release, is recorded
+with a timestamp (``AllocatorMemoryUsed.allocation_records``; a release is a negative record).
+The peak of a device is the bytes resident when the step starts (its variables and optimizer
+slots, and the fed inputs, which the session hands over without allocating them in the step) plus
+the largest running sum of the records of the ops that ran on it. GPUs have one allocator each, so
+their peaks are per device. Logical CPU devices share the host's memory: a tensor sent to another
+CPU device is not copied, so its bytes count only on the device whose op allocated it; the
+one-device peak is exact on CPU.
 """
 
 from __future__ import annotations
@@ -17,10 +28,11 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from celeritas_tf.extract import variable_bytes
+from celeritas_tf.extract import tensor_bytes, variable_bytes
 from celeritas_tf.step import TrainingStep
 from celeritas_tf.tf import cpu_device, session_config, tensorflow
 
@@ -38,6 +50,14 @@ class StepTrace:
     devices: dict[str, str] = field(default_factory=dict)
     """The device each traced op ran on (as TensorFlow names it)."""
     step_seconds: list[float] = field(default_factory=list)
+    scratch_bytes: dict[str, float] = field(default_factory=dict)
+    """Per op: scratch (temp) bytes, live only while it runs (ops with none are left out)."""
+    peak_bytes: dict[str, float] = field(default_factory=dict)
+    """Per device (as TensorFlow names it): measured peak bytes, the largest over the traced steps
+    (see :func:`measured_peak_bytes`)."""
+    aliases: dict[str, list[OutputAlias]] = field(default_factory=dict)
+    """Per op with any: how each output's buffer relates to its inputs (the last traced step;
+    see :func:`output_aliases`)."""
 
 
 def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
@@ -75,10 +95,8 @@ def trace_step(
     place_ops(step, assignment)
     rng = np.random.default_rng(seed)
     fetches = [step.train_op, step.loss]
-    times: dict[str, list[float]] = {}
-    memory: dict[str, float] = {}
-    devices: dict[str, str] = {}
-    walls: list[float] = []
+    stats = _TraceStats(data_inputs(step))
+    resident = resident_bytes(step)
     with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
         session.run(step.init_op)
         for _ in range(warmup_steps):
@@ -88,26 +106,130 @@ def trace_step(
             start = time.perf_counter()
             session.run(fetches, step.feed_dict(rng),
                         options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE), run_metadata=metadata)
-            walls.append(time.perf_counter() - start)
-            for dev in metadata.step_stats.dev_stats:
-                for ns in dev.node_stats:
-                    name = _op_name(ns.node_name)
-                    if name is None:
-                        continue
-                    times.setdefault(name, []).append(float(ns.op_end_rel_micros - ns.op_start_rel_micros))
-                    out = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
-                    extra = 0
-                    if ns.HasField("memory_stats"):  # scratch (temp) memory is freed when the op ends
-                        extra = ns.memory_stats.persistent_memory_size
-                    memory[name] = max(memory.get(name, 0.0), float(out + extra))
-                    devices[name] = dev.device
+            stats.walls.append(time.perf_counter() - start)
+            stats.add(metadata.step_stats, resident)
             if progress is not None:
                 progress(f"batch {step.batch_size}: traced step {k + 1}/{traced_steps}")
     for op in step.graph.get_operations():
-        if op.type in ("VarHandleOp", "VariableV2") and op.name in memory:
-            memory[op.name] = variable_bytes(op)
-    return StepTrace(step.batch_size, {n: float(np.median(v)) for n, v in times.items()}, memory, devices,
-                     walls)
+        if op.type in ("VarHandleOp", "VariableV2") and op.name in stats.memory:
+            stats.memory[op.name] = variable_bytes(op)
+            stats.scratch.pop(op.name, None)
+    return StepTrace(step.batch_size, {n: float(np.median(v)) for n, v in stats.times.items()}, stats.memory,
+                     stats.devices, stats.walls, stats.scratch, stats.peaks, stats.aliases)
+
+
+#: How an output's buffer relates to the op's inputs: None (its own buffer), ``(producer,
+#: output)`` (shares that input's buffer) or ``"external"`` (a buffer that lives outside the step,
+#: e.g. a variable read without a copy).
+OutputAlias = tuple[str, int] | str | None
+
+
+@dataclass
+class _TraceStats:
+    """Per-op figures gathered over the traced steps (µs, bytes)."""
+
+    inputs: Mapping[str, list[tuple[str, int]]]
+    times: dict[str, list[float]] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
+    scratch: dict[str, float] = field(default_factory=dict)
+    devices: dict[str, str] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)
+    aliases: dict[str, list[OutputAlias]] = field(default_factory=dict)
+    walls: list[float] = field(default_factory=list)
+
+    def add(self, step_stats: Any, resident: Mapping[str, float]) -> None:
+        """Fold in one traced step's ``StepStats``."""
+        nodes = {name: (dev.device, ns) for dev in step_stats.dev_stats for ns in dev.node_stats
+                 if (name := _op_name(ns.node_name)) is not None}
+        aliases = output_aliases(nodes, self.inputs)
+        for name, (device, ns) in nodes.items():
+            self.times.setdefault(name, []).append(float(ns.op_end_rel_micros - ns.op_start_rel_micros))
+            own = aliases.get(name, [])
+            out = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output
+                      if o.slot >= len(own) or own[o.slot] is None)
+            persistent = scratch = 0
+            if ns.HasField("memory_stats"):
+                persistent = ns.memory_stats.persistent_memory_size
+                scratch = ns.memory_stats.temp_memory_size
+            self.memory[name] = max(self.memory.get(name, 0.0), float(out + persistent + scratch))
+            if scratch > 0:
+                self.scratch[name] = max(self.scratch.get(name, 0.0), float(scratch))
+            self.devices[name] = device
+        self.aliases = {n: a for n, a in aliases.items() if any(x is not None for x in a)}
+        for device, peak in measured_peak_bytes(step_stats, resident).items():
+            self.peaks[device] = max(self.peaks.get(device, 0.0), peak)
+
+
+def output_aliases(nodes: Mapping[str, tuple[str, Any]],
+                   inputs: Mapping[str, list[tuple[str, int]]]) -> dict[str, list[OutputAlias]]:
+    """Which outputs of one traced step share a buffer with an input, from the allocation id of
+    every output (``allocation_description.allocation_id``; 0 = unknown). An output whose id is
+    an input's shares that input's buffer (a view, or an input buffer TensorFlow forwarded); one
+    whose op allocated nothing and whose id is no input's is ``"external"``."""
+    ids = {(name, o.slot): o.tensor_description.allocation_description.allocation_id
+           for name, (_, ns) in nodes.items() for o in ns.output}
+    out: dict[str, list[OutputAlias]] = {}
+    for name, (_, ns) in nodes.items():
+        allocated = any(r.alloc_bytes > 0 for m in ns.memory for r in m.allocation_records)
+        by_id = {ids[t]: t for t in inputs.get(name, []) if ids.get(t)}
+        entries: list[OutputAlias] = [None] * (max((o.slot for o in ns.output), default=-1) + 1)
+        for o in ns.output:
+            a = o.tensor_description.allocation_description.allocation_id
+            if a and a in by_id:
+                entries[o.slot] = by_id[a]
+            elif a and not allocated and o.tensor_description.allocation_description.requested_bytes:
+                entries[o.slot] = "external"
+        out[name] = entries
+    return out
+
+
+def data_inputs(step: TrainingStep) -> dict[str, list[tuple[str, int]]]:
+    """Every op's data inputs as ``(producer, output index)``."""
+    return {op.name: [(t.op.name, t.value_index) for t in op.inputs] for op in step.graph.get_operations()}
+
+
+def resident_bytes(step: TrainingStep) -> dict[str, float]:
+    """Bytes live on each device when a step starts (by TensorFlow device name): every variable
+    (weights, optimizer slots) and every fed input, sized from their static shapes."""
+    out: dict[str, float] = {}
+    for op in step.graph.get_operations():
+        if op.type in ("VarHandleOp", "VariableV2"):
+            size = variable_bytes(op)
+        elif op.type == "Placeholder":
+            size = sum(tensor_bytes(t) for t in op.outputs)
+        else:
+            continue
+        device = _canonical_device(op.device)
+        out[device] = out.get(device, 0.0) + size
+    return out
+
+
+def measured_peak_bytes(step_stats: Any, resident: Mapping[str, float]) -> dict[str, float]:
+    """Peak bytes of each device in one traced step: ``resident`` bytes plus the largest running
+    sum of the allocation records (allocations positive, releases negative, in time order) of the
+    ops that ran on it. Devices without records report their resident bytes."""
+    peaks = {_canonical_device(d): float(b) for d, b in resident.items()}
+    for dev in step_stats.dev_stats:
+        device = _canonical_device(dev.device)
+        records = [(r.alloc_micros, r.alloc_bytes) for ns in dev.node_stats for m in ns.memory
+                   for r in m.allocation_records]
+        if not records:
+            continue
+        when = np.array([t for t, _ in records], dtype=np.int64)
+        delta = np.array([b for _, b in records], dtype=np.float64)
+        order = np.lexsort((delta, when))  # at one instant, releases before allocations
+        running = float(np.cumsum(delta[order]).max(initial=0.0))
+        peaks[device] = peaks.get(device, 0.0) + max(running, 0.0)
+    return peaks
+
+
+def _canonical_device(name: str) -> str:
+    """``/job:localhost/replica:0/task:0/device:CPU:0`` for any spelling TensorFlow uses (empty:
+    device 0 of the CPU)."""
+    if not name:
+        return cpu_device(0)
+    kind, _, index = name.rsplit("device:", 1)[-1].upper().partition(":")
+    return f"/job:localhost/replica:0/task:0/device:{kind}:{index or 0}"
 
 
 def _op_name(node_name: str) -> str | None:

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.regression import fit_costs
 from tasks import storage, tracking
 from tasks.common import artifact
 
@@ -15,9 +14,9 @@ from tasks.common import artifact
 def fit_regression(params: Mapping[str, Any], run_dir: str, profile_uri: str,
                    parent_run_id: str) -> dict[str, Any]:
     """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
-    from celeritas_tf.evaluation import profile_rows
+    from celeritas_tf.evaluation import fits_from_profile
 
-    fits = fit_costs(profile_rows(storage.read_json(profile_uri), profile_uri))
+    fits = fits_from_profile(storage.read_json(profile_uri), profile_uri)
     uri = storage.write_json(artifact(run_dir, "fits"), fits.to_json())
     time_us, memory = fits.predict(int(params["batch_size"]))
     metrics = {"predicted_total_time_us": float(time_us.sum()),

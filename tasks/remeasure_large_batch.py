@@ -27,9 +27,10 @@ def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str
     batch = int(params["batch_size"])
     result = remeasure(model, batch, fits, cluster)
     memory, timing = result.accuracy()
+    peaks = result.peaks(cluster)
     documents = {"graph.estimated.json": graph_to_json(result.estimated),
                  "graph.measured.json": graph_to_json(result.measured),
-                 "accuracy.json": accuracy_document(model.name, batch, memory, timing)}
+                 "accuracy.json": accuracy_document(model.name, batch, memory, timing, peaks)}
     uris = {
         "estimated_graph_uri": storage.write_json(artifact(run_dir, "estimated_graph"),
                                                   documents["graph.estimated.json"]),
@@ -44,6 +45,8 @@ def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str
         uris["accuracy_cdf_uri"] = storage.upload_file(str(png), artifact(run_dir, "accuracy_cdf"))
         tracking.log_artifact(parent_run_id, str(png), "standard_evaluation")
     metrics = {"estimation_memory_deviation": memory.mean, "estimation_time_deviation": timing.mean,
-               "ops": float(result.measured.num_nodes)}
+               "ops": float(result.measured.num_nodes),
+               "remeasure_predicted_peak_memory_bytes": max(peaks["predicted_bytes"]),
+               "remeasure_measured_peak_memory_bytes": max(peaks["measured_bytes"])}
     tracking.log_metrics(parent_run_id, {k: v for k, v in metrics.items() if v == v})
     return {**uris, **metrics}

@@ -20,7 +20,9 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
     """Validate every placement that fits in memory (``oom`` from the place step): ``warmup_steps``
     untimed and ``validation_steps`` timed steps each; write ``validation/PLACER.json`` and
     ``validation.json``, log mean/median/p90 and every step time (``step=``) to the placer's child
-    run, and speed-ups over one device and over the best baseline."""
+    run, speed-ups over one device and over the best baseline, and predicted vs measured peak
+    memory per device (bytes)."""
+    from celeritas_tf.evaluation import predicted_peaks
     from celeritas_tf.evaluation import validate as run_placement
 
     model = model_spec(params)
@@ -37,7 +39,8 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
         run = run_placement(model, batch, assignment, devices, warmup_steps=int(params["warmup_steps"]),
                             steps=int(params["validation_steps"]), source=uri)
         body = run.to_json({"placer": placer, "placement": uri,
-                            "predicted_step_time_us": doc.get("predicted_step_time_us")})
+                            "predicted_step_time_us": doc.get("predicted_step_time_us"),
+                            "predicted_peak_bytes": predicted_peaks(doc)})
         storage.write_json(validation_uri(run_dir, placer), body)
         results[placer] = body
     if not results:
@@ -70,8 +73,11 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
 def _log_child(parent_run_id: str, placer: str, body: Mapping[str, Any], single: float | None,
                best_baseline: float, validation_file: str) -> str:
     """Log one placer's measured figures and its validation JSON to its MLflow child run."""
+    from celeritas_tf.evaluation import peak_metrics
+
     metrics = {"measured_mean_step_time_s": body["mean_s"],
-               "measured_median_step_time_s": body["median_s"], "measured_p90_step_time_s": body["p90_s"]}
+               "measured_median_step_time_s": body["median_s"], "measured_p90_step_time_s": body["p90_s"],
+               **peak_metrics(body.get("measured_peak_bytes"), body.get("predicted_peak_bytes"))}
     if single:
         metrics["measured_speedup_vs_single"] = single / body["mean_s"]
     if np.isfinite(best_baseline):
