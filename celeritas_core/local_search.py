@@ -7,7 +7,9 @@ it replays the placement, walks back the chain of ops and transfers that decides
 (:func:`critical_chain`), and tries moving each placement unit on that chain (an op, or a whole
 co-location group) to every other device with room, keeping the first move the replay finds
 faster. Every trial is a full replay (``docs/simulator.md``), so the search is exact with respect
-to the simulator and stops at a local optimum or when its wall-clock budget runs out. Units: µs
+to the simulator and stops at a local optimum or when its wall-clock budget runs out. On graphs
+with liveness fields, :func:`peak_memory_repair` first moves units off devices whose replayed peak
+exceeds their capacity, and the search keeps no move that raises that excess. Units: µs
 and bytes. Reference for the neighbourhood: Y.-K. Kwok and I. Ahmad, "Static scheduling
 algorithms for allocating directed task graphs to multiprocessors", ACM Computing Surveys 31(4),
 1999 (critical-path based improvement of list schedules).
@@ -18,16 +20,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
+from celeritas_core.memory import MemoryProfile, live_bytes_by_op, memory_profile
 from celeritas_core.simulator import SimulationResult, simulate
 
 __all__ = ["Candidate", "CandidatePool", "critical_chain", "critical_path_search", "excess_bytes",
-           "placement_units"]
+           "peak_memory_repair", "placement_units"]
 
 #: Relative step-time gain (µs/µs) below which a move or a candidate counts as no better.
 IMPROVEMENT_TOLERANCE = 1e-9
@@ -59,8 +63,6 @@ def excess_bytes(graph: Graph, cluster: Cluster, assignment: np.ndarray,
     """Bytes above capacity summed over devices: of the replayed liveness-aware peak when the graph
     has liveness fields and ``result`` is given, else of the op memory sums (bytes)."""
     if graph.liveness is not None and result is not None:
-        from celeritas_core.memory import memory_profile
-
         used = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes
     else:
         used = np.bincount(assignment, weights=graph.memory_bytes, minlength=cluster.num_devices)
@@ -95,6 +97,13 @@ class CandidatePool:
             excess = excess_bytes(self.graph, self.cluster, assignment, result)
         self._seen[key] = (float(step_time_us), excess)
         candidate = Candidate(name, assignment, float(step_time_us), excess)
+        self.candidates.append(candidate)
+        return candidate
+
+    def add_candidate(self, candidate: Candidate) -> Candidate:
+        """Record a candidate whose figures were replayed on this pool's graph and cluster."""
+        figures = (candidate.step_time_us, candidate.excess_bytes)
+        self._seen.setdefault(candidate.assignment.tobytes(), figures)
         self.candidates.append(candidate)
         return candidate
 
@@ -174,30 +183,36 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
                          replay_seconds: float = 0.0, max_replays: int = 10_000) -> Candidate:
     """Hill climbing from ``start``: move critical-chain units while the replay gets faster.
 
-    A move puts every op of one unit (:func:`placement_units`) on another device that has room
-    for it (sum model, bytes). Moves are tried along :func:`critical_chain`, last op first, and
-    the first that shortens the replayed step is kept; the chain is then recomputed. Stops at a
-    local optimum, after ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass
-    ``deadline`` (seconds) with one more replay of ``replay_seconds``.
+    A move puts every op of one unit (:func:`placement_units`) on another device. Without liveness
+    fields the device needs room for the unit (sum model, bytes); with them any device is tried and
+    a faster trial is kept only if its replayed peak exceeds capacity by no more bytes in total
+    than the current placement's (:func:`excess_bytes`), so a placement that fits keeps fitting.
+    Moves are tried along :func:`critical_chain`, last op first, and the first that shortens the
+    replayed step is kept; the chain is then recomputed. Stops at a local optimum, after
+    ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass ``deadline``
+    (seconds) with one more replay of ``replay_seconds``.
     """
     if max_replays <= 0 or time.perf_counter() + 2 * replay_seconds > deadline:
         return start
     unit_of = placement_units(graph)
     num_units = int(unit_of.max(initial=-1)) + 1
-    members = np.split(np.argsort(unit_of, kind="stable"), np.cumsum(np.bincount(unit_of))[:-1])
+    members = _unit_members(unit_of)
     unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
     capacity = cluster.memory_bytes.astype(np.float64)
     best = start.assignment.copy()
     result = simulate(graph, cluster, best)
     step = result.step_time_us
     used = np.bincount(best, weights=graph.memory_bytes, minlength=cluster.num_devices)
+    max_excess = None if graph.liveness is None else excess_bytes(graph, cluster, best, result)
+    if max_excess is not None:
+        capacity = np.full(cluster.num_devices, np.inf)  # the replayed peak decides instead
     budget = [max_replays]
     while True:
         move = _first_improving_move(graph, cluster, best, result, unit_of, members, unit_mem,
-                                     capacity - used, deadline, replay_seconds, budget)
+                                     capacity - used, deadline, replay_seconds, budget, max_excess)
         if move is None:
             break
-        unit, device, result = move
+        unit, device, result, max_excess = move
         source = int(best[members[unit][0]])
         used[source] -= unit_mem[unit]
         used[device] += unit_mem[unit]
@@ -208,13 +223,21 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best, result))
 
 
+def _unit_members(unit_of: np.ndarray) -> list[np.ndarray]:
+    """Ops of every placement unit, by unit id."""
+    return np.split(np.argsort(unit_of, kind="stable"), np.cumsum(np.bincount(unit_of))[:-1])
+
+
 def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,
                           result: SimulationResult, unit_of: np.ndarray, members: list[np.ndarray],
                           unit_mem: np.ndarray, room: np.ndarray, deadline: float,
-                          replay_seconds: float,
-                          budget: list[int]) -> tuple[int, int, SimulationResult] | None:
-    """(unit, device, replay) of the first move that lowers :func:`_objective`, or None (also when
-    the wall-clock ``deadline`` or the replay ``budget``, decremented here, runs out).
+                          replay_seconds: float, budget: list[int],
+                          max_excess: float | None) -> tuple[int, int, SimulationResult, float | None] | None:
+    """(unit, device, replay, excess ceiling) of the first move that lowers :func:`_objective`,
+    or None (also when the wall-clock ``deadline`` or the replay ``budget``, decremented here, runs
+    out). With ``max_excess`` (bytes) a faster move counts only if its replayed peak exceeds
+    capacity by no more than that in total, and the ceiling returned for the next move is the
+    lower of the two; without it, the ceiling stays None.
 
     Units on the critical chain come first, each trying the device of the op that released it
     (joining its cause saves the transfer), then the other devices from the least busy; then
@@ -238,8 +261,13 @@ def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray
             trial = assignment.copy()
             trial[members[unit]] = device
             replay = simulate(graph, cluster, trial)
-            if _better(_objective(replay), current):
-                return unit, device, replay
+            if not _better(_objective(replay), current):
+                continue
+            if max_excess is None:
+                return unit, device, replay, None
+            excess = excess_bytes(graph, cluster, trial, replay)
+            if excess <= max_excess * (1.0 + IMPROVEMENT_TOLERANCE):
+                return unit, device, replay, min(excess, max_excess)
     return None
 
 
@@ -252,3 +280,115 @@ def _move_order(graph: Graph, assignment: np.ndarray,
         yield v, ([int(assignment[chain[i + 1]])] if i + 1 < len(chain) else [])
     for v in np.argsort(-result.finish_us, kind="stable").tolist():
         yield v, []
+
+
+@dataclass(frozen=True, eq=False)
+class _Replayed:
+    """An assignment with its replay, memory profile and total excess over capacity (µs, bytes)."""
+
+    assignment: np.ndarray
+    result: SimulationResult
+    profile: MemoryProfile
+    excess: float
+
+    @property
+    def key(self) -> tuple[float, float]:
+        """Less excess first, then the shorter step."""
+        return self.excess, self.result.step_time_us
+
+
+def _replay(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> _Replayed:
+    """Replay ``assignment`` and measure its liveness-aware peaks against capacity."""
+    result = simulate(graph, cluster, assignment)
+    profile = memory_profile(graph, cluster.num_devices, assignment, result)
+    excess = float(np.maximum(profile.peak_bytes - cluster.memory_bytes, 0.0).sum())
+    return _Replayed(assignment, result, profile, excess)
+
+
+def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float, budget: int,
+                       replay_seconds: float = 0.0, stats: dict[str, Any] | None = None) -> Candidate:
+    """Move units off devices whose replayed peak exceeds their capacity until the placement fits.
+
+    Only for graphs with liveness fields whose ``start`` does not fit (else ``start`` comes back).
+    Hill climbing: each round walks the over-full devices (most excess first) and their units
+    (:func:`placement_units`) by the bytes they keep live there at the device's peak instant
+    (:func:`~celeritas_core.memory.live_bytes_by_op`; then the others by memory), and moves the
+    first unit that has an improving move to the device whose replay gives the least total excess
+    (bytes, summed over devices of ``max(0, peak − capacity)``; ties: the shorter step, µs). A move
+    is kept only if the total excess strictly falls. Stops when the placement fits, when no move
+    improves, after ``budget`` replayed ops (``ceil(budget / ops)`` trial replays) or when
+    ``time.perf_counter()`` would pass ``deadline`` (s) with one more replay of ``replay_seconds``.
+    Returns ``START+repair`` (``start`` when no move was kept); ``stats``, if given, gets
+    ``moves``, ``replays`` and why it ``stopped``.
+    """
+    report: dict[str, Any] = {"moves": 0, "replays": 0, "stopped": "fits"}
+    if stats is not None:
+        stats.update(report)
+    if graph.liveness is None or start.fits:
+        return start
+    if time.perf_counter() + 2 * replay_seconds > deadline:
+        if stats is not None:
+            stats["stopped"] = "deadline"
+        return start
+    max_replays = -(-max(int(budget), 0) // max(graph.num_nodes, 1))
+    left = [max_replays]
+    current, reason = _replay(graph, cluster, start.assignment.copy()), None
+    unit_of = placement_units(graph)
+    members = _unit_members(unit_of)
+    while current.excess > 0.0 and reason is None:
+        moved, reason = _repair_move(graph, cluster, current, unit_of, members, deadline,
+                                     replay_seconds, left)
+        if moved is not None:
+            current = moved
+            report["moves"] += 1
+    report.update(replays=max_replays - left[0], stopped="fits" if current.excess <= 0.0 else reason)
+    if stats is not None:
+        stats.update(report)
+    if report["moves"] == 0:
+        return start
+    return Candidate(start.name + "+repair", current.assignment, current.result.step_time_us, current.excess)
+
+
+def _repair_move(graph: Graph, cluster: Cluster, current: _Replayed, unit_of: np.ndarray,
+                 members: list[np.ndarray], deadline: float, replay_seconds: float,
+                 budget: list[int]) -> tuple[_Replayed | None, str | None]:
+    """(the kept move's replay or None, why to stop or None) of one round of
+    :func:`peak_memory_repair`: over-full devices by decreasing excess, their units from
+    :func:`_units_at_peak`, each unit to every other device (most spare peak room first)."""
+    capacity = cluster.memory_bytes
+    peak = current.profile.peak_bytes
+    over = np.flatnonzero(peak > capacity)
+    targets = np.argsort(peak - capacity, kind="stable").tolist()
+    for source in over[np.argsort(capacity[over] - peak[over], kind="stable")].tolist():
+        for unit in _units_at_peak(graph, cluster, current, source, unit_of):
+            best: _Replayed | None = None
+            for device in targets:
+                if device == source:
+                    continue
+                if budget[0] <= 0 or time.perf_counter() + replay_seconds > deadline:
+                    return best, ("budget" if budget[0] <= 0 else "deadline")
+                budget[0] -= 1
+                trial = current.assignment.copy()
+                trial[members[unit]] = device
+                replayed = _replay(graph, cluster, trial)
+                if replayed.excess < current.excess * (1.0 - IMPROVEMENT_TOLERANCE) and (
+                        best is None or replayed.key < best.key):
+                    best = replayed
+            if best is not None:
+                return best, None
+    return None, "no improving move"
+
+
+def _units_at_peak(graph: Graph, cluster: Cluster, current: _Replayed, device: int,
+                   unit_of: np.ndarray) -> list[int]:
+    """Units on ``device``: those holding bytes there at its peak instant, most bytes first, then
+    the others by decreasing memory (bytes)."""
+    times, usage = current.profile.times_us[device], current.profile.usage_bytes[device]
+    when = float(times[int(np.argmax(usage))]) if len(usage) else 0.0
+    share = live_bytes_by_op(graph, current.assignment, current.result, device, when)
+    num_units = int(unit_of.max(initial=-1)) + 1
+    unit_share = np.bincount(unit_of, weights=share, minlength=num_units)
+    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
+    here = np.unique(unit_of[current.assignment == device])
+    order = np.lexsort((-unit_mem[here], -unit_share[here]))
+    return here[order].tolist()

@@ -279,16 +279,17 @@ def planning_memory_bytes(graph: Graph) -> np.ndarray:
     return persistent + scale * transient
 
 
-def live_bytes_by_op(graph: Graph, num_devices: int, assignment: np.ndarray, result: SimulationResult,
-                     device: int, time_us: float) -> np.ndarray:
+def live_bytes_by_op(graph: Graph, assignment: np.ndarray, result: SimulationResult, device: int,
+                     time_us: float) -> np.ndarray:
     """Per op: bytes live on ``device`` just after ``time_us`` (µs) of the replay ``result`` that
     moving the op off ``device`` could free.
 
     An op on ``device`` holds its persistent bytes (all of ``memory_bytes`` without liveness
-    fields), its scratch while it runs, and its outputs while they are kept there; a copy received
-    there is charged in full to each of its consumers there. An interval ``[start, end)`` counts
-    when ``start <= time_us < end`` (or it has zero length and starts by then). Shares can add up
-    to more than the device's usage (a copy with several consumers): they rank ops, not account.
+    fields), its scratch while it runs and its outputs while they are kept there; a tensor live
+    there (an output or a received copy) is also charged in full to each of its consumers there
+    that has not finished by ``time_us``, since they keep it live. An interval ``[start, end)``
+    counts when ``start <= time_us < end`` (or it has zero length and starts by then). Shares add
+    up to more than the device's usage: they rank ops for moves, they do not account.
     """
     live = graph.liveness
     modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
@@ -305,7 +306,10 @@ def live_bytes_by_op(graph: Graph, num_devices: int, assignment: np.ndarray, res
         home = _tensor_intervals(graph, tensors, assignment, result)[0]
         kept = (home[0] == device) & _alive(home[1], home[2], time_us)
         np.add.at(out, tensors.producer[kept], home[3][kept])
-        _charge_received_copies(graph, tensors, assignment, result, device, time_us, out)
+        copies = _received_copy_alive(graph, tensors, assignment, result, device, time_us)
+        size = np.where(kept, home[3], tensors.size)
+        _charge_pending_consumers(graph, tensors, assignment, result, device, time_us, kept | copies, size,
+                                  out)
     return out
 
 
@@ -314,26 +318,29 @@ def _alive(start: np.ndarray, end: np.ndarray, time_us: float) -> np.ndarray:
     return (start <= time_us) & ((end > time_us) | (end <= start))
 
 
-def _charge_received_copies(graph: Graph, t: _TensorTable, assignment: np.ndarray, result: SimulationResult,
-                            device: int, time_us: float, out: np.ndarray) -> None:
-    """Add to ``out`` the bytes of every copy received on ``device`` and live at ``time_us``, charged
-    to each of its consumers there (a copy lives from its transfer's start to its last consumer's
-    finish on the receiver, µs)."""
+def _received_copy_alive(graph: Graph, t: _TensorTable, assignment: np.ndarray, result: SimulationResult,
+                         device: int, time_us: float) -> np.ndarray:
+    """Per tensor: True when a copy of it received on ``device`` is live at ``time_us`` (from its
+    transfer's start until its last consumer there has finished, µs)."""
     tr = result.transfers
     tid = t.ids(tr.src_node, tr.src_output)
-    mine = np.flatnonzero((tid >= 0) & (tr.dst_device == device))
-    if not len(mine):
-        return
-    src, dst = graph.edge_src[t.edge], graph.edge_dst[t.edge]
-    into = (assignment[dst] == device) & (assignment[src] != device)
-    edge_tid, consumer = t.edge_tensor[into], dst[into]
-    order = np.argsort(tid[mine])
-    copy_tid = tid[mine][order]
-    pos = np.minimum(np.searchsorted(copy_tid, edge_tid), len(copy_tid) - 1)
-    found = copy_tid[pos] == edge_tid
-    end = tr.start_us[mine][order].copy()
-    np.maximum.at(end, pos[found], result.finish_us[consumer[found]])
-    alive = _alive(tr.start_us[mine][order], end, time_us)
-    pairs = np.unique(np.stack([consumer[found], pos[found]]), axis=1)
-    charged = pairs[:, alive[pairs[1]]]
-    np.add.at(out, charged[0], t.size[copy_tid[charged[1]]])
+    mine = (tid >= 0) & (tr.dst_device == device)
+    begin = np.full(len(t.producer), np.inf)  # no copy: never live
+    begin[tid[mine]] = tr.start_us[mine]
+    end = begin.copy()
+    dst = graph.edge_dst[t.edge]
+    there = assignment[dst] == device
+    np.maximum.at(end, t.edge_tensor[there], result.finish_us[dst[there]])
+    return _alive(begin, end, time_us)
+
+
+def _charge_pending_consumers(graph: Graph, t: _TensorTable, assignment: np.ndarray, result: SimulationResult,
+                              device: int, time_us: float, alive: np.ndarray, size: np.ndarray,
+                              out: np.ndarray) -> None:
+    """Add ``size[k]`` (bytes) to ``out`` for every consumer on ``device`` of a tensor ``k`` that is
+    ``alive`` there, when the consumer finishes after ``time_us`` (µs); once per consumer and tensor."""
+    dst = graph.edge_dst[t.edge]
+    pending = (assignment[dst] == device) & (result.finish_us[dst] > time_us)
+    pairs = np.unique(np.stack([dst[pending], t.edge_tensor[pending]]), axis=1)
+    pairs = pairs[:, alive[pairs[1]]]
+    np.add.at(out, pairs[0], size[pairs[1]])

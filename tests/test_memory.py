@@ -174,3 +174,130 @@ def test_placers_plan_by_peak_and_keep_the_headroom_free():
     assert roomy.device_peak_memory_bytes.max() <= 0.8 * 3 * X
     with pytest.raises(CeleritasInputError, match=r"headroom: must be in \[0, 1\)"):
         place(g, cluster, "celeritas", headroom=1.0)
+
+
+# ---------------------------------------------------------------------------- peak-memory repair
+def _two_branches() -> Graph:
+    """A training-like chain f1..f4, g4..g1 (forward activations kept for their gradients: peak 5X on
+    one device) beside a chain l1..l8 that frees as it goes (peak 2X). Planning bytes spread the
+    one-device peak evenly over the 16 ops, so a placer that splits the branches thinks both fit
+    into 4.5X; by replay the f/g branch alone needs 5X."""
+    fg = [f"f{i}" for i in range(1, 5)] + [f"g{i}" for i in range(4, 0, -1)]
+    chain = [f"l{i}" for i in range(1, 9)]
+    edges = [*itertools.pairwise(fg), *((f"f{i}", f"g{i}") for i in range(1, 4)), *itertools.pairwise(chain)]
+    return _live_graph(fg + chain, edges)
+
+
+def _tight(capacity: float = 4.5 * X) -> Cluster:
+    return Cluster.homogeneous(2, capacity, slope_us_per_byte=0.0, intercept_us=1.0)
+
+
+def _excess(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> float:
+    result = simulate(graph, cluster, assignment)
+    peaks = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes
+    return float(np.maximum(peaks - cluster.memory_bytes, 0.0).sum())
+
+
+def _repair(graph: Graph, cluster: Cluster, start, *, seconds: float = 60.0, budget: int = 10**6,
+            stats: dict | None = None):
+    import time
+
+    from celeritas_core.local_search import peak_memory_repair
+
+    return peak_memory_repair(graph, cluster, start, deadline=time.perf_counter() + seconds, budget=budget,
+                              stats=stats)
+
+
+def test_live_bytes_by_op_charges_what_is_live_at_an_instant():
+    from celeritas_core.memory import live_bytes_by_op
+
+    g = _live_graph(["a", "b", "c"], [("a", "b"), ("a", "c"), ("b", "c")])
+    cluster = Cluster.homogeneous(2, 1e12, slope_us_per_byte=0.0, intercept_us=5.0)
+    a = np.array([0, 1, 1])
+    result = simulate(g, cluster, a)
+    assert result.start_us[2] == pytest.approx(25.0)
+    # while c runs: b holds its output; c its output and the inputs it keeps live (the copy of a, b's output)
+    assert live_bytes_by_op(g, a, result, 1, 25.0).tolist() == [0.0, X, 3 * X]
+    # while b runs: the copy of a and b's output (allocated when b starts) are each charged to b and c
+    assert live_bytes_by_op(g, a, result, 1, 20.0).tolist() == [0.0, 2 * X, 2 * X]
+    assert live_bytes_by_op(g, a, result, 0, 5.0).tolist() == [X, 0.0, 0.0]
+    assert live_bytes_by_op(g, a, result, 0, 25.0).tolist() == [0.0, 0.0, 0.0]  # sent at 10, freed at 15
+
+
+def test_peak_memory_repair_strictly_lowers_the_excess():
+    from celeritas_core.local_search import CandidatePool
+
+    g, cluster = _two_branches(), _tight()
+    pool = CandidatePool(g, cluster)
+    start = pool.add("split", np.array([0] * 8 + [1] * 8))  # the fastest placement: 80 µs
+    assert start.excess_bytes == pytest.approx(0.5 * X)
+    stats: dict = {}
+    repaired = _repair(g, cluster, start, stats=stats)
+    assert repaired.name == "split+repair" and repaired.excess_bytes < start.excess_bytes
+    assert repaired.excess_bytes == _excess(g, cluster, repaired.assignment) == 0.0
+    assert stats["moves"] >= 1 and stats["stopped"] == "fits" and 0 < stats["replays"] * g.num_nodes <= 10**6
+    # no budget, no time, nothing to repair, or no liveness fields: the start comes back unchanged
+    assert _repair(g, cluster, start, budget=0) is start
+    assert _repair(g, cluster, start, seconds=-1.0) is start
+    assert _repair(g, _tight(1e6), start) is start
+    no_live = Graph.from_arrays(name="old", node_names=g.node_names, time_us=g.time_us,
+                                memory_bytes=g.memory_bytes, edge_src=g.edge_src, edge_dst=g.edge_dst,
+                                edge_bytes=g.edge_bytes)
+    assert _repair(no_live, cluster, start) is start
+
+
+def test_peak_memory_repair_keeps_no_move_that_does_not_lower_the_excess():
+    from celeritas_core.local_search import CandidatePool
+
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)), persistent={"x2": 10 * X})  # x2 alone: 11X
+    cluster = _tight()
+    pool = CandidatePool(g, cluster)
+    start = pool.add("one", np.zeros(6, dtype=np.int64))
+    stats: dict = {}
+    # 7.5X over wherever x2 goes: no move is kept, and it stops after one round
+    assert _repair(g, cluster, start, stats=stats) is start
+    assert stats == {"moves": 0, "replays": 6, "stopped": "no improving move"}  # each op tried once
+
+
+def test_critical_path_search_keeps_a_fitting_placement_fitting_by_peak():
+    import time
+
+    from celeritas_core.local_search import CandidatePool, critical_path_search
+
+    g, cluster = _two_branches(), _tight()
+    pool = CandidatePool(g, cluster)
+    start = pool.add("fits", np.array([0, 0, 0, 0, 0, 1, 0, 0] + [1] * 8))  # g3 beside the chain: 91 µs
+    assert start.fits
+    faster_but_over = pool.add("back", np.array([0] * 8 + [1] * 8))  # one move away: g3 back
+    assert faster_but_over.step_time_us < start.step_time_us and not faster_but_over.fits
+    best = critical_path_search(g, cluster, start, deadline=time.perf_counter() + 60)
+    assert best.step_time_us < start.step_time_us  # it still improves ...
+    assert best.fits and _excess(g, cluster, best.assignment) == 0.0  # ... but never past capacity
+
+
+def test_celeritas_repairs_a_placement_whose_replayed_peak_is_over_capacity():
+    g, cluster = _two_branches(), _tight()
+    p = place(g, cluster, "celeritas")
+    repair = p.extra["memory_repair"]
+    assert repair["excess_before_bytes"] > 0 and repair["excess_after_bytes"] == 0.0 and repair["moves"] >= 1
+    assert not p.oom and np.all(p.device_peak_memory_bytes <= cluster.memory_bytes)
+    assert "+repair" in p.extra["chosen"]
+    # every candidate the placer built before the repair is over capacity by its replayed peak
+    assert all(step is None for name, step in p.extra["candidates"].items() if "+repair" not in name)
+    ample = place(g, _tight(10 * X), "celeritas")  # fits without moves: no repair stage
+    assert "memory_repair" not in ample.extra and not ample.oom
+
+
+def test_a_placement_that_cannot_fit_is_flagged_with_its_device_and_excess():
+    names = [f"x{i}" for i in range(6)]
+    g = _live_graph(names, list(itertools.pairwise(names)), persistent={"x2": 10 * X})  # x2 alone: 11X
+    cluster = _tight()
+    p = place(g, cluster, "celeritas")
+    assert p.oom and p.extra["memory_repair"]["excess_after_bytes"] > 0
+    device = p.assignment[2]
+    assert p.oom_devices == (cluster.device_names[device],)
+    excess = p.extra["oom_excess_bytes"]
+    assert set(excess) == {cluster.device_names[device]}
+    assert excess[cluster.device_names[device]] == pytest.approx(p.device_peak_memory_bytes[device] - 4.5 * X)
+    assert excess[cluster.device_names[device]] >= 10 * X + X - 4.5 * X

@@ -17,7 +17,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
-from celeritas_core.local_search import CandidatePool, critical_path_search
+from celeritas_core.local_search import CandidatePool, critical_path_search, peak_memory_repair
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.timeline import DeviceTimeline
@@ -245,6 +245,32 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool
             pool.add(name, spec.func(graph, cluster, spec.resolve_params(params)).assignment)
 
 
+def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float,
+                  budget: int) -> dict[str, Any]:
+    """Offer ``pool`` its candidates that do not fit, best first, repaired by
+    :func:`peak_memory_repair` (moves off devices whose replayed peak exceeds their capacity),
+    until one fits or the ``budget`` (replayed ops, shared) or the wall-clock ``deadline``
+    (perf_counter, s) runs out. Returns the pool best's total excess (bytes, against ``cluster``,
+    i.e. the planning capacity) before and after, the moves kept, the starts repaired, the trial
+    replays and why the last repair stopped.
+    """
+    before = pool.best.excess_bytes
+    report: dict[str, Any] = {"moves": 0, "starts": 0, "replays": 0, "stopped": "fits"}
+    starts = {c.assignment.tobytes(): c for c in sorted(pool.candidates, key=lambda c: c.key)}
+    for start in starts.values():
+        stats: dict[str, Any] = {}
+        left = budget - report["replays"] * graph.num_nodes
+        repaired = peak_memory_repair(graph, cluster, start, deadline=deadline, budget=left,
+                                      replay_seconds=pool.replay_seconds, stats=stats)
+        if repaired is not start:
+            pool.add_candidate(repaired)
+        report.update(moves=report["moves"] + stats["moves"], starts=report["starts"] + 1,
+                      replays=report["replays"] + stats["replays"], stopped=stats["stopped"])
+        if repaired.fits or stats["stopped"] in ("budget", "deadline"):
+            break
+    return {"excess_before_bytes": before, "excess_after_bytes": pool.best.excess_bytes, **report}
+
+
 def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust: bool) -> PlacerOutput:
     started = time.perf_counter()
     fusion = optimal_operation_fusion(
@@ -267,9 +293,12 @@ def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust:
         multilevel_candidates(graph, cluster, pool, deadline)
         list_schedule_candidates(graph, cluster, pool, deadline)
         refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+        budget = int(params["search_budget"])
+        if graph.liveness is not None and not pool.best.fits:
+            extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
         best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
                                     replay_seconds=pool.replay_seconds,
-                                    max_replays=-(-int(params["search_budget"]) // graph.num_nodes))
+                                    max_replays=-(-budget // graph.num_nodes))
         assignment = best.assignment
         extra.update(chosen=best.name, candidates=pool.summary())
     return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
@@ -278,7 +307,8 @@ def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust:
 def celeritas_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
     """Celeritas: Optimal Operation Fusion and Adjusting Placement (``refine=0``: the paper), or
     (``refine=1``) the fastest replay among Adjusting Placement, min-cut partitions, list
-    schedules and one device, improved by the simulator-guided critical-path search."""
+    schedules and one device (repaired by moves when, on a graph with liveness fields, none fits
+    by its replayed peak), improved by the simulator-guided critical-path search."""
     return _fused(graph, cluster, params, adjust=True)
 
 
@@ -312,7 +342,9 @@ SEARCH_PARAM = ParamSpec(
 BUDGET_PARAM = ParamSpec(
     "search_budget", 300_000,
     "refine=1: work budget of the critical-path search in replayed ops (at most "
-    "ceil(budget / ops) replays), so results do not depend on machine speed",
+    "ceil(budget / ops) replays), so results do not depend on machine speed; the peak-memory "
+    "repair, which runs first when the best candidate's replayed peak exceeds a device, has a "
+    "budget of its own of the same size",
     int, minimum=0, maximum=10**12,
 )
 
