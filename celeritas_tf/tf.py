@@ -28,7 +28,9 @@ def session_config(num_devices: int = 1) -> Any:
 
     Each op runs single-threaded (intra-op 1), so one logical device behaves like one processor;
     up to ``min(num_devices, cores)`` ops run at once (inter-op), so devices can overlap as far
-    as the machine's cores allow.
+    as the machine's cores allow. Each session gets its own thread pools: by default TensorFlow
+    shares the pools of the first session in the process, so a one-device trace after a
+    two-device run would run two ops at once (and overlap their scratch memory).
     """
     tf = tensorflow()
     tf1 = tf.compat.v1
@@ -36,7 +38,8 @@ def session_config(num_devices: int = 1) -> Any:
     config = tf1.ConfigProto(device_count={"CPU": int(num_devices)},
                              intra_op_parallelism_threads=1,
                              inter_op_parallelism_threads=max(1, min(int(num_devices), cores)),
-                             allow_soft_placement=False)
+                             allow_soft_placement=False,
+                             use_per_session_threads=True)
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     config.graph_options.optimizer_options.opt_level = tf1.OptimizerOptions.L0
     config.graph_options.optimizer_options.do_common_subexpression_elimination = False
