@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: setup lint
 	$(PY) -m pytest -q -n 2
@@ -33,4 +34,4 @@ bench: setup
 	$(PY) bench/bench_tf.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis

@@ -1,6 +1,7 @@
 """Celeritas placement engine: pure numpy/networkx/scipy algorithms over dataflow graphs.
 
-Framework adapters (TensorFlow) live in their own subpackages and are imported lazily.
+Framework adapters (TensorFlow: ``celeritas_tf``), the pipeline and the CLI live in their own
+packages above this one; nothing here imports them (``lint-imports`` checks it).
 """
 
 from celeritas_core.cluster import Cluster

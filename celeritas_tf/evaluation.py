@@ -189,6 +189,22 @@ def estimation_accuracy(estimated: Graph, measured: Graph) -> tuple[Deviation, D
     return relative_deviation("memory", e_mem, a_mem), relative_deviation("time", e_time, a_time)
 
 
+def accuracy_document(model: str, batch: int, memory: Deviation, timing: Deviation,
+                      peaks: Mapping[str, Sequence[float]] | None = None) -> dict[str, Any]:
+    """The estimation-accuracy summary (celeritas-accuracy/1) of ``celeritas remeasure
+    --accuracy-out`` and the pipeline's re-measure step: per-op ``memory`` and ``timing``
+    deviations (from :meth:`Remeasurement.accuracy`) and ``peaks``, the predicted and measured
+    peak memory per device (from :meth:`Remeasurement.peaks`)."""
+    def part(d: Deviation) -> dict[str, Any]:
+        return {"mean": d.mean, "ops": len(d.names), "cdf": {str(k): v for k, v in d.cdf().items()}}
+
+    doc = {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
+           "memory": part(memory), "time": part(timing)}
+    if peaks is not None:
+        doc["peak_memory"] = {k: list(v) for k, v in peaks.items()}
+    return doc
+
+
 @dataclass
 class Validation:
     """Measured step times (seconds) of a placement after warm-up."""

@@ -18,7 +18,7 @@ def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str
     """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
     devices with full tracing, write the estimated and the measured graph, the accuracy and its CDF."""
     from celeritas_core.plots import deviation_cdf_chart
-    from celeritas_tf.commands import accuracy_document
+    from celeritas_tf.evaluation import accuracy_document
     from celeritas_tf.evaluation import remeasure
 
     model = model_spec(params)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.formats import load_placement, save_cluster, save_graph
 from tests.conftest import make_graph
@@ -163,7 +163,7 @@ def test_place_bad_params_are_one_line_errors(graph_file, tmp_path, capsys, argv
                                      ["remeasure"], ["validate"], ["calibrate-comm"], ["run"], ["runs"],
                                      ["runs", "compare"]])
 def test_help_on_every_command(command):
-    proc = subprocess.run([sys.executable, "-m", "celeritas_core.cli", *command, "--help"],
+    proc = subprocess.run([sys.executable, "-m", "celeritas_cli", *command, "--help"],
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "usage: celeritas" in proc.stdout
 

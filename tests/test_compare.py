@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
 from celeritas_core.errors import CeleritasInputError

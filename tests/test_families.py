@@ -13,7 +13,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.families import (

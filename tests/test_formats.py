@@ -862,7 +862,7 @@ def test_docs_mention_every_graph_and_cluster_field() -> None:
 def test_cli_prints_one_line_error_exit_2_and_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from celeritas_core.cli import main
+    from celeritas_cli.main import main
 
     doc = _graph_doc()
     doc["nodes"][2]["time_us"] = -1

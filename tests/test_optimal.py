@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import save_graph

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("mlflow")
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.errors import CeleritasInputError
 from tasks import storage, tracking
 from tasks.calibrate_comm import calibrate_comm

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from celeritas_core.cli import main
+from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import load_graph, save_placement

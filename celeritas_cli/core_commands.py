@@ -1,7 +1,6 @@
-"""The ``celeritas`` command line: place, compare, simulate, inspect and generate graphs.
+"""The engine's commands of the ``celeritas`` CLI: place, simulate, info, placers, compare, generate.
 
-Bad input prints one line ``celeritas: error: …`` naming the file and node/field, exits with
-status 2 and writes no output file.
+They need only :mod:`celeritas_core` (numpy, networkx, scipy); heavy modules load when a command runs.
 """
 
 from __future__ import annotations
@@ -15,52 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_cli.cluster_args import add_cluster_args, cluster_from_args
+from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement
-from celeritas_core.units import format_bytes, format_us, parse_size
-
-EXIT_INPUT_ERROR = 2
-
-
-# ---------------------------------------------------------------------------- argument groups
-def _add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    group = parser.add_argument_group(
-        "cluster", "either a celeritas-cluster/1 file, or --devices with --device-memory"
-    )
-    group.add_argument("--cluster", metavar="FILE", help="cluster JSON (celeritas-cluster/1)")
-    group.add_argument("--devices", type=int, metavar="N", help="number of identical devices")
-    group.add_argument("--device-memory", metavar="SIZE",
-                       help="memory per device, e.g. 32GiB, 500MB, 1e9 (bytes)")
-    group.add_argument("--comm-slope", type=float, default=DEFAULT_SLOPE_US_PER_BYTE,
-                       metavar="US_PER_BYTE",
-                       help="transfer time per byte k in t = k*bytes + b (default: %(default)g)")
-    group.add_argument("--comm-intercept", type=float, default=DEFAULT_INTERCEPT_US, metavar="US",
-                       help="fixed transfer latency b in µs (default: %(default)g)")
-
-
-def _cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None) -> Cluster:
-    from celeritas_core.formats import load_cluster
-
-    if args.cluster:
-        if args.devices is not None or args.device_memory is not None:
-            raise CeleritasInputError("give either --cluster FILE or --devices/--device-memory, not both")
-        return load_cluster(args.cluster)
-    if args.devices is None and args.device_memory is None:
-        if fallback is not None:
-            return fallback
-        raise CeleritasInputError("no cluster: give --cluster FILE or --devices N --device-memory SIZE")
-    if args.devices is None or args.device_memory is None:
-        raise CeleritasInputError("--devices and --device-memory must be given together")
-    if args.devices <= 0:
-        raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
-    memory = parse_size(args.device_memory, field="--device-memory")
-    for flag, value in (("--comm-slope", args.comm_slope), ("--comm-intercept", args.comm_intercept)):
-        if not np.isfinite(value) or value < 0:
-            raise CeleritasInputError(f"{flag}: must be a number >= 0, got {value!r}")
-    return Cluster.homogeneous(args.devices, memory, slope_us_per_byte=args.comm_slope,
-                               intercept_us=args.comm_intercept)
+from celeritas_core.units import format_bytes, format_us
 
 
 # ---------------------------------------------------------------------------- reports
@@ -118,7 +77,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
             params[p.name] = value
     spec.resolve_params(params)
     graph = load_graph(args.graph)
-    cluster = _cluster_from_args(args)
+    cluster = cluster_from_args(args)
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
     out = Path(args.out) if args.out else Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
     save_placement(placement, out)
@@ -142,7 +101,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
                 fallback = Cluster.build(devices, caps)
             except CeleritasInputError as exc:
                 raise exc.with_source(args.placement) from None
-    cluster = _cluster_from_args(args, fallback)
+    cluster = cluster_from_args(args, fallback)
     placement = load_placement(args.placement, graph, cluster)
     evaluate_placement(graph, cluster, placement)
     print(_summary(graph, cluster, placement))
@@ -155,7 +114,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from celeritas_core.levels import ccr
 
     graph = load_graph(args.graph)
-    cluster = _cluster_from_args(args, Cluster.homogeneous(1, 2**60))
+    cluster = cluster_from_args(args, Cluster.homogeneous(1, 2**60))
     zero_in = int(np.count_nonzero(graph.in_degree == 0))
     groups = len(graph.colocation_names)
     print(f"graph          {graph.name}")
@@ -226,7 +185,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None:
             params[flag] = getattr(args, flag)
     graph = load_graph(args.graph)
-    cluster = _cluster_from_args(args)
+    cluster = cluster_from_args(args)
     out_dir = Path(args.out_dir) if args.out_dir else Path(f"{Path(args.graph).stem}.compare")
     progress = None if args.quiet else _Progress()
     comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom)
@@ -304,30 +263,25 @@ def _generated_graph(args: argparse.Namespace) -> Graph:
 
 
 # ---------------------------------------------------------------------------- parser
-class _OneLineErrorParser(argparse.ArgumentParser):
-    """Argument parser whose usage errors are one line (``celeritas place: error: …``), exit 2."""
+def add_commands(sub: typing.Any) -> None:
+    """Register the engine's commands on the CLI's subparsers (in the order ``--help`` lists them)."""
+    _add_place(sub)
+    _add_simulate(sub)
+    _add_info(sub)
+    _add_placers(sub)
+    _add_compare(sub)
+    _add_generate(sub)
 
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(EXIT_INPUT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``celeritas`` command."""
+def _add_place(sub: typing.Any) -> None:
     from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
-
-    parser = _OneLineErrorParser(
-        prog="celeritas",
-        description="Fast device placement for large dataflow graphs (Celeritas: CPD-TOPO fusion "
-                    "and Adjusting Placement). Formats: docs/formats.md.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("place", help="place a graph on a cluster and write the placement JSON",
                        description="Place GRAPH (celeritas-graph/1) on a cluster, print a summary "
                                    "(simulated step time, vs single device, vs lower bound, "
                                    "per-device memory, OOM) and write a celeritas-placement/1 file.")
     p.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
-    _add_cluster_args(p)
+    add_cluster_args(p)
     p.add_argument("--placer", default="celeritas",
                    help="placer name (default: %(default)s; `celeritas placers` lists them)")
     p.add_argument("--R", dest="R", type=int, default=None, metavar="N",
@@ -348,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the placement (default: GRAPH_STEM.PLACER.placement.json)")
     p.set_defaults(func=_cmd_place)
 
+
+def _add_simulate(sub: typing.Any) -> None:
     s = sub.add_parser("simulate", help="replay a placement in the simulator",
                        description="Replay PLACEMENT of GRAPH in the event-driven simulator "
                                    "(docs/simulator.md) and print the summary. Without cluster "
@@ -355,19 +311,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with the default transfer model.")
     s.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
     s.add_argument("placement", metavar="PLACEMENT", help="placement JSON (celeritas-placement/1)")
-    _add_cluster_args(s)
+    add_cluster_args(s)
     s.set_defaults(func=_cmd_simulate)
 
+
+def _add_info(sub: typing.Any) -> None:
     i = sub.add_parser("info", help="print a graph's size, CCR, totals and lower bound",
                        description="Print statistics of GRAPH; CCR uses the cluster's transfer model "
                                    "(defaults when no cluster is given).")
     i.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
-    _add_cluster_args(i)
+    add_cluster_args(i)
     i.set_defaults(func=_cmd_info)
 
+
+def _add_placers(sub: typing.Any) -> None:
     pl = sub.add_parser("placers", help="list the placers and their parameters",
                         description="List every registered placer with its parameters and defaults.")
     pl.set_defaults(func=_cmd_placers)
+
+
+def _add_compare(sub: typing.Any) -> None:
+    from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 
     c = sub.add_parser("compare", help="run several placers on one graph and rank them",
                        description="Run placers on GRAPH, replay each in the simulator and print a "
@@ -377,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(every placer) to --out-dir. The best placement is the fastest "
                                    "one without OOM.")
     c.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
-    _add_cluster_args(c)
+    add_cluster_args(c)
     c.add_argument("--placers", metavar="A,B,...",
                    help="comma-separated placer names (default: single, metis, m-topo, m-etf, m-sct, "
                         "heft, order-place, celeritas; `optimal` only on small graphs)")
@@ -398,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     c.set_defaults(func=_cmd_compare)
 
+
+def _add_generate(sub: typing.Any) -> None:
     g = sub.add_parser("generate", help="write a seeded synthetic graph (training step, task DAG, inference)",
                        description="Write a seeded synthetic graph (celeritas-graph/1): a training step "
                                    "shaped like one of the paper's models (node count and CCR of its "
@@ -426,41 +392,3 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inception-modules and towers: batch size, 1..1,000,000 (default 32 and 256)")
     g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
     g.set_defaults(func=_cmd_generate)
-
-    from celeritas_tf.commands import add_commands  # argparse only: TensorFlow loads when a command runs
-
-    add_commands(sub, _add_cluster_args)
-
-    from tasks.commands import add_commands as add_pipeline_commands  # argparse only, too
-
-    add_pipeline_commands(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``celeritas`` command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except CeleritasInputError as exc:
-        print(f"celeritas: error: {exc}", file=sys.stderr)
-        return EXIT_INPUT_ERROR
-    except OSError as exc:
-        print(f"celeritas: error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:
-        if not type(exc).__module__.startswith("tensorflow"):
-            raise
-        # a TensorFlow runtime error (e.g. a placement TensorFlow refuses): its first line
-        text = str(exc).strip().splitlines()
-        last = text[-1] if text else ""
-        print(f"celeritas: tensorflow error: {type(exc).__name__}: {last}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("celeritas: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,17 +1,17 @@
 """The TensorFlow commands of the ``celeritas`` CLI: models, graph, profile, fit, remeasure,
 validate, calibrate-comm.
 
-This module only defines arguments; TensorFlow is imported when a command runs, so ``celeritas
---help`` and the engine's commands start without it.
+This module only defines arguments; :mod:`celeritas_tf` (and so TensorFlow) is imported when a
+command runs, so ``celeritas --help`` and the engine's commands start without it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
 from typing import Any
 
+from celeritas_cli.cluster_args import add_cluster_args, cluster_from_args
 from celeritas_core.errors import CeleritasInputError
 
 
@@ -143,15 +143,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
-    from celeritas_core.cli import _cluster_from_args
     from celeritas_core.formats import read_json, save_graph, write_json_atomic
     from celeritas_core.regression import CostFits
-    from celeritas_tf.evaluation import remeasure
+    from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
     batch = _check_batch(args.batch)
     fits = CostFits.from_json(read_json(args.fits), source=args.fits)
-    cluster = _cluster_from_args(args)
+    cluster = cluster_from_args(args)
     result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say)
     save_graph(result.measured, args.out)
     written = [args.out]
@@ -179,20 +178,6 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
         for a, b in zip(peaks["predicted_bytes"], peaks["measured_bytes"], strict=True)))
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
-
-
-def accuracy_document(model: str, batch: int, memory: Any, timing: Any,
-                      peaks: Mapping[str, list[float]] | None = None) -> dict[str, Any]:
-    """The estimation-accuracy summary written by ``remeasure --accuracy-out`` (``peaks``: the
-    predicted and measured peak memory per device, from :meth:`Remeasurement.peaks`)."""
-    def part(d: Any) -> dict[str, Any]:
-        return {"mean": d.mean, "ops": len(d.names), "cdf": {str(k): v for k, v in d.cdf().items()}}
-
-    doc = {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
-           "memory": part(memory), "time": part(timing)}
-    if peaks is not None:
-        doc["peak_memory"] = {k: list(v) for k, v in peaks.items()}
-    return doc
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -261,18 +246,26 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
+def add_commands(sub: Any) -> None:
     """Register the TensorFlow commands on the CLI's subparsers."""
-    def model_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--model", required=True,
-                       help="zoo name (`celeritas models`), MODULE:FUNCTION, or a .keras file")
-        p.add_argument("--paper", action="store_true", help="the paper's model configuration")
-        p.add_argument("--set", action="append", metavar="KNOB=VALUE", help="a model size knob (repeatable)")
-
     m = sub.add_parser("models", help="list the model zoo (TensorFlow)",
                        description="List the zoo's models with the paper's and the small configurations.")
     m.set_defaults(func=cmd_models)
+    _add_graph(sub)
+    _add_profile_and_fit(sub)
+    _add_remeasure(sub)
+    _add_validate(sub)
+    _add_calibrate(sub)
 
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True,
+                   help="zoo name (`celeritas models`), MODULE:FUNCTION, or a .keras file")
+    p.add_argument("--paper", action="store_true", help="the paper's model configuration")
+    p.add_argument("--set", action="append", metavar="KNOB=VALUE", help="a model size knob (repeatable)")
+
+
+def _add_graph(sub: Any) -> None:
     g = sub.add_parser("graph", help="extract a model's training step as a graph (TensorFlow)",
                        description="Build MODEL's training step (forward, backward, Adam) at --batch and "
                                    "write it as celeritas-graph/1: one node per op, tensor bytes from static "
@@ -280,18 +273,20 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
                                    "(time 0, memory = output bytes), profile (one traced run on one "
                                    "device) or analytical:DEVICE (FLOPs and bytes against a device "
                                    "spec, e.g. analytical:v100; nothing runs).")
-    model_args(g)
+    _model_args(g)
     g.add_argument("--batch", type=int, required=True, help="batch size")
     g.add_argument("--costs", default="static", help="static, profile or analytical:DEVICE (default: static)")
     g.add_argument("--steps", type=int, default=3, help="traced steps for --costs profile (default 3)")
     g.add_argument("--out", required=True, help="graph JSON to write")
     g.set_defaults(func=cmd_graph)
 
+
+def _add_profile_and_fit(sub: Any) -> None:
     p = sub.add_parser("profile", help="Standard Evaluation 1: trace small batches on one device",
                        description="Run MODEL's step with full tracing at each small batch size on one "
                                    "device and write per-op time (µs) and memory (bytes) as "
                                    "celeritas-profile/1.")
-    model_args(p)
+    _model_args(p)
     p.add_argument("--batch-sizes", required=True, help="comma-separated small batch sizes, e.g. 2,4,8")
     p.add_argument("--steps", type=int, default=3, help="traced steps per batch size (median time)")
     p.add_argument("--out", required=True, help="profile JSON to write")
@@ -305,12 +300,14 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
     f.add_argument("--out", required=True, help="fits JSON to write")
     f.set_defaults(func=cmd_fit)
 
+
+def _add_remeasure(sub: Any) -> None:
     r = sub.add_parser("remeasure", help="Standard Evaluation 2: sequential placement, re-measured",
                        description="Place MODEL's step at the large --batch (costs predicted by --fits) "
                                    "sequentially in CPD-TOPO or DFS order, filling each device to its "
                                    "memory, run it across the devices with full tracing and write the "
                                    "re-measured graph; print the estimation accuracy.")
-    model_args(r)
+    _model_args(r)
     r.add_argument("--batch", type=int, required=True, help="the large batch size")
     r.add_argument("--fits", required=True, help="celeritas-fits/1 file from `celeritas fit`")
     add_cluster_args(r)
@@ -322,11 +319,13 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
     r.add_argument("--cdf-out", help="also write the CDF plot of per-op deviations (PNG)")
     r.set_defaults(func=cmd_remeasure)
 
+
+def _add_validate(sub: Any) -> None:
     v = sub.add_parser("validate", help="run a placement: warm-up, then timed steps",
                        description="Apply PLACEMENT to MODEL's step at --batch, run --warmup untimed and "
                                    "--steps timed steps and write mean, median, p90 and every step time "
                                    "(celeritas-validation/1).")
-    model_args(v)
+    _model_args(v)
     v.add_argument("placement", metavar="PLACEMENT", help="celeritas-placement/1 file")
     v.add_argument("--batch", type=int, required=True, help="batch size the placement was made for")
     v.add_argument("--devices", type=int, help="devices to run on (default: the placement's)")
@@ -335,6 +334,8 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
     v.add_argument("--out", required=True, help="validation JSON to write")
     v.set_defaults(func=cmd_validate)
 
+
+def _add_calibrate(sub: Any) -> None:
     c = sub.add_parser("calibrate-comm", help="fit the transfer model t = k·bytes + b",
                        description="Time transfers of tensors of several sizes between two devices, fit "
                                    "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices.")
@@ -344,4 +345,3 @@ def add_commands(sub: Any, add_cluster_args: Callable[..., None]) -> None:
     c.add_argument("--repeats", type=int, default=20, help="timed transfers per size (median)")
     c.add_argument("--out", required=True, help="cluster JSON to write")
     c.set_defaults(func=cmd_calibrate)
-

@@ -1,0 +1,71 @@
+"""The ``celeritas`` command line: place, compare, simulate, inspect and generate graphs, run the
+TensorFlow adapter's steps and the pipeline.
+
+Bad input prints one line ``celeritas: error: …`` naming the file and node/field, exits with
+status 2 and writes no output file. The commands live in :mod:`celeritas_cli.core_commands`
+(the engine), :mod:`celeritas_cli.tf_commands` (TensorFlow) and
+:mod:`celeritas_cli.pipeline_commands` (the pipeline); this module only builds the parser and
+dispatches. TensorFlow, MLflow and boto3 load when a command that needs them runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from collections.abc import Sequence
+
+from celeritas_cli import core_commands, pipeline_commands, tf_commands
+from celeritas_core.errors import CeleritasInputError
+
+EXIT_INPUT_ERROR = 2
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """Argument parser whose usage errors are one line (``celeritas place: error: …``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_INPUT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``celeritas`` command."""
+    parser = _OneLineErrorParser(
+        prog="celeritas",
+        description="Fast device placement for large dataflow graphs (Celeritas: CPD-TOPO fusion "
+                    "and Adjusting Placement). Formats: docs/formats.md.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    core_commands.add_commands(sub)
+    tf_commands.add_commands(sub)  # argparse only: TensorFlow loads when a command runs
+    pipeline_commands.add_commands(sub)  # argparse only, too
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``celeritas`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CeleritasInputError as exc:
+        print(f"celeritas: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
+    except OSError as exc:
+        print(f"celeritas: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if not type(exc).__module__.startswith("tensorflow"):
+            raise
+        # a TensorFlow runtime error (e.g. a placement TensorFlow refuses): its first line
+        text = str(exc).strip().splitlines()
+        last = text[-1] if text else ""
+        print(f"celeritas: tensorflow error: {type(exc).__name__}: {last}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("celeritas: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
