@@ -120,7 +120,8 @@ def graph_from_step(
     for r in roots:
         sizes[r] = sizes.get(r, 0) + 1
     colocation = [r if sizes[r] > 1 else None for r in roots]
-    alias_pairs = _apply_aliases(aliases or {}, index, outputs)
+    data_inputs = set(zip(dst, src, out_slot, strict=True))
+    alias_pairs = _apply_aliases(aliases or {}, index, outputs, data_inputs)
     time_us = np.zeros(len(names))
     memory = output_bytes.copy()
     scratch: list[float | None] = [None] * len(names)
@@ -172,9 +173,15 @@ def view_aliases(step: TrainingStep) -> dict[str, list[Any]]:
 
 
 def _apply_aliases(aliases: Mapping[str, Sequence[Any]], index: Mapping[str, int],
-                   outputs: list[list[float]]) -> list[list[tuple[int, int] | None] | None]:
+                   outputs: list[list[float]],
+                   data_inputs: set[tuple[int, int, int]]) -> list[list[tuple[int, int] | None] | None]:
     """Per op: the ``(producer index, output)`` each output shares a buffer with; an ``"external"``
-    output (a buffer outside the step, e.g. a variable read) gets 0 output bytes instead."""
+    output (a buffer outside the step, e.g. a variable read) gets 0 output bytes instead.
+
+    An alias that names no input of the op in this build is dropped: TensorFlow numbers some
+    gradient ops (``gradients/AddN_K``) in an order that differs between processes, so a profile
+    taken in another process can name another op's inputs. ``data_inputs`` holds
+    ``(consumer, producer, output)`` of every edge."""
     pairs: list[list[tuple[int, int] | None] | None] = [None] * len(outputs)
     for name, entries in aliases.items():
         i = index.get(name)
@@ -184,7 +191,8 @@ def _apply_aliases(aliases: Mapping[str, Sequence[Any]], index: Mapping[str, int
         for o, entry in enumerate(list(entries)[:len(outputs[i])]):
             if entry == "external":
                 outputs[i][o] = 0.0
-            elif isinstance(entry, list | tuple) and len(entry) == 2 and entry[0] in index:
+            elif (isinstance(entry, list | tuple) and len(entry) == 2 and entry[0] in index
+                  and (i, index[entry[0]], int(entry[1])) in data_inputs):
                 row[o] = (index[entry[0]], int(entry[1]))
         pairs[i] = row if any(r is not None for r in row) else None
     return pairs

@@ -3,7 +3,7 @@
 ``RunOptions(trace_level=FULL_TRACE)`` fills ``RunMetadata.step_stats``: per device, per executed
 op, its start and end (µs) and the allocations of its outputs. An op's **time** is
 ``op_end_rel_micros − op_start_rel_micros``, the median over the traced steps; its **memory** is
-the bytes of its outputs (``allocation_description.requested_bytes``) plus its persistent and its
+the bytes of all its outputs (``allocation_description.requested_bytes``) plus its persistent and its
 scratch memory (``memory_stats``: ``persistent_memory_size``, ``temp_memory_size``), the largest
 over the traced steps; the scratch part alone is kept as :attr:`StepTrace.scratch_bytes`
 (extraction turns it into the op's ``scratch_bytes``, live only while the op runs). Variables
@@ -156,9 +156,9 @@ class _TraceStats:
         aliases = output_aliases(nodes, self.inputs)
         for name, (device, ns) in nodes.items():
             self.times.setdefault(name, []).append(float(ns.op_end_rel_micros - ns.op_start_rel_micros))
-            own = aliases.get(name, [])
-            out = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output
-                      if o.slot >= len(own) or own[o.slot] is None)
+            # every output counts, aliased or not: forwarding depends on the order ops ran in, and
+            # the per-op cost must not (aliases shape the liveness replay, not the sum model)
+            out = sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
             persistent = scratch = 0
             if ns.HasField("memory_stats"):
                 persistent = ns.memory_stats.persistent_memory_size
