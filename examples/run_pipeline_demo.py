@@ -23,7 +23,7 @@ DEMO_PARAMS = {
     "batch_size": 16,
     "profile_batch_sizes": [2, 4, 8],
     "num_devices": 4,
-    "device_memory": "16MiB",
+    "device_memory": "30MiB",
     "validation_steps": 50,
     "warmup_steps": 5,
 }

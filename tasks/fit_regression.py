@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 
 from tasks import storage, tracking
 from tasks.common import artifact
+from tasks.contracts import FitResult, Job, ProfileResult
 
 
-def fit_regression(params: Mapping[str, Any], run_dir: str, profile_uri: str,
-                   parent_run_id: str) -> dict[str, Any]:
+def fit_regression(job: Job, profile: ProfileResult) -> FitResult:
     """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
     from celeritas_tf.evaluation import fits_from_profile
 
-    fits = fits_from_profile(storage.read_json(profile_uri), profile_uri)
-    uri = storage.write_json(artifact(run_dir, "fits"), fits.to_json())
-    time_us, memory = fits.predict(int(params["batch_size"]))
+    fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri)
+    uri = storage.write_json(artifact(job.run_dir, "fits"), fits.to_json())
+    time_us, memory = fits.predict(int(job.params["batch_size"]))
     metrics = {"predicted_total_time_us": float(time_us.sum()),
                "predicted_total_memory_bytes": float(memory.sum()),
                "fit_median_memory_r2": _median(fits.memory_r2), "fit_median_time_r2": _median(fits.time_r2)}
-    tracking.log_metrics(parent_run_id, {k: v for k, v in metrics.items() if np.isfinite(v)})
-    return {"fits_uri": uri, "ops": len(fits.names), **metrics}
+    tracking.log_metrics(job.parent_run_id, {k: v for k, v in metrics.items() if np.isfinite(v)})
+    return FitResult(fits_uri=uri, ops=len(fits.names), **metrics)
 
 
 def _median(values: np.ndarray) -> float:

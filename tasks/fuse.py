@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from celeritas_core.formats import graph_to_json
 from celeritas_core.fusion import optimal_operation_fusion
 from celeritas_core.levels import ccr
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, load_graph_uri
+from tasks.contracts import CalibrationResult, FuseResult, Job, RemeasureResult
 
 
-def fuse(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: str,
-         parent_run_id: str) -> dict[str, Any]:
+def fuse(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -> FuseResult:
     """Fuse the measured graph (CPD-TOPO, R, M) and write the coarse graph and the fusion figures:
     nodes and CCR before and after. The placers fuse again themselves; this step records it."""
-    graph = load_graph_uri(graph_uri)
-    cluster = cluster_from(params, cluster_uri)
+    params, run_dir = job.params, job.run_dir
+    graph = load_graph_uri(measured.measured_graph_uri)
+    cluster = cluster_from(params, calibration.cluster_uri)
     fusion = optimal_operation_fusion(graph, cluster, R=int(params["R"]),
                                       memory_fraction=float(params["memory_fraction"]))
     figures = {"nodes": graph.num_nodes, "coarse_nodes": fusion.num_clusters,
@@ -28,5 +26,5 @@ def fuse(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: s
                                                             "R": params["R"],
                                                             "memory_fraction": params["memory_fraction"]})
     finite = {k: float(v) for k, v in figures.items() if v == v and v != float("inf")}
-    tracking.log_metrics(parent_run_id, finite)
-    return {"fusion_uri": uri, "coarse_graph_uri": coarse_uri, **figures}
+    tracking.log_metrics(job.parent_run_id, finite)
+    return FuseResult(fusion_uri=uri, coarse_graph_uri=coarse_uri, **figures)

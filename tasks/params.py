@@ -48,7 +48,7 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
     "device_memory": {
         "type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[a-zA-Z]*\s*$",
-        "default": "16MiB", "section": "Cluster", "title": "Memory per device",
+        "default": "32MiB", "section": "Cluster", "title": "Memory per device",
         "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes).",
     },
     "calibrate_comm": {

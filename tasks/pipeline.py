@@ -9,6 +9,7 @@ from typing import Any
 
 from tasks import tracking
 from tasks.calibrate_comm import calibrate_comm
+from tasks.contracts import PipelineResult
 from tasks.fit_regression import fit_regression
 from tasks.fuse import fuse
 from tasks.place import place
@@ -18,42 +19,42 @@ from tasks.publish import publish
 from tasks.remeasure_large_batch import remeasure_large_batch
 from tasks.validate import validate
 
-STEPS = ("prepare", "calibrate_comm", "profile_small_batches", "fit_regression", "remeasure_large_batch",
-         "fuse", "place", "validate", "publish")
+#: The steps in the order they run (the fields of :class:`~tasks.contracts.PipelineResult`).
+STEPS = PipelineResult.steps()
 
 
 def run_pipeline(params: Mapping[str, Any], *, job_id: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 progress: Callable[[str], None] | None = None) -> PipelineResult:
     """Run every step of the placement pipeline for ``params``; returns each step's result.
 
     The MLflow parent run ends FINISHED, or FAILED when a step raises (the error propagates).
     """
-    job = job_id or f"manual-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    job_id = job_id or f"manual-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     say = progress or (lambda _msg: None)
-    out: dict[str, Any] = {}
     say("prepare")
-    out["prepare"] = prepared = prepare(params, job_id=job, tags={"celeritas.trigger": "cli"})
-    p, run_dir, parent = prepared["params"], prepared["run_dir"], prepared["parent_run_id"]
+    prepared = prepare(params, job_id=job_id, tags={"celeritas.trigger": "cli"})
+    job = prepared.job
     try:
         say("calibrate_comm")
-        out["calibrate_comm"] = cal = calibrate_comm(p, run_dir, parent)
+        calibration = calibrate_comm(job)
         say("profile_small_batches")
-        out["profile_small_batches"] = prof = profile_small_batches(p, run_dir)
+        profile = profile_small_batches(job)
         say("fit_regression")
-        out["fit_regression"] = fits = fit_regression(p, run_dir, prof["profile_uri"], parent)
+        fits = fit_regression(job, profile)
         say("remeasure_large_batch")
-        out["remeasure_large_batch"] = rem = remeasure_large_batch(p, run_dir, fits["fits_uri"],
-                                                                   cal["cluster_uri"], parent)
+        measured = remeasure_large_batch(job, fits, calibration)
         say("fuse")
-        out["fuse"] = fuse(p, run_dir, rem["measured_graph_uri"], cal["cluster_uri"], parent)
+        fusion = fuse(job, measured, calibration)
         say("place")
-        out["place"] = placed = place(p, run_dir, rem["measured_graph_uri"], cal["cluster_uri"], parent)
+        placed = place(job, measured, calibration)
         say("validate")
-        out["validate"] = val = validate(p, run_dir, placed["placements"], parent, oom=placed["oom"])
+        validation = validate(job, placed)
         say("publish")
-        out["publish"] = publish(p, run_dir, val, parent)
+        decision = publish(job, validation)
     except BaseException:
-        tracking.end_run(parent, "FAILED")
+        tracking.end_run(job.parent_run_id, "FAILED")
         raise
-    tracking.end_run(parent, "FINISHED")
-    return out
+    tracking.end_run(job.parent_run_id, "FINISHED")
+    return PipelineResult(prepare=prepared, calibrate_comm=calibration, profile_small_batches=profile,
+                          fit_regression=fits, remeasure_large_batch=measured, fuse=fusion, place=placed,
+                          validate=validation, publish=decision)

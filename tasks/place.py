@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, load_graph_uri, log_documents, placement_uri
+from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult
 
 
-def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: str,
-          parent_run_id: str) -> dict[str, Any]:
+def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -> PlaceResult:
     """Run every placer in ``params["placers"]`` on the measured graph, replay each in the simulator,
     write each placement, ``compare.json``/``.csv`` and the Gantt and memory charts, and log one
     MLflow child run per placer. Fails (not retried) when no placement fits in memory."""
@@ -21,8 +19,9 @@ def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: 
     from celeritas_core.formats import save_placement
     from celeritas_core.plots import gantt_chart, memory_chart
 
-    graph = load_graph_uri(graph_uri)
-    cluster = cluster_from(params, cluster_uri)
+    params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
+    graph = load_graph_uri(measured.measured_graph_uri)
+    cluster = cluster_from(params, calibration.cluster_uri)
     shared = {"R": int(params["R"]), "memory_fraction": float(params["memory_fraction"])}
     comparison = compare_placers(graph, cluster, list(params["placers"]), shared)
     if all(p.oom for p in comparison.placements):
@@ -71,7 +70,8 @@ def place(params: Mapping[str, Any], run_dir: str, graph_uri: str, cluster_uri: 
                          "best_simulated_step_time_us": comparison.best.predicted_step_time_us,
                                          "single_device_time_us": comparison.single_device_time_us})
     tracking.set_tags(parent_run_id, {"celeritas.best_simulated_placer": comparison.best.placer})
-    return {"placements": placements, "child_runs": children, "compare_uri": compare_uri,
-            "best_simulated": comparison.best.placer,
-            "simulated_step_time_us": {p.placer: p.predicted_step_time_us for p in comparison.placements},
-            "oom": {p.placer: p.oom for p in comparison.placements}}
+    return PlaceResult(placements=placements, child_runs=children, compare_uri=compare_uri,
+                       best_simulated=comparison.best.placer,
+                       simulated_step_time_us={p.placer: p.predicted_step_time_us
+                                               for p in comparison.placements},
+                       oom={p.placer: p.oom for p in comparison.placements})

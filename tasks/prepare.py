@@ -1,4 +1,5 @@
-"""Pipeline step 0 (light): validate the parameters, fix the run directory, open the MLflow parent run."""
+"""Pipeline step 0 (light): validate the parameters, fix the run directory, open the MLflow parent run
+(and, at the end, close it: :func:`close_run`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from tasks import storage, tracking
 from tasks.common import artifact
+from tasks.contracts import Job, PrepareResult, PublishResult
 from tasks.params import resolve_params
 
 
@@ -32,12 +34,14 @@ def git_commit() -> str:
         return "unknown"
 
 
-def prepare(params: Mapping[str, Any], *, job_id: str,
-            tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] | None = None,
+            reopen: bool = False) -> PrepareResult:
     """Resolve ``params``, write ``params.json`` in the run directory and start the parent run.
 
-    Returns ``{"params", "run_dir", "params_uri", "parent_run_id"}``. ``job_id`` identifies the job
-    (the Airflow run id): a retry reuses the same parent run and run directory.
+    ``job_id`` identifies the job (the Airflow run id): a retry reuses the same parent run and run
+    directory; with ``reopen`` (the DAG, whose cleared tasks re-run ``prepare``) even a parent run
+    that has ended. The result's :attr:`~tasks.contracts.PrepareResult.job` is what the other
+    steps take.
     """
     resolved = resolve_params(params)
     run_dir = resolved["run_dir"] or default_run_dir(resolved["model"], job_id)
@@ -47,5 +51,16 @@ def prepare(params: Mapping[str, Any], *, job_id: str,
                 "celeritas.devices": str(resolved["num_devices"]), "celeritas.run_dir": run_dir,
                 "celeritas.git_commit": git_commit(), **dict(tags or {})}
     parent = tracking.start_parent_run(model=resolved["model"], run_name=f"{resolved['model']} {job_id}",
-                                       job_id=job_id, tags=all_tags, params=resolved)
-    return {"params": resolved, "run_dir": run_dir, "params_uri": params_uri, "parent_run_id": parent}
+                                       job_id=job_id, tags=all_tags, params=resolved, reopen=reopen)
+    return PrepareResult(params=resolved, run_dir=run_dir, params_uri=params_uri, parent_run_id=parent)
+
+
+def close_run(job: Job, decision: PublishResult | None) -> str:
+    """End the job's MLflow parent run: FINISHED once ``publish`` has decided, else FAILED (a step
+    failed for good; the run is tagged ``celeritas.publish_decision=failed``). Returns the status."""
+    if decision is None:
+        tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})
+        tracking.end_run(job.parent_run_id, "FAILED")
+        return "FAILED"
+    tracking.end_run(job.parent_run_id, "FINISHED")
+    return "FINISHED"

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from celeritas_core.formats import graph_to_json
 from celeritas_core.regression import CostFits
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, log_documents, model_spec
+from tasks.contracts import CalibrationResult, FitResult, Job, RemeasureResult
 
 
-def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str, cluster_uri: str,
-                          parent_run_id: str) -> dict[str, Any]:
+def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationResult) -> RemeasureResult:
     """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
     devices with full tracing, write the estimated and the measured graph, the accuracy and its CDF."""
     from celeritas_core.plots import deviation_cdf_chart
-    from celeritas_tf.evaluation import accuracy_document
-    from celeritas_tf.evaluation import remeasure
+    from celeritas_tf.evaluation import accuracy_document, remeasure
 
+    params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     model = model_spec(params)
-    fits = CostFits.from_json(storage.read_json(fits_uri), source=fits_uri)
-    cluster = cluster_from(params, cluster_uri)
+    fits = CostFits.from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)
+    cluster = cluster_from(params, calibration.cluster_uri)
     batch = int(params["batch_size"])
     result = remeasure(model, batch, fits, cluster)
     memory, timing = result.accuracy()
@@ -44,9 +42,9 @@ def remeasure_large_batch(params: Mapping[str, Any], run_dir: str, fits_uri: str
                                   title=f"{model.name}: estimated vs re-measured at batch {batch}")
         uris["accuracy_cdf_uri"] = storage.upload_file(str(png), artifact(run_dir, "accuracy_cdf"))
         tracking.log_artifact(parent_run_id, str(png), "standard_evaluation")
+    ops = result.measured.num_nodes
     metrics = {"estimation_memory_deviation": memory.mean, "estimation_time_deviation": timing.mean,
-               "ops": float(result.measured.num_nodes),
                "remeasure_predicted_peak_memory_bytes": max(peaks["predicted_bytes"]),
                "remeasure_measured_peak_memory_bytes": max(peaks["measured_bytes"])}
-    tracking.log_metrics(parent_run_id, {k: v for k, v in metrics.items() if v == v})
-    return {**uris, **metrics}
+    tracking.log_metrics(parent_run_id, {k: v for k, v in {**metrics, "ops": float(ops)}.items() if v == v})
+    return RemeasureResult(**uris, ops=ops, **metrics)

@@ -412,8 +412,14 @@ def experiment_id(name: str = EXPERIMENT) -> str:
 
 @_tracked
 def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[str, object] | None = None,
-                     params: Mapping[str, object] | None = None, experiment: str = EXPERIMENT) -> str:
-    """Start the job's parent run, or return the unfinished parent run of the same ``job_id`` (retries)."""
+                     params: Mapping[str, object] | None = None, experiment: str = EXPERIMENT,
+                     reopen: bool = False) -> str:
+    """Start the job's parent run, or return the unfinished parent run of the same ``job_id`` (retries).
+
+    With ``reopen``, the job's newest parent run is reused even when it has ended, and is set
+    RUNNING again: clearing a task of an Airflow DAG run re-runs its setup task (``prepare``), whose
+    job id is the same DAG run id, and the cleared tasks go on logging to the same run.
+    """
     _text(model, "model")
     _text(job_id, "job_id")
     if not isinstance(run_name, str) or not run_name.strip():
@@ -428,10 +434,12 @@ def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[st
     exp = experiment_id(experiment)
     existing = _search(client, [exp], f"tags.`{TAG_JOB}` = {_quote(job_id)} and tags.`{TAG_ROLE}` = 'parent' "
                                       f"and tags.`{TAG_MODEL}` = {_quote(model)}")
-    live = [r for r in existing if r.info.status in LIVE_STATUSES]
+    live = [r for r in existing if r.info.status in LIVE_STATUSES] or (existing[:1] if reopen else [])
     if live:
         run = live[0]
         log.info("reusing parent run %s of job %s", run.info.run_id, job_id)
+        if run.info.status not in LIVE_STATUSES:
+            client.update_run(run.info.run_id, status="RUNNING")
         _set_tag_dict(client, run.info.run_id, all_tags)
     else:
         with suppress(Exception):

@@ -13,11 +13,11 @@ import numpy as np
 from celeritas_core.errors import CeleritasInputError
 from tasks import storage, tracking
 from tasks.common import artifact, model_spec, validation_uri
+from tasks.contracts import Job, PlaceResult, ValidateResult
 
 
-def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, str], parent_run_id: str,
-             *, oom: Mapping[str, bool] | None = None) -> dict[str, Any]:
-    """Validate every placement that fits in memory (``oom`` from the place step): ``warmup_steps``
+def validate(job: Job, placed: PlaceResult) -> ValidateResult:
+    """Validate every placement of the place step that fits in memory: ``warmup_steps``
     untimed and ``validation_steps`` timed steps each; write ``validation/PLACER.json`` and
     ``validation.json``, log mean/median/p90 and every step time (``step=``) to the placer's child
     run, speed-ups over one device and over the best baseline, and predicted vs measured peak
@@ -25,11 +25,12 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
     from celeritas_tf.evaluation import predicted_peaks
     from celeritas_tf.evaluation import validate as run_placement
 
+    params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     model = model_spec(params)
     batch = int(params["batch_size"])
     results: dict[str, dict[str, Any]] = {}
-    for placer, uri in placements.items():
-        if (oom or {}).get(placer):
+    for placer, uri in placed.placements.items():
+        if placed.oom.get(placer):
             continue  # an over-full placement would not run on real devices
         doc = storage.read_json(uri)
         assignment = doc.get("assignment") if isinstance(doc, dict) else None
@@ -64,10 +65,10 @@ def validate(params: Mapping[str, Any], run_dir: str, placements: Mapping[str, s
     tracking.log_metrics(parent_run_id, {"best_measured_step_time_s": results[best]["mean_s"]})
     tracking.log_series(parent_run_id, "best_validation_step_time_s", results[best]["step_seconds"])
     tracking.set_tags(parent_run_id, {"celeritas.best_measured_placer": best})
-    return {"validation_summary_uri": uri, "best_measured": best,
-            "best_measured_step_time_s": results[best]["mean_s"],
-            "best_placement_uri": placements[best],
-            "measured_mean_s": {p: r["mean_s"] for p, r in results.items()}}
+    return ValidateResult(validation_summary_uri=uri, best_measured=best,
+                          best_measured_step_time_s=results[best]["mean_s"],
+                          best_placement_uri=placed.placements[best],
+                          measured_mean_s={p: r["mean_s"] for p, r in results.items()})
 
 
 def _log_child(parent_run_id: str, placer: str, body: Mapping[str, Any], single: float | None,

@@ -41,9 +41,9 @@ EDGES = {
     ("calibrate_comm", "remeasure_large_batch"), ("calibrate_comm", "fuse"), ("calibrate_comm", "place"),
     ("remeasure_large_batch", "fuse"), ("remeasure_large_batch", "place"), ("fuse", "place"),
     ("place", "validate"), ("validate", "publish"), ("publish", "promoted"), ("publish", "announce"),
-    ("promoted", "announce"), ("prepare", "close_failed_run"),
-    *{(t, "close_failed_run") for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
-                                         "remeasure_large_batch", "fuse", "place", "validate", "publish")},
+    ("promoted", "announce"), ("prepare", "close_run"),
+    *{(t, "close_run") for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
+                                  "remeasure_large_batch", "fuse", "place", "validate", "publish")},
 }
 
 
@@ -89,7 +89,12 @@ def test_dag_structure_queues_pools_schedule(dag):
     assert dag.catchup is False
     assert dag.schedule == "@weekly"
     assert dag.get_task("prepare").retries == 0 and dag.get_task("validate").retries >= 1
-    assert dag.get_task("close_failed_run").trigger_rule == "one_failed"
+    # the MLflow parent run's lifecycle: prepare (setup) opens it, close_run (teardown) ends it
+    setups = {t.task_id for t in dag.tasks if t.is_setup}
+    teardowns = {t.task_id for t in dag.tasks if t.is_teardown}
+    assert (setups, teardowns) == ({"prepare"}, {"close_run"})
+    close = dag.get_task("close_run")
+    assert close.trigger_rule == "all_done_setup_success" and close.on_failure_fail_dagrun
     announce = dag.get_task("announce")
     assert [o.name for o in announce.outlets] == ["celeritas_published_placement"]
 
@@ -180,6 +185,30 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
     assert compared, "compare.json lists no placers"
     for placer, row in compared.items():
         assert (f"validation/{placer}.json" in names) == (not row["oom"]), placer
+    # every step's XCom is its contract's JSON form
+    from tasks import contracts
+
+    xcoms = _xcoms(dag_run)
+    for task_id, contract in (("prepare", contracts.Job), ("calibrate_comm", contracts.CalibrationResult),
+                              ("profile_small_batches", contracts.ProfileResult),
+                              ("fit_regression", contracts.FitResult),
+                              ("remeasure_large_batch", contracts.RemeasureResult),
+                              ("fuse", contracts.FuseResult), ("place", contracts.PlaceResult),
+                              ("validate", contracts.ValidateResult), ("publish", contracts.PublishResult)):
+        decoded = contract.from_xcom(xcoms[task_id])
+        assert json.dumps(decoded.to_xcom(), sort_keys=True) == json.dumps(xcoms[task_id], sort_keys=True)
+    assert xcoms["close_run"] == "FINISHED" and xcoms["announce"] == publish["placement_uri"]
+
+
+def _xcoms(dag_run) -> dict:
+    """Task id → the value it returned (its ``return_value`` XCom) in ``dag_run``."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id,
+                                                  key="return_value")).all()
+        return {row.task_id: XComModel.deserialize_value(row) for row in rows}
 
 
 def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airflow_home, tmp_path,
@@ -196,11 +225,12 @@ def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airfl
     assert place_ti.state == TaskInstanceState.FAILED
     assert place_ti.try_number == 1  # deterministic: failed without a retry
     assert states["validate"].state == TaskInstanceState.UPSTREAM_FAILED
-    assert states["close_failed_run"].state == TaskInstanceState.SUCCESS
+    assert states["close_run"].state == TaskInstanceState.SUCCESS  # the teardown runs after a failure
     _, runs = _mlflow_runs(uri)
     parent = next(r for r in runs if r.data.tags.get("celeritas.role") == "parent")
-    assert parent.info.status == "FAILED"
+    assert parent.info.status == "FAILED" and parent.data.tags["celeritas.publish_decision"] == "failed"
     assert not (tmp_path / "run" / "publish.json").exists()
+    assert _xcoms(dag_run)["close_run"] == "FAILED"
 
 
 def test_whole_dag_against_a_real_mlflow_server_and_s3(dag, airflow_home, tmp_path, monkeypatch):

@@ -1,25 +1,41 @@
-"""Pipeline steps without Airflow: retries leave no corrupt or duplicate artifacts or MLflow runs,
-parameters are validated with one-line errors, publishing never replaces a faster placement,
+"""Pipeline steps without Airflow: the typed contracts between the steps (XCom round trips, one-line
+errors naming a missing or bad field), retries leave no corrupt or duplicate artifacts or MLflow
+runs, parameters are validated with one-line errors, publishing never replaces a faster placement,
 and ``celeritas run`` / ``celeritas runs compare`` work end to end."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
+import math
+import types
+import typing
+from typing import Any, Literal
 
 import pytest
-
-pytest.importorskip("tensorflow")
-pytest.importorskip("mlflow")
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from celeritas_cli.main import main
 from celeritas_core.errors import CeleritasInputError
-from tasks import storage, tracking
+from tasks import contracts, storage, tracking
 from tasks.calibrate_comm import calibrate_comm
+from tasks.contracts import (
+    CONTRACTS,
+    Contract,
+    Job,
+    PipelineResult,
+    PlaceResult,
+    PublishResult,
+    ValidateResult,
+)
 from tasks.fit_regression import fit_regression
 from tasks.fuse import fuse
 from tasks.params import resolve_params
+from tasks.pipeline import STEPS
 from tasks.place import place
-from tasks.prepare import prepare
+from tasks.prepare import close_run, prepare
 from tasks.profile_small_batches import profile_small_batches
 from tasks.publish import publish
 from tasks.remeasure_large_batch import remeasure_large_batch
@@ -29,15 +45,159 @@ TINY = {
     "batch_size": 16, "profile_batch_sizes": [2, 4], "num_devices": 2, "device_memory": "60KB",
     "calibrate_comm": False, "placers": ["celeritas", "m-topo"], "validation_steps": 5, "warmup_steps": 1,
 }
+# the steps themselves run TensorFlow and log to MLflow; the contracts need neither
+needs_stack = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("tensorflow", "mlflow")),
+    reason="needs tensorflow and mlflow")
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
-    return tmp_path
+# ------------------------------------------------------------------------------------------ contracts
+def _json_value() -> st.SearchStrategy[Any]:
+    leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
 
 
+def _strategy(hint: Any) -> st.SearchStrategy[Any]:
+    """Values of the annotation ``hint``, as a step (or XCom) would give them."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return _json_value()
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = (a for a in args if a is not type(None))
+        return st.none() | _strategy(inner)
+    if origin is Literal:
+        return st.sampled_from(args)
+    if isinstance(hint, type) and issubclass(hint, Contract):
+        return _contract_strategy(hint)
+    if origin is dict:
+        return st.dictionaries(st.text(max_size=8), _strategy(args[1]), max_size=4)
+    if origin is tuple:
+        return st.lists(_strategy(args[0]), max_size=4).map(tuple)
+    simple = {bool: st.booleans(), int: st.integers(), str: st.text(min_size=1),
+              float: st.floats(allow_nan=False)}  # inf is fine (== inf); NaN has its own test
+    return simple[hint]
+
+
+def _contract_strategy(cls: type[Contract]) -> st.SearchStrategy[Contract]:
+    hints = typing.get_type_hints(cls)
+    return st.builds(cls, **{f.name: _strategy(hints[f.name]) for f in dataclasses.fields(cls)})
+
+
+def _example(hint: Any) -> Any:
+    """One valid value of ``hint`` in XCom form."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return {}
+    if origin in (typing.Union, types.UnionType):
+        return _example(next(a for a in args if a is not type(None)))
+    if origin is Literal:
+        return args[0]
+    if isinstance(hint, type) and issubclass(hint, Contract):
+        return _xcom_example(hint)
+    if origin is dict:
+        return {"celeritas": _example(args[1])}
+    if origin is tuple:
+        return [_example(args[0])]
+    return {bool: True, int: 3, float: 1.5, str: "s3://bucket/x.json"}[hint]
+
+
+def _xcom_example(cls: type[Contract]) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _example(hints[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _wrong(hint: Any) -> Any:
+    """A value that ``hint`` rejects."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _wrong(next(a for a in args if a is not type(None)))
+    if origin is Literal:
+        return "maybe"
+    if hint is str:
+        return 5
+    if hint in (int, float, bool):
+        return "fast"
+    return "not an object"  # dict, tuple, a nested contract, the params (dict[str, Any])
+
+
+FIELDS_OF = [(name, f.name) for name, cls in CONTRACTS.items() for f in dataclasses.fields(cls)]
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_every_contract_round_trips_through_xcom_json(name, data):
+    cls = CONTRACTS[name]
+    value = data.draw(_contract_strategy(cls))
+    xcom = value.to_xcom()
+    wire = json.loads(json.dumps(xcom))  # what Airflow stores: plain JSON (no tuples, no objects)
+    assert wire == xcom
+    assert cls.from_xcom(wire) == value
+    assert cls.from_xcom(value) is value
+
+
+@pytest.mark.parametrize(("name", "field"), FIELDS_OF)
+def test_from_xcom_names_a_missing_field(name, field):
+    cls = CONTRACTS[name]
+    xcom = _xcom_example(cls)
+    assert cls.from_xcom(xcom).to_xcom() == xcom
+    del xcom[field]
+    with pytest.raises(CeleritasInputError, match=f"^{name}: field '{field}' missing$"):
+        cls.from_xcom(xcom)
+
+
+@pytest.mark.parametrize(("name", "field"), FIELDS_OF)
+def test_from_xcom_names_a_bad_field(name, field):
+    cls = CONTRACTS[name]
+    bad = _wrong(typing.get_type_hints(cls)[field])
+    with pytest.raises(CeleritasInputError, match=f"^{name}: field '{field}' must be .*, got ") as err:
+        cls.from_xcom({**_xcom_example(cls), field: bad})
+    assert "\n" not in str(err.value)
+
+
+def test_contract_checks_nested_values_and_normalises_numbers():
+    numpy = pytest.importorskip("numpy")
+    good = _xcom_example(PlaceResult)
+    with pytest.raises(CeleritasInputError, match=r"^PlaceResult: field 'oom\.celeritas' must be a boolean, "
+                                                  r"got 'yes'$"):
+        PlaceResult.from_xcom({**good, "oom": {"celeritas": "yes"}})
+    with pytest.raises(CeleritasInputError, match=r"field 'placements\.m-topo' must be a non-empty string"):
+        PlaceResult.from_xcom({**good, "placements": {"celeritas": "a.json", "m-topo": ""}})
+    with pytest.raises(CeleritasInputError, match=r"^PublishResult: field 'decision' must be one of "
+                                                  r"'promoted', 'kept', got 'maybe'$"):
+        PublishResult.from_xcom({**_xcom_example(PublishResult), "decision": "maybe"})
+    with pytest.raises(CeleritasInputError, match=r"^ValidateResult: expected a JSON object, got None$"):
+        ValidateResult.from_xcom(None)
+    with pytest.raises(CeleritasInputError, match="field 'ops' must be an integer, got True"):
+        contracts.ProfileResult(profile_uri="p.json", ops=True, batch_sizes=(2, 4))
+    # numpy scalars (what the steps compute with) become plain Python numbers; NaN survives XCom
+    fit = contracts.FitResult(fits_uri="f.json", ops=numpy.int64(7),
+                              predicted_total_time_us=numpy.float32(2.5), predicted_total_memory_bytes=4,
+                              fit_median_memory_r2=float("nan"),
+                              fit_median_time_r2=numpy.float64(0.5))
+    xcom = fit.to_xcom()
+    assert type(xcom["ops"]) is int and type(xcom["predicted_total_time_us"]) is float
+    assert xcom["predicted_total_memory_bytes"] == 4.0 and type(xcom["predicted_total_memory_bytes"]) is float
+    back = contracts.FitResult.from_xcom(json.loads(json.dumps(xcom)))
+    assert math.isnan(back.fit_median_memory_r2) and back.fit_median_time_r2 == 0.5
+    # extra keys (a newer producer) are ignored; the contract is frozen
+    job = Job.from_xcom({**_xcom_example(Job), "params_uri": "p.json"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.run_dir = "elsewhere"  # type: ignore[misc]
+
+
+def test_pipeline_result_lists_the_steps_in_order_with_a_json_view():
+    assert STEPS == ("prepare", "calibrate_comm", "profile_small_batches", "fit_regression",
+                     "remeasure_large_batch", "fuse", "place", "validate", "publish")
+    result = PipelineResult.from_xcom(_xcom_example(PipelineResult))
+    assert isinstance(result.validate, ValidateResult) and list(result) == list(STEPS)
+    assert result["publish"] == result.publish.to_xcom() == result.to_dict()["publish"]
+    with pytest.raises(KeyError):
+        result["nope"]
+
+
+# ---------------------------------------------------------------------------------------------- steps
 def _children(parent: str) -> list[str]:
     import mlflow
 
@@ -45,6 +205,13 @@ def _children(parent: str) -> list[str]:
     exp = client.get_experiment_by_name("celeritas-placement")
     runs = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")
     return sorted(r.data.tags["celeritas.placer"] for r in runs)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    return tmp_path
 
 
 def test_params_are_validated_with_one_line_errors():
@@ -57,16 +224,21 @@ def test_params_are_validated_with_one_line_errors():
         assert "\n" not in str(err.value)
 
 
+@needs_stack
 def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkeypatch):
-    job = prepare(TINY, job_id="job-1")
+    prepared = prepare(TINY, job_id="job-1")
     again = prepare(TINY, job_id="job-1")  # a retried prepare: same run directory and parent run
-    assert again["parent_run_id"] == job["parent_run_id"] and again["run_dir"] == job["run_dir"]
-    p, run_dir, parent = job["params"], job["run_dir"], job["parent_run_id"]
-    cluster = calibrate_comm(p, run_dir, parent)
-    profile = profile_small_batches(p, run_dir)
-    fits = fit_regression(p, run_dir, profile["profile_uri"], parent)
-    measured = remeasure_large_batch(p, run_dir, fits["fits_uri"], cluster["cluster_uri"], parent)
-    fuse(p, run_dir, measured["measured_graph_uri"], cluster["cluster_uri"], parent)
+    assert again.job == prepared.job
+    job = prepared.job
+    assert storage.read_json(prepared.params_uri) == job.params
+    cluster = calibrate_comm(job)
+    assert cluster.r2 is None  # calibration off: the default transfer model
+    profile = profile_small_batches(job)
+    assert profile.batch_sizes == (2, 4)
+    fits = fit_regression(job, profile)
+    measured = remeasure_large_batch(job, fits, cluster)
+    fusion = fuse(job, measured, cluster)
+    assert fusion.nodes == measured.ops and fusion.coarse_nodes <= fusion.nodes
 
     # the place step fails half-way (the tracking server drops out after the first child run)
     real_child_run = tracking.child_run
@@ -80,45 +252,69 @@ def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkey
 
     monkeypatch.setattr(tracking, "child_run", flaky)
     with pytest.raises(tracking.TransientTrackingError):
-        place(p, run_dir, measured["measured_graph_uri"], cluster["cluster_uri"], parent)
+        place(job, measured, cluster)
     monkeypatch.setattr(tracking, "child_run", real_child_run)
-    before = storage.list_uris(run_dir)
+    before = storage.list_uris(job.run_dir)
     assert not any(u.endswith(".tmp") or "celeritas-tmp" in u for u in before)
 
     # the retry completes; running it once more changes nothing
-    first = place(p, run_dir, measured["measured_graph_uri"], cluster["cluster_uri"], parent)
-    after_first = storage.list_uris(run_dir)
-    second = place(p, run_dir, measured["measured_graph_uri"], cluster["cluster_uri"], parent)
-    assert storage.list_uris(run_dir) == after_first
-    assert first["placements"] == second["placements"]
-    assert _children(parent) == ["celeritas", "m-topo"]  # one child run per placer, not per attempt
-    for uri in first["placements"].values():
+    first = place(job, measured, cluster)
+    after_first = storage.list_uris(job.run_dir)
+    second = place(job, measured, cluster)
+    assert storage.list_uris(job.run_dir) == after_first
+    assert first.placements == second.placements and first.child_runs == second.child_runs
+    assert _children(job.parent_run_id) == ["celeritas", "m-topo"]  # one child per placer, not per attempt
+    for uri in first.placements.values():
         assert storage.read_json(uri)["format"] == "celeritas-placement/1"  # complete, parseable JSON
+    # each result crosses XCom and comes back equal (NaN aside, none here)
+    for result in (prepared, cluster, profile, fits, measured, fusion, first):
+        assert type(result).from_xcom(json.loads(json.dumps(result.to_xcom()))) == result
 
 
+def _validation(step_time_s: float, placement_uri: str, placer: str) -> ValidateResult:
+    return ValidateResult(validation_summary_uri="file:///validation.json", best_measured=placer,
+                          best_measured_step_time_s=step_time_s, best_placement_uri=placement_uri,
+                          measured_mean_s={placer: step_time_s})
+
+
+@needs_stack
 def test_publish_keeps_a_faster_production_placement(store):
-    job = prepare(TINY, job_id="champion")
-    tracking.log_metrics(job["parent_run_id"], {"best_measured_step_time_s": 0.010})
-    first = publish(job["params"], job["run_dir"], {"best_measured_step_time_s": 0.010,
-                                                    "best_placement_uri": "file:///a.json",
-                                                    "best_measured": "celeritas"}, job["parent_run_id"])
-    assert first["decision"] == "promoted"
-    challenger = prepare(TINY, job_id="challenger")
-    slower = publish(challenger["params"], challenger["run_dir"],
-                     {"best_measured_step_time_s": 0.0101, "best_placement_uri": "file:///b.json",
-                      "best_measured": "m-topo"}, challenger["parent_run_id"])
-    assert slower["decision"] == "kept" and "below" in slower["reason"]
-    assert tracking.production_run("mlp")["run_id"] == job["parent_run_id"]
-    assert json.loads((store / "build").exists() and storage.read_text(
-        storage.join(challenger["run_dir"], "publish.json")))["placement_uri"] == "file:///a.json"
-    faster = prepare(TINY, job_id="faster")
-    better = publish(faster["params"], faster["run_dir"],
-                     {"best_measured_step_time_s": 0.008, "best_placement_uri": "file:///c.json",
-                      "best_measured": "celeritas"}, faster["parent_run_id"])
-    assert better["decision"] == "promoted" and "25.0 %" in better["reason"]
-    assert tracking.production_run("mlp")["run_id"] == faster["parent_run_id"]
+    job = prepare(TINY, job_id="champion").job
+    tracking.log_metrics(job.parent_run_id, {"best_measured_step_time_s": 0.010})
+    first = publish(job, _validation(0.010, "file:///a.json", "celeritas"))
+    assert first.decision == "promoted" and first.promoted
+    challenger = prepare(TINY, job_id="challenger").job
+    slower = publish(challenger, _validation(0.0101, "file:///b.json", "m-topo"))
+    assert slower.decision == "kept" and not slower.promoted and "below" in slower.reason
+    assert (slower.placement_uri, slower.production_run_id) == ("file:///a.json", job.parent_run_id)
+    assert tracking.production_run("mlp")["run_id"] == job.parent_run_id
+    document = json.loads(storage.read_text(storage.join(challenger.run_dir, "publish.json")))
+    assert document == slower.document() and document["format"] == "celeritas-publish/1"
+    assert document["placement_uri"] == "file:///a.json" and "publish_uri" not in document
+    faster = prepare(TINY, job_id="faster").job
+    better = publish(faster, _validation(0.008, "file:///c.json", "celeritas"))
+    assert better.decision == "promoted" and "25.0 %" in better.reason
+    assert tracking.production_run("mlp")["run_id"] == faster.parent_run_id
 
 
+@needs_stack
+def test_close_run_ends_the_parent_run_and_a_reopening_prepare_reuses_it(store):
+    job = prepare(TINY, job_id="cleared").job
+    assert close_run(job, None) == "FAILED"  # a step failed for good: publish decided nothing
+    run = tracking.get_run(job.parent_run_id)
+    assert run["status"] == "FAILED" and run["tags"]["celeritas.publish_decision"] == "failed"
+    # a cleared Airflow task re-runs its setup: prepare reopens the same parent run
+    again = prepare(TINY, job_id="cleared", reopen=True).job
+    assert again.parent_run_id == job.parent_run_id
+    assert tracking.get_run(job.parent_run_id)["status"] == "RUNNING"
+    decision = PublishResult.from_xcom({**_xcom_example(PublishResult), "decision": "kept"})
+    assert close_run(again, decision) == "FINISHED"
+    assert tracking.get_run(job.parent_run_id)["status"] == "FINISHED"
+    # without reopen (celeritas run), an ended run is not reused
+    assert prepare(TINY, job_id="cleared").parent_run_id != job.parent_run_id
+
+
+@needs_stack
 def test_celeritas_run_and_runs_compare(store, capsys):
     code = main(["run", "--model", "mlp", "--model-knobs", json.dumps(TINY["model_knobs"]),
                  "--batch-size", "16",
@@ -133,6 +329,7 @@ def test_celeritas_run_and_runs_compare(store, capsys):
     assert code == 0 and "FINISHED" in out and "promoted" in out
 
 
+@needs_stack
 def test_celeritas_run_bad_flags_are_one_line(store, capsys):
     for argv, message in ((["--batch-size", "x"], "--batch-size: expected integer"),
                           (["--placers", "celeritas,bogus"], "parameter 'placers.1'"),

@@ -1,0 +1,340 @@
+"""The pipeline's typed contracts: what each step takes and what it returns.
+
+Every step in ``tasks/`` takes the :class:`Job` (the resolved parameters, the run directory and the
+MLflow parent run) and the results of the steps it depends on, and returns one frozen dataclass
+below. ``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) passes them between the steps as
+they are; the Airflow DAG passes them as XCom, which holds plain JSON: :meth:`Contract.to_xcom`
+gives a JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the dataclass back.
+
+Fields are checked against their annotations whenever a contract is built (by a step or from
+XCom): a missing or ill-typed field raises a one-line
+:class:`~celeritas_core.errors.CeleritasInputError` that names the contract and the field, e.g.
+``ValidateResult: field 'best_measured_step_time_s' must be a number, got 'fast'``, instead of a
+``KeyError`` somewhere downstream (the DAG fails such a task without a retry). NumPy scalars become
+Python numbers, lists of a ``tuple[...]`` field become tuples, mappings are copied. Extra keys in
+an XCom dict are ignored, so a newer producer does not break an older consumer.
+
+Importing this module is cheap (no numpy, MLflow or TensorFlow): the DAG's tasks use it.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal, Self
+
+from celeritas_core.errors import CeleritasInputError
+
+#: ``publish.json``'s format tag.
+PUBLISH_FORMAT = "celeritas-publish/1"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Base of the contracts: field checks on construction, ``to_xcom`` and ``from_xcom``."""
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for f in fields(self):
+            object.__setattr__(self, f.name, _check(getattr(self, f.name), hints[f.name],
+                                                    type(self).__name__, f.name))
+
+    def to_xcom(self) -> dict[str, Any]:
+        """The contract as plain JSON types (dicts, lists, strings, numbers, booleans, None)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_xcom(cls, data: Any) -> Self:
+        """Build the contract from :meth:`to_xcom`'s dict, checking every field.
+
+        Raises :class:`CeleritasInputError` naming the first missing or bad field.
+        """
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, Mapping):
+            raise CeleritasInputError(f"{cls.__name__}: expected a JSON object, got {_show(data)}")
+        for f in fields(cls):
+            if f.name not in data:
+                raise CeleritasInputError(f"{cls.__name__}: field {f.name!r} missing")
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+# --------------------------------------------------------------------------------------- contracts
+@dataclass(frozen=True)
+class Job(Contract):
+    """What every step takes: the resolved parameters (:func:`tasks.params.resolve_params`, with
+    ``run_dir`` filled in), the run directory (a folder or ``s3://``) and the MLflow parent run."""
+
+    params: dict[str, Any]
+    run_dir: str
+    parent_run_id: str
+
+
+@dataclass(frozen=True)
+class PrepareResult(Contract):
+    """``prepare``: the job, and the URI of the ``params.json`` it wrote."""
+
+    params: dict[str, Any]
+    run_dir: str
+    params_uri: str
+    parent_run_id: str
+
+    @property
+    def job(self) -> Job:
+        """The :class:`Job` the other steps take."""
+        return Job(params=self.params, run_dir=self.run_dir, parent_run_id=self.parent_run_id)
+
+
+@dataclass(frozen=True)
+class CalibrationResult(Contract):
+    """``calibrate_comm``: the run's cluster (``cluster.json``) and its transfer model
+    t = slope·bytes + intercept; ``r2`` is None when the default model was kept."""
+
+    cluster_uri: str
+    comm_slope_us_per_byte: float
+    comm_intercept_us: float
+    r2: float | None
+
+
+@dataclass(frozen=True)
+class ProfileResult(Contract):
+    """``profile_small_batches``: ``profile.json``, the number of traced ops and the batch sizes."""
+
+    profile_uri: str
+    ops: int
+    batch_sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FitResult(Contract):
+    """``fit_regression``: ``fits.json`` and the predicted totals at the large batch (medians of the
+    fits' R² may be NaN when no op has a finite one)."""
+
+    fits_uri: str
+    ops: int
+    predicted_total_time_us: float
+    predicted_total_memory_bytes: float
+    fit_median_memory_r2: float
+    fit_median_time_r2: float
+
+
+@dataclass(frozen=True)
+class RemeasureResult(Contract):
+    """``remeasure_large_batch``: the estimated and measured graphs, the estimation accuracy and
+    its CDF chart, and the accuracy figures."""
+
+    estimated_graph_uri: str
+    measured_graph_uri: str
+    accuracy_uri: str
+    accuracy_cdf_uri: str
+    estimation_memory_deviation: float
+    estimation_time_deviation: float
+    ops: int
+    remeasure_predicted_peak_memory_bytes: float
+    remeasure_measured_peak_memory_bytes: float
+
+
+@dataclass(frozen=True)
+class FuseResult(Contract):
+    """``fuse``: ``fusion.json``, the coarse graph and the fusion figures."""
+
+    fusion_uri: str
+    coarse_graph_uri: str
+    nodes: int
+    coarse_nodes: int
+    ccr_before: float
+    ccr_after: float
+    cut_cost_us: float
+
+
+@dataclass(frozen=True)
+class PlaceResult(Contract):
+    """``place``: per placer, its placement URI, MLflow child run, simulated step time and whether
+    it overfills a device; the comparison and the fastest simulated placer."""
+
+    placements: dict[str, str]
+    child_runs: dict[str, str]
+    compare_uri: str
+    best_simulated: str
+    simulated_step_time_us: dict[str, float]
+    oom: dict[str, bool]
+
+
+@dataclass(frozen=True)
+class ValidateResult(Contract):
+    """``validate``: ``validation.json``, the fastest measured placer, its mean step time and
+    placement, and every validated placer's mean step time (s)."""
+
+    validation_summary_uri: str
+    best_measured: str
+    best_measured_step_time_s: float
+    best_placement_uri: str
+    measured_mean_s: dict[str, float]
+
+
+@dataclass(frozen=True)
+class PublishResult(Contract):
+    """``publish``: the champion/challenger decision and the placement in production after it
+    (``placement_uri`` and ``production_run_id`` are None when a kept production run has none);
+    :meth:`document` is ``publish.json``."""
+
+    model: str
+    decision: Literal["promoted", "kept"]
+    reason: str
+    placement_uri: str | None
+    placer: str
+    step_time_s: float
+    production_run_id: str | None
+    previous_step_time_s: float | None
+    publish_uri: str
+
+    @property
+    def promoted(self) -> bool:
+        """Whether the new placement went to production."""
+        return self.decision == "promoted"
+
+    def document(self) -> dict[str, Any]:
+        """The ``publish.json`` document (``celeritas-publish/1``): every field but ``publish_uri``."""
+        return {"format": PUBLISH_FORMAT, **{k: v for k, v in self.to_xcom().items() if k != "publish_uri"}}
+
+
+@dataclass(frozen=True)
+class PipelineResult(Contract):
+    """:func:`tasks.pipeline.run_pipeline`: every step's result, by step name.
+
+    ``result["validate"]`` (and :meth:`to_dict`) give a step's result as its JSON dict, for
+    callers that want plain JSON (the CLI prints from it).
+    """
+
+    prepare: PrepareResult
+    calibrate_comm: CalibrationResult
+    profile_small_batches: ProfileResult
+    fit_regression: FitResult
+    remeasure_large_batch: RemeasureResult
+    fuse: FuseResult
+    place: PlaceResult
+    validate: ValidateResult
+    publish: PublishResult
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Step name → the step's result as a JSON dict."""
+        return self.to_xcom()
+
+    def __getitem__(self, step: str) -> dict[str, Any]:
+        if step not in self.steps():
+            raise KeyError(step)
+        result: Contract = getattr(self, step)
+        return result.to_xcom()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.steps())
+
+    @classmethod
+    def steps(cls) -> tuple[str, ...]:
+        """The steps in the order they run."""
+        return tuple(f.name for f in fields(cls))
+
+
+#: Every contract, by name (the tests round-trip each).
+CONTRACTS: dict[str, type[Contract]] = {
+    cls.__name__: cls for cls in (Job, PrepareResult, CalibrationResult, ProfileResult, FitResult,
+                                  RemeasureResult, FuseResult, PlaceResult, ValidateResult, PublishResult,
+                                  PipelineResult)
+}
+
+
+# ------------------------------------------------------------------------------------------- checks
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _scalar(value: Any) -> Any:
+    """A NumPy scalar as the Python number or bool it holds (without importing numpy)."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
+
+
+def _check(value: Any, hint: Any, owner: str, path: str) -> Any:
+    """``value`` checked against the annotation ``hint`` and normalised; ``path`` names the field."""
+
+    def bad(expected: str) -> CeleritasInputError:
+        return CeleritasInputError(f"{owner}: field {path!r} must be {expected}, got {_show(value)}")
+
+    value = _scalar(value)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return _plain(value)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = (a for a in args if a is not type(None))
+        try:
+            return _check(value, inner, owner, path)
+        except CeleritasInputError:
+            raise bad(f"{_describe(inner)} or null") from None
+    if origin is Literal:
+        if value not in args:
+            raise bad("one of " + ", ".join(repr(a) for a in args))
+        return value
+    if isinstance(hint, type) and issubclass(hint, Contract):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise bad(f"a {hint.__name__} object")
+        return hint.from_xcom(value)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise bad("an object")
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise bad("an object with string keys")
+            out[key] = _check(item, args[1], owner, f"{path}.{key}")
+        return out
+    if origin is tuple:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+            raise bad("a list")
+        return tuple(_check(item, args[0], owner, f"{path}.{i}") for i, item in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad("a boolean")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str) or not value:
+            raise bad("a non-empty string")
+        return value
+    raise TypeError(f"{owner}.{path}: unsupported annotation {hint!r}")  # a contract's own mistake
+
+
+def _describe(hint: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a non-empty string"}
+    return names.get(hint, "an object" if typing.get_origin(hint) is dict else repr(hint))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON types: contracts as dicts, tuples as lists, mappings copied."""
+    if isinstance(value, Contract):
+        return value.to_xcom()
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
