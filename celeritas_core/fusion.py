@@ -87,13 +87,25 @@ def optimal_breakpoints(
     c = np.asarray(comm_us, dtype=np.float64)
     if np.any(a >= b):
         raise ValueError("order is not topological")
-
-    out_cost = np.bincount(a, weights=c, minlength=n)
     pout = np.zeros(n + 1)
-    np.cumsum(out_cost, out=pout[1:])
+    np.cumsum(np.bincount(a, weights=c, minlength=n), out=pout[1:])
     pmem = np.zeros(n + 1)
     np.cumsum(node_memory[order], out=pmem[1:])
+    # cost = POut difference - internal cancels; snap rounding noise to 0 so ties stay ties
+    tolerance = 1e-9 * (float(pout[-1]) + 1.0)
+    cost_by_end = _segment_costs(a, b, c, pout, pmem, R, memory_cap, tolerance)
+    return _best_segmentation(cost_by_end, R, tolerance)
 
+
+def _segment_costs(a: np.ndarray, b: np.ndarray, c: np.ndarray, pout: np.ndarray, pmem: np.ndarray,
+                   R: int, memory_cap: float, tolerance: float) -> np.ndarray:
+    """``cost_by_end[j, t]``: transfer time (µs) out of the segment ``[j - d, j)`` with
+    ``d = R - t`` (inf when not allowed), for edges at order positions ``a -> b`` costing ``c``.
+
+    ``internal(i, i + d)`` (edges inside the segment) follows by inclusion–exclusion from the
+    lengths ``d - 1`` and ``d - 2``, plus the edges of span ``d - 1`` starting at ``i``.
+    """
+    n = len(pout) - 1
     # Short edges (span < R) can be internal to a segment; bucket them by span.
     span = b - a
     short = span < R
@@ -102,9 +114,6 @@ def optimal_breakpoints(
     s_span, s_src, s_c = s_span[by_span], s_src[by_span], s_c[by_span]
     cuts = np.searchsorted(s_span, np.arange(R + 1))
 
-    # cost_by_end[j, t] = cost of segment [j - d, j) with d = R - t; inf when not allowed.
-    # cost = POut difference - internal cancels; snap rounding noise to 0 so ties stay ties
-    tolerance = 1e-9 * (float(pout[-1]) + 1.0)
     cost_by_end = np.full((n + 1, R), np.inf)
     width = n + 2
     prev2 = np.zeros(width)  # internal(i, i + d - 2)
@@ -127,10 +136,17 @@ def optimal_breakpoints(
             seg = np.where(pmem[starts + d] - pmem[starts] > memory_cap, np.inf, seg)
         cost_by_end[d:, R - d] = seg
         prev2, prev1 = prev1, cur
+    return cost_by_end
 
-    # Dynamic program S(j) = min_d S(j - d) + cost(j - d, j), one vector op per position.
-    # Costs equal up to rounding noise are ties; ties go to the fewer clusters, then to the
-    # longer last segment (so zero-cost stretches such as optimizer groups are not split).
+
+def _best_segmentation(cost_by_end: np.ndarray, R: int, tolerance: float) -> tuple[np.ndarray, float]:
+    """Dynamic program ``S(j) = min_d S(j - d) + cost(j - d, j)``, one vector op per position;
+    return the segment bounds and the optimum (µs).
+
+    Costs equal up to rounding noise (``tolerance``) are ties; ties go to the fewer clusters,
+    then to the longer last segment (so zero-cost stretches such as optimizer groups are not split).
+    """
+    n = cost_by_end.shape[0] - 1
     s_pad = np.full(n + 1 + R, np.inf)  # s_pad[R + j] = S(j)
     s_pad[R] = 0.0
     count_pad = np.zeros(n + 1 + R, dtype=np.int64)  # clusters of the optimum ending at j
@@ -164,24 +180,7 @@ def coarse_graph(graph: Graph, cluster_of: np.ndarray, num_clusters: int,
     mem = graph.memory_bytes if node_memory is None else node_memory
     time_us = np.bincount(cluster_of, weights=graph.time_us, minlength=num_clusters)
     memory = np.bincount(cluster_of, weights=mem, minlength=num_clusters)
-    cs = cluster_of[graph.edge_src]
-    cd = cluster_of[graph.edge_dst]
-    cross = cs != cd
-    src, out, dstc = graph.edge_src[cross], graph.edge_src_output[cross], cd[cross]
-    nbytes = graph.edge_bytes[cross]
-    if len(src):
-        # one tensor per (producer, output, destination cluster): keep the max bytes
-        key = np.stack([src, out, dstc], axis=1)
-        uniq, inv = np.unique(key, axis=0, return_inverse=True)
-        tensor_bytes = np.zeros(len(uniq))
-        np.maximum.at(tensor_bytes, inv.reshape(-1), nbytes)
-        pair = np.stack([cluster_of[uniq[:, 0]], uniq[:, 2]], axis=1)
-        pairs, pinv = np.unique(pair, axis=0, return_inverse=True)
-        pair_bytes = np.bincount(pinv.reshape(-1), weights=tensor_bytes, minlength=len(pairs))
-        e_src, e_dst = pairs[:, 0], pairs[:, 1]
-    else:
-        e_src = e_dst = np.zeros(0, dtype=np.int64)
-        pair_bytes = np.zeros(0)
+    e_src, e_dst, pair_bytes = _cluster_edges(graph, cluster_of, num_clusters)
     width = max(5, len(str(num_clusters - 1)))
     names = [f"cluster-{k:0{width}d}" for k in range(num_clusters)]
     return Graph.from_arrays(
@@ -195,6 +194,28 @@ def coarse_graph(graph: Graph, cluster_of: np.ndarray, num_clusters: int,
         edge_bytes=pair_bytes,
         meta={"source": "fusion", "fine_graph": graph.name, "fine_nodes": graph.num_nodes},
     )
+
+
+def _cluster_edges(graph: Graph, cluster_of: np.ndarray,
+                   num_clusters: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One edge per ordered pair of clusters joined by a tensor: src, dst and the summed bytes of
+    the distinct tensors (:attr:`Graph.tensors`, largest edge into the destination) crossing."""
+    cs = cluster_of[graph.edge_src]
+    cd = cluster_of[graph.edge_dst]
+    cross = np.flatnonzero(cs != cd)
+    if not len(cross):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, np.zeros(0)
+    view = graph.tensors
+    # one tensor per (tensor id, destination cluster), in (producer, output, cluster) order
+    key = view.edge_tensor[cross] * num_clusters + cd[cross]
+    uniq, inv = np.unique(key, return_inverse=True)
+    tensor_bytes = np.zeros(len(uniq))
+    np.maximum.at(tensor_bytes, inv.reshape(-1), graph.edge_bytes[cross])
+    pair_src = cluster_of[view.producer[uniq // num_clusters]]
+    pairs, pinv = np.unique(pair_src * num_clusters + uniq % num_clusters, return_inverse=True)
+    pair_bytes = np.bincount(pinv.reshape(-1), weights=tensor_bytes, minlength=len(pairs))
+    return pairs // num_clusters, pairs % num_clusters, pair_bytes
 
 
 def memory_cap_bytes(cluster: Cluster, memory_fraction: float) -> float:

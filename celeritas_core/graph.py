@@ -2,8 +2,9 @@
 
 A :class:`Graph` is immutable. Nodes are addressed by index ``0..n-1``; ``node_names`` maps
 index to the unique op name. Adjacency is kept in CSR form (``succ_ptr``/``succ_idx`` and
-``pred_ptr``/``pred_idx``), built once and cached. Units: time in µs, memory and tensor sizes in
-bytes.
+``pred_ptr``/``pred_idx``), built once and cached, as is :attr:`Graph.tensors`, the grouping of
+edges into tensors (one per producer output) that the simulator, fusion, the list schedulers, the
+partitioners and the memory model share. Units: time in µs, memory and tensor sizes in bytes.
 """
 
 from __future__ import annotations
@@ -124,6 +125,136 @@ class Liveness:
 
 
 @dataclass(frozen=True, eq=False)
+class TensorView:
+    """The graph's tensors: one per distinct ``(producer, src_output)`` with an edge (bytes).
+
+    Edges from one producer output carry *the same tensor*, sized by its largest edge (formats
+    ask them to agree). Tensors are numbered in ``(producer, src_output)`` order, so producer
+    ``u``'s tensors are ``producer_ptr[u]:producer_ptr[u + 1]``, by output. Built once per graph
+    (:attr:`Graph.tensors`) from a lexicographic sort of the edges; the consumer and input CSR
+    arrays are built on first use. Combined sort keys multiply counts (nodes, tensors, distinct
+    outputs), never ``src_output`` values, so any int64 output index works.
+    """
+
+    producer: np.ndarray
+    """Producer node of each tensor."""
+    output: np.ndarray
+    """``src_output`` of each tensor."""
+    nbytes: np.ndarray
+    """Size of each tensor (bytes): the largest of its edges."""
+    edge_tensor: np.ndarray
+    """Tensor id of each edge."""
+    producer_ptr: np.ndarray
+    """Node ``u``'s tensors are ``producer_ptr[u]:producer_ptr[u + 1]`` (CSR over nodes)."""
+    num_nodes: int
+    """Nodes of the graph (the length of ``producer_ptr`` minus one)."""
+    edge_dst: np.ndarray = field(repr=False)
+    """The graph's ``edge_dst`` (for the consumer CSR)."""
+    edge_bytes: np.ndarray = field(repr=False)
+    """The graph's ``edge_bytes`` (for the consumer sizes)."""
+
+    @classmethod
+    def build(cls, edge_src: np.ndarray, edge_src_output: np.ndarray, edge_dst: np.ndarray,
+              edge_bytes: np.ndarray, num_nodes: int) -> TensorView:
+        """Group edges into tensors by ``(src, src_output)``."""
+        producer, output, edge_tensor = unique_pairs(edge_src, edge_src_output)
+        nbytes = np.zeros(len(producer))
+        np.maximum.at(nbytes, edge_tensor, edge_bytes)
+        ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(producer, minlength=num_nodes), out=ptr[1:])
+        return cls(producer, output, nbytes, edge_tensor, ptr, num_nodes, edge_dst, edge_bytes)
+
+    @property
+    def num_tensors(self) -> int:
+        """Number of distinct tensors."""
+        return len(self.producer)
+
+    @cached_property
+    def local_index(self) -> np.ndarray:
+        """Position of each tensor among its producer's tensors (0, 1, … by output)."""
+        return np.arange(self.num_tensors, dtype=np.int64) - self.producer_ptr[self.producer]
+
+    @cached_property
+    def max_per_producer(self) -> int:
+        """The most tensors any one node produces (at least 1)."""
+        return max(int(np.diff(self.producer_ptr).max(initial=0)), 1)
+
+    @cached_property
+    def _consumer_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct (tensor, consumer) pairs sorted by (tensor, consumer), with the largest bytes
+        of their edges, and the pair of each edge."""
+        key = self.edge_tensor * self.num_nodes + self.edge_dst
+        uniq, pair_of_edge = np.unique(key, return_inverse=True)
+        pair_of_edge = pair_of_edge.reshape(-1).astype(np.int64)
+        pair_bytes = np.zeros(len(uniq))
+        np.maximum.at(pair_bytes, pair_of_edge, self.edge_bytes)
+        return uniq // self.num_nodes, uniq % self.num_nodes, pair_bytes, pair_of_edge
+
+    @cached_property
+    def consumer_ptr(self) -> np.ndarray:
+        """Tensor ``t``'s distinct consumers are ``consumer[consumer_ptr[t]:consumer_ptr[t + 1]]``."""
+        ptr = np.zeros(self.num_tensors + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self._consumer_pairs[0], minlength=self.num_tensors), out=ptr[1:])
+        return ptr
+
+    @property
+    def consumer(self) -> np.ndarray:
+        """Distinct consumer nodes of each tensor, ascending (CSR slots of :attr:`consumer_ptr`)."""
+        return self._consumer_pairs[1]
+
+    @property
+    def consumer_bytes(self) -> np.ndarray:
+        """Per consumer slot: the largest edge bytes of the tensor into that consumer."""
+        return self._consumer_pairs[2]
+
+    @property
+    def edge_consumer_slot(self) -> np.ndarray:
+        """Consumer slot (its tensor and destination node) of each edge."""
+        return self._consumer_pairs[3]
+
+    @cached_property
+    def _inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        tensor, consumer = self._consumer_pairs[:2]
+        by_consumer = np.lexsort((tensor, consumer))
+        ptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(consumer, minlength=self.num_nodes), out=ptr[1:])
+        return ptr, tensor[by_consumer]
+
+    @property
+    def input_ptr(self) -> np.ndarray:
+        """Node ``v``'s distinct input tensors are ``input_tensor[input_ptr[v]:input_ptr[v + 1]]``."""
+        return self._inputs[0]
+
+    @property
+    def input_tensor(self) -> np.ndarray:
+        """Distinct input tensors of each node, ascending (CSR slots of :attr:`input_ptr`)."""
+        return self._inputs[1]
+
+    @cached_property
+    def _output_values(self) -> np.ndarray:
+        return np.unique(self.output)
+
+    @cached_property
+    def _keys(self) -> np.ndarray:
+        """Ascending int64 key per tensor: producer × (distinct outputs) + rank of its output."""
+        values = self._output_values
+        return self.producer * len(values) + np.searchsorted(values, self.output)
+
+    def ids(self, producer: np.ndarray, output: np.ndarray) -> np.ndarray:
+        """Tensor id of each ``(producer, output)`` pair, -1 where the graph has no such tensor."""
+        producer = np.asarray(producer, dtype=np.int64)
+        output = np.asarray(output, dtype=np.int64)
+        values, keys = self._output_values, self._keys
+        if not len(keys):
+            return np.full(producer.shape, -1, dtype=np.int64)
+        rank = np.minimum(np.searchsorted(values, output), len(values) - 1)
+        known = (values[rank] == output) & (producer >= 0) & (producer < self.num_nodes)
+        want = np.where(known, producer, 0) * len(values) + rank
+        pos = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+        return np.where(known & (keys[pos] == want), pos, -1)
+
+
+@dataclass(frozen=True, eq=False)
 class Graph:
     """A DAG of ops: per-node time (µs) and memory (bytes), per-edge tensor size (bytes)."""
 
@@ -162,48 +293,18 @@ class Graph:
         check_acyclic: bool = True,
     ) -> Graph:
         """Build and validate a graph from index-based arrays (raises CeleritasInputError)."""
-        names = tuple(node_names)
+        names = _checked_names(node_names)
         n = len(names)
-        if n == 0:
-            raise CeleritasInputError("graph has no nodes")
-        if len(set(names)) != n:
-            seen: set[str] = set()
-            for node in names:
-                if node in seen:
-                    raise CeleritasInputError(f"duplicate node name {node!r}")
-                seen.add(node)
         t = np.asarray(time_us, dtype=np.float64).reshape(-1)
         m = np.asarray(memory_bytes, dtype=np.float64).reshape(-1)
-        src = np.asarray(edge_src, dtype=np.int64).reshape(-1)
-        dst = np.asarray(edge_dst, dtype=np.int64).reshape(-1)
-        nbytes = np.asarray(edge_bytes, dtype=np.float64).reshape(-1)
-        out = (
-            np.zeros(len(src), dtype=np.int64)
-            if edge_src_output is None
-            else np.asarray(edge_src_output, dtype=np.int64).reshape(-1)
-        )
+        src, dst, nbytes, out = _edge_arrays(edge_src, edge_dst, edge_bytes, edge_src_output)
         if len(t) != n or len(m) != n:
             raise CeleritasInputError("time_us and memory_bytes must have one value per node")
         if not (len(src) == len(dst) == len(nbytes) == len(out)):
             raise CeleritasInputError("edge arrays must have equal length")
         _check_costs(t, names, "time_us")
         _check_costs(m, names, "memory_bytes")
-        if len(src):
-            bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
-            if len(bad):
-                raise CeleritasInputError(f"edge {int(bad[0])} refers to an unknown node index")
-            loops = np.flatnonzero(src == dst)
-            if len(loops):
-                raise CeleritasInputError(
-                    f"edge {int(loops[0])}: self-loop on node {names[int(src[loops[0]])]!r}"
-                )
-            bad_bytes = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
-            if len(bad_bytes):
-                e = int(bad_bytes[0])
-                raise CeleritasInputError(
-                    f"edge {e} ({names[int(src[e])]!r} -> {names[int(dst[e])]!r}): "
-                    f"bytes must be finite and >= 0, got {nbytes[e]!r}"
-                )
+        _check_edges(names, src, dst, nbytes)
         op_names = tuple(ops) if ops is not None else tuple("" for _ in range(n))
         groups = tuple(colocation) if colocation is not None else tuple(None for _ in range(n))
         if len(op_names) != n or len(groups) != n:
@@ -341,6 +442,13 @@ class Graph:
         more = f" (+{len(names) - 8} more)" if len(names) > 8 else ""
         return " -> ".join(repr(x) for x in [*shown, names[0]]) + more
 
+    # ------------------------------------------------------------------ tensors
+    @cached_property
+    def tensors(self) -> TensorView:
+        """The distinct tensors ``(producer, src_output)``, their sizes and consumers (built once)."""
+        return TensorView.build(self.edge_src, self.edge_src_output, self.edge_dst, self.edge_bytes,
+                                self.num_nodes)
+
     # ------------------------------------------------------------------ co-location
     @cached_property
     def colocation_ids(self) -> np.ndarray:
@@ -405,6 +513,70 @@ def _check_costs(values: np.ndarray, names: tuple[str, ...], field_name: str) ->
         i = int(bad[0])
         raise CeleritasInputError(
             f"node {names[i]!r}: {field_name} must be finite and >= 0, got {values[i]!r}"
+        )
+
+
+def unique_pairs(major: np.ndarray, minor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct ``(major, minor)`` rows in lexicographic order, and the index of each input
+    row among them. A sort, no arithmetic on the values, so any int64 values work."""
+    order = np.lexsort((minor, major))
+    a, b = major[order], minor[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    group = np.empty(len(order), dtype=np.int64)
+    group[order] = np.cumsum(first) - 1
+    return a[first], b[first], group
+
+
+def _checked_names(node_names: Sequence[str]) -> tuple[str, ...]:
+    """The node names as a tuple; raise on an empty graph or the first duplicate name."""
+    names = tuple(node_names)
+    if not names:
+        raise CeleritasInputError("graph has no nodes")
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        for node in names:
+            if node in seen:
+                raise CeleritasInputError(f"duplicate node name {node!r}")
+            seen.add(node)
+    return names
+
+
+def _edge_arrays(
+    edge_src: Sequence[int] | np.ndarray, edge_dst: Sequence[int] | np.ndarray,
+    edge_bytes: Sequence[float] | np.ndarray, edge_src_output: Sequence[int] | np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The edge arrays as flat int64 / float64 vectors (``src_output`` defaults to 0)."""
+    src = np.asarray(edge_src, dtype=np.int64).reshape(-1)
+    dst = np.asarray(edge_dst, dtype=np.int64).reshape(-1)
+    nbytes = np.asarray(edge_bytes, dtype=np.float64).reshape(-1)
+    out = (
+        np.zeros(len(src), dtype=np.int64)
+        if edge_src_output is None
+        else np.asarray(edge_src_output, dtype=np.int64).reshape(-1)
+    )
+    return src, dst, nbytes, out
+
+
+def _check_edges(names: tuple[str, ...], src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray) -> None:
+    """Raise naming the first edge with an unknown node, a self-loop or bad bytes."""
+    if not len(src):
+        return
+    n = len(names)
+    bad = np.flatnonzero((src < 0) | (src >= n) | (dst < 0) | (dst >= n))
+    if len(bad):
+        raise CeleritasInputError(f"edge {int(bad[0])} refers to an unknown node index")
+    loops = np.flatnonzero(src == dst)
+    if len(loops):
+        raise CeleritasInputError(
+            f"edge {int(loops[0])}: self-loop on node {names[int(src[loops[0]])]!r}"
+        )
+    bad_bytes = np.flatnonzero(~np.isfinite(nbytes) | (nbytes < 0))
+    if len(bad_bytes):
+        e = int(bad_bytes[0])
+        raise CeleritasInputError(
+            f"edge {e} ({names[int(src[e])]!r} -> {names[int(dst[e])]!r}): "
+            f"bytes must be finite and >= 0, got {nbytes[e]!r}"
         )
 
 

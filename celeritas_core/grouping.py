@@ -219,14 +219,13 @@ def _fused_edges(graph: Graph, fused_of: np.ndarray, num_fused: int
     if not np.any(cross):
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0), empty
-    width = int(graph.edge_src_output.max()) + 1
-    tensor = graph.edge_src[cross] * width + graph.edge_src_output[cross]
-    tensors, tid = np.unique(tensor, return_inverse=True)
-    key, inv = np.unique(tid.reshape(-1) * num_fused + fd[cross], return_inverse=True)
+    # one edge per (tensor, consumer fused node), in (producer, output, fused node) order
+    key, inv = np.unique(graph.tensors.edge_tensor[cross] * num_fused + fd[cross], return_inverse=True)
     nbytes = np.zeros(len(key))
     np.maximum.at(nbytes, inv.reshape(-1), graph.edge_bytes[cross])
-    t_of_edge, e_dst = key // num_fused, key % num_fused
-    t_src = fused_of[tensors // width]
+    tensors, t_of_edge = np.unique(key // num_fused, return_inverse=True)  # the crossing tensors
+    e_dst = key % num_fused
+    t_src = fused_of[graph.tensors.producer[tensors]]
     # number the tensors leaving each fused node 0, 1, … (in tensor-id order)
     by_src = np.lexsort((np.arange(len(tensors)), t_src))
     local = np.empty(len(tensors), dtype=np.int64)

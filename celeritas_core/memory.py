@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from celeritas_core.graph import Graph, Liveness
+from celeritas_core.graph import Graph, Liveness, TensorView, unique_pairs
 from celeritas_core.simulator import SimulationResult
 
 
@@ -82,47 +82,53 @@ def _intervals(graph: Graph, live: Liveness, assignment: np.ndarray,
 
 @dataclass(frozen=True, eq=False)
 class _TensorTable:
-    """Output tensors of modelled ops: producer, output index, bytes; edge and tensor maps."""
+    """Output tensors of modelled ops: producer, output index, bytes; edge and tensor maps.
+
+    Tensors are numbered in ``(producer, output)`` order: the graph's tensors
+    (:attr:`Graph.tensors`) of modelled producers merged with their declared outputs."""
 
     producer: np.ndarray
     output: np.ndarray
     size: np.ndarray
     edge: np.ndarray  # edges whose producer is modelled
     edge_tensor: np.ndarray  # tensor id of each of those edges
-    width: int  # key = producer * width + output
+    of_graph_tensor: np.ndarray  # table id of each of the graph's tensors (-1: producer not modelled)
+    graph_tensors: TensorView
     alias_of: np.ndarray | None = None
     """Per tensor: the tensor whose buffer it shares (-1: its own buffer; -2: a buffer outside the
     model, e.g. of an op without liveness fields); None when no output aliases."""
 
     def ids(self, producer: np.ndarray, output: np.ndarray) -> np.ndarray:
-        """Tensor id of each (producer, output) pair, -1 when it is not in the table."""
-        keys = self.producer * self.width + self.output
-        want = producer * self.width + output
-        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
-        return np.where((len(keys) > 0) & (keys[pos] == want), pos, -1)
+        """Table id of each (producer, output) pair with an edge, -1 when it is not in the table."""
+        found = self.graph_tensors.ids(producer, output)
+        return np.where(found >= 0, self.of_graph_tensor[found], -1)
 
 
 def _tensors(graph: Graph, live: Liveness) -> _TensorTable:
     """Every declared output and every (producer, ``src_output``) with an edge, of modelled ops."""
+    view = graph.tensors
     declared_count = np.diff(live.output_ptr)
-    edge = np.flatnonzero(live.modelled[graph.edge_src])
-    width = int(max(declared_count.max(initial=0), graph.edge_src_output.max(initial=-1) + 1, 1))
     owners = np.flatnonzero(live.modelled)
     d_prod = np.repeat(owners, declared_count[owners])
     d_out = _output_index(live, owners)
-    keys = np.concatenate([d_prod * width + d_out,
-                           graph.edge_src[edge] * width + graph.edge_src_output[edge]])
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    size = np.zeros(len(uniq))
-    np.maximum.at(size, inverse[len(d_prod):], graph.edge_bytes[edge])
+    with_edges = np.flatnonzero(live.modelled[view.producer])
+    producer, output, inverse = unique_pairs(np.concatenate([d_prod, view.producer[with_edges]]),
+                                               np.concatenate([d_out, view.output[with_edges]]))
+    table_id = inverse[len(d_prod):]
+    of_graph_tensor = np.full(view.num_tensors, -1, dtype=np.int64)
+    of_graph_tensor[with_edges] = table_id
+    edge = np.flatnonzero(live.modelled[graph.edge_src])
+    size = np.zeros(len(producer))
+    size[table_id] = view.nbytes[with_edges]
     declared = inverse[:len(d_prod)]
     size[declared] = live.output_bytes[_flat_positions(live, owners)]
-    table = _TensorTable(uniq // width, uniq % width, size, edge, inverse[len(d_prod):], width)
+    table = _TensorTable(producer, output, size, edge, of_graph_tensor[view.edge_tensor[edge]],
+                         of_graph_tensor, view)
     if live.alias_node is None or live.alias_output is None:
         return table
     flat = _flat_positions(live, owners)
     aliased = live.alias_node[flat] >= 0
-    alias_of = np.full(len(uniq), -1, dtype=np.int64)
+    alias_of = np.full(len(size), -1, dtype=np.int64)
     target = table.ids(live.alias_node[flat][aliased], live.alias_output[flat][aliased])
     alias_of[declared[aliased]] = np.where(target >= 0, target, -2)
     return replace(table, alias_of=alias_of)

@@ -164,13 +164,11 @@ def tensor_nets(graph: Graph, comm_us: np.ndarray, unit_of: np.ndarray,
     """
     if graph.num_edges == 0:
         return sp.csr_matrix((0, num_units)), np.zeros(0)
-    key = graph.edge_src.astype(np.int64) * (int(graph.edge_src_output.max()) + 1) + graph.edge_src_output
-    nets, net_of = np.unique(key, return_inverse=True)
-    num_nets = len(nets)
+    view = graph.tensors
+    net_of, producer = view.edge_tensor, view.producer
+    num_nets = view.num_tensors
     cost = np.zeros(num_nets)
     np.maximum.at(cost, net_of, comm_us)
-    producer = np.zeros(num_nets, dtype=np.int64)
-    producer[net_of] = graph.edge_src
     rows = np.concatenate([net_of, np.arange(num_nets)])
     cols = np.concatenate([unit_of[graph.edge_dst], unit_of[producer]])
     incidence = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(num_nets, num_units))

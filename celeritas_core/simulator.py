@@ -22,6 +22,7 @@ from celeritas_core.graph import Graph
 
 _FINISH = 0  # event kind: an op finished (processed first at equal times)
 _READY = 1  # event kind: an op's inputs are all available on its device
+_KEY_LIMIT = 2**62  # combined int64 sort keys stay below this
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,7 +144,11 @@ class _Groups:
 
 
 def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Groups:
-    """Group cross-device edges into transfers keyed by (src node, dst device, src_output), vectorised."""
+    """Group cross-device edges into transfers keyed by (src node, dst device, src_output), vectorised.
+
+    Each edge's tensor comes from :attr:`Graph.tensors`; the sort key is (src node, dst device,
+    the tensor's rank among its producer's outputs), which fits in int64 for any output ids.
+    """
     n = graph.num_nodes
     src, dst = graph.edge_src, graph.edge_dst
     edge_group = np.full(len(src), -1, dtype=np.int64)
@@ -153,25 +158,28 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
         empty_f = np.zeros(0, dtype=np.float64)
         return _Groups(empty_i, empty_i, empty_i, empty_f, empty_f, np.zeros(n + 1, dtype=np.int64),
                        edge_group)
-    c_src = src[cross]
-    c_dev = assign[dst[cross]]
-    c_out = graph.edge_src_output[cross]
-    # Dense rank of src_output so that the combined key fits in int64 for any output ids.
-    out_vals, out_rank = np.unique(c_out, return_inverse=True)
+    view = graph.tensors
     num_dev = cluster.num_devices
-    key = (c_src * num_dev + c_dev) * len(out_vals) + out_rank
-    uniq, inverse = np.unique(key, return_inverse=True)
+    width = view.max_per_producer
+    src_dev = src[cross] * num_dev + assign[dst[cross]]
+    local = view.local_index[view.edge_tensor[cross]]
+    if n * num_dev * width < _KEY_LIMIT:
+        uniq, inverse = np.unique(src_dev * width + local, return_inverse=True)
+        g_src_dev = uniq // width
+    else:  # dense rank of (src node, dst device) first, so the key still fits
+        pairs, pair_rank = np.unique(src_dev, return_inverse=True)
+        uniq, inverse = np.unique(pair_rank * width + local, return_inverse=True)
+        g_src_dev = pairs[uniq // width]
     edge_group[cross] = inverse
     nbytes = np.zeros(len(uniq), dtype=np.float64)
     np.maximum.at(nbytes, inverse, graph.edge_bytes[cross])
-    g_out_rank = uniq % len(out_vals)
-    rest = uniq // len(out_vals)
-    g_dev = rest % num_dev
-    g_src = rest // num_dev
+    g_dev = g_src_dev % num_dev
+    g_src = g_src_dev // num_dev
+    g_out = view.output[view.producer_ptr[g_src] + uniq % width]
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(g_src, minlength=n), out=ptr[1:])
     comm = np.asarray(cluster.comm_time_us(nbytes), dtype=np.float64)
-    return _Groups(g_src, out_vals[g_out_rank], g_dev, nbytes, comm, ptr, edge_group)
+    return _Groups(g_src, g_out, g_dev, nbytes, comm, ptr, edge_group)
 
 
 # ---------------------------------------------------------------------------- event loop
@@ -180,92 +188,111 @@ def _run_events(
     channels: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run the event loop; return op start, op finish, transfer start, transfer end (µs)."""
-    n = graph.num_nodes
-    rank_arr = graph.topological_rank
-    rank = rank_arr.tolist()
-    node_of_rank = graph.topological_order.tolist()
-    dev = assign.tolist()
-    dur_l = dur.tolist()
-    succ_ptr = graph.succ_ptr.tolist()
-    succ_idx = graph.succ_idx.tolist()
-    slot_group = groups.edge_group[graph.succ_edge].tolist()
-    g_ptr = groups.ptr.tolist()
-    g_comm = groups.comm_us.tolist()
-    g_dst = groups.dst_dev.tolist()
-    num_groups = len(g_comm)
-    g_start = [0.0] * num_groups
-    g_end = [0.0] * num_groups
-
-    pending = graph.in_degree.tolist()
-    ready_at = [0.0] * n
-    start = [0.0] * n
-    finish = [0.0] * n
-    send_free = [0.0] * num_dev
-    recv_free = [0.0] * num_dev
-    idle = [True] * num_dev
-    queues: list[list[tuple[float, int]]] = [[] for _ in range(num_dev)]
-
-    # Events are (time, kind, rank): finishes before readies at equal times, then by rank.
-    events: list[tuple[float, int, int]] = [
-        (0.0, _READY, r) for r in sorted(rank_arr[graph.in_degree == 0].tolist())
-    ]
-    heapq.heapify(events)
-    heappush, heappop = heapq.heappush, heapq.heappop
-
-    while events:
-        now = events[0][0]
-        touched: list[int] = []
-        # Phase 1: every event at time `now`, in (kind, rank) order.
-        while events and events[0][0] == now:
-            _, kind, r = heappop(events)
-            u = node_of_rank[r]
-            d = dev[u]
-            if kind == _READY:
-                heappush(queues[d], (now, r))
-                touched.append(d)
-                continue
-            idle[d] = True
-            touched.append(d)
-            # Reserve this producer's transfers greedily on the send / receive channels.
-            for g in range(g_ptr[u], g_ptr[u + 1]):
-                dd = g_dst[g]
-                s = now
-                if channels:
-                    if send_free[d] > s:
-                        s = send_free[d]
-                    if recv_free[dd] > s:
-                        s = recv_free[dd]
-                e = s + g_comm[g]
-                g_start[g] = s
-                g_end[g] = e
-                if channels:
-                    send_free[d] = e
-                    recv_free[dd] = e
-            for k in range(succ_ptr[u], succ_ptr[u + 1]):
-                v = succ_idx[k]
-                g = slot_group[k]
-                avail = now if g < 0 else g_end[g]
-                if avail > ready_at[v]:
-                    ready_at[v] = avail
-                pending[v] -= 1
-                if pending[v] == 0:
-                    t = ready_at[v]
-                    if t == now:
-                        heappush(queues[dev[v]], (t, rank[v]))
-                        touched.append(dev[v])
-                    else:
-                        heappush(events, (t, _READY, rank[v]))
-        # Phase 2: every idle device with a ready op starts the smallest (ready time, rank).
-        for d in touched:
-            if idle[d] and queues[d]:
-                _, r = heappop(queues[d])
-                u = node_of_rank[r]
-                idle[d] = False
-                start[u] = now
-                f = now + dur_l[u]
-                finish[u] = f
-                heappush(events, (f, _FINISH, r))
-
+    replay = _Replay(graph, assign, dur, groups, num_dev, channels)
+    replay.run()
     as_array = np.asarray
-    return (as_array(start, dtype=np.float64), as_array(finish, dtype=np.float64),
-            as_array(g_start, dtype=np.float64), as_array(g_end, dtype=np.float64))
+    return (as_array(replay.start, dtype=np.float64), as_array(replay.finish, dtype=np.float64),
+            as_array(replay.g_start, dtype=np.float64), as_array(replay.g_end, dtype=np.float64))
+
+
+class _Replay:
+    """The state of one replay, on Python lists and ``heapq`` tuples (no numpy scalars in the loop).
+
+    Events are ``(time, kind, rank)``: finishes before readies at equal times, then by rank.
+    Each device queue holds ``(ready time, rank)`` of its ready ops.
+    """
+
+    __slots__ = ("channels", "dev", "dur", "events", "finish", "g_comm", "g_dst", "g_end", "g_ptr",
+                 "g_start", "idle", "node_of_rank", "pending", "queues", "rank", "ready_at",
+                 "recv_free", "send_free", "slot_group", "start", "succ_idx", "succ_ptr")
+
+    def __init__(self, graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
+                 channels: bool) -> None:
+        n = graph.num_nodes
+        rank_arr = graph.topological_rank
+        self.channels = channels
+        self.rank = rank_arr.tolist()
+        self.node_of_rank = graph.topological_order.tolist()
+        self.dev = assign.tolist()
+        self.dur = dur.tolist()
+        self.succ_ptr = graph.succ_ptr.tolist()
+        self.succ_idx = graph.succ_idx.tolist()
+        self.slot_group = groups.edge_group[graph.succ_edge].tolist()
+        self.g_ptr = groups.ptr.tolist()
+        self.g_comm = groups.comm_us.tolist()
+        self.g_dst = groups.dst_dev.tolist()
+        self.g_start = [0.0] * len(self.g_comm)
+        self.g_end = [0.0] * len(self.g_comm)
+        self.pending = graph.in_degree.tolist()
+        self.ready_at = [0.0] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.send_free = [0.0] * num_dev
+        self.recv_free = [0.0] * num_dev
+        self.idle = [True] * num_dev
+        self.queues: list[list[tuple[float, int]]] = [[] for _ in range(num_dev)]
+        self.events: list[tuple[float, int, int]] = [
+            (0.0, _READY, r) for r in sorted(rank_arr[graph.in_degree == 0].tolist())
+        ]
+        heapq.heapify(self.events)
+
+    def run(self) -> None:
+        """Process the events time by time: phase 1 handles every event at the current time (in
+        (kind, rank) order), phase 2 starts the smallest (ready time, rank) on each idle device."""
+        dev, dur, rank, node_of_rank = self.dev, self.dur, self.rank, self.node_of_rank
+        succ_ptr, succ_idx, slot_group = self.succ_ptr, self.succ_idx, self.slot_group
+        g_ptr, g_comm, g_dst, g_start, g_end = self.g_ptr, self.g_comm, self.g_dst, self.g_start, self.g_end
+        pending, ready_at, start, finish = self.pending, self.ready_at, self.start, self.finish
+        send_free, recv_free, idle, queues = self.send_free, self.recv_free, self.idle, self.queues
+        channels, events = self.channels, self.events
+        heappush, heappop = heapq.heappush, heapq.heappop
+        while events:
+            now = events[0][0]
+            touched: list[int] = []
+            while events and events[0][0] == now:
+                _, kind, r = heappop(events)
+                u = node_of_rank[r]
+                d = dev[u]
+                touched.append(d)
+                if kind == _READY:
+                    heappush(queues[d], (now, r))
+                    continue
+                idle[d] = True
+                # Reserve this producer's transfers greedily on the send / receive channels.
+                for g in range(g_ptr[u], g_ptr[u + 1]):
+                    dd = g_dst[g]
+                    s = now
+                    if channels:
+                        if send_free[d] > s:
+                            s = send_free[d]
+                        if recv_free[dd] > s:
+                            s = recv_free[dd]
+                    e = s + g_comm[g]
+                    g_start[g] = s
+                    g_end[g] = e
+                    if channels:
+                        send_free[d] = e
+                        recv_free[dd] = e
+                for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                    v = succ_idx[k]
+                    g = slot_group[k]
+                    avail = now if g < 0 else g_end[g]
+                    if avail > ready_at[v]:
+                        ready_at[v] = avail
+                    pending[v] -= 1
+                    if pending[v] == 0:
+                        t = ready_at[v]
+                        if t == now:
+                            heappush(queues[dev[v]], (t, rank[v]))
+                            touched.append(dev[v])
+                        else:
+                            heappush(events, (t, _READY, rank[v]))
+            for d in touched:
+                if idle[d] and queues[d]:
+                    _, r = heappop(queues[d])
+                    u = node_of_rank[r]
+                    idle[d] = False
+                    start[u] = now
+                    f = now + dur[u]
+                    finish[u] = f
+                    heappush(events, (f, _FINISH, r))

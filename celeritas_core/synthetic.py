@@ -35,8 +35,9 @@ than the default transfer model). Op memory is not scaled.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -209,141 +210,191 @@ def _variable(g: GraphBuilder, variables: list[_Var], name: str, nbytes: float) 
 _Fwd = tuple[str, int, tuple[int, ...]]
 
 
-def _forward(g: GraphBuilder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int]) -> int:
+@dataclass
+class _Net:
+    """A training step being built: the builder, its shape, its variables and, for the backward
+    pass, the forward ops (``fwd``) and the nodes a gradient flows into (``diff``)."""
+
+    g: GraphBuilder
+    s: _Spec
+    variables: list[_Var] = field(default_factory=list)
+    fwd: list[_Fwd] = field(default_factory=list)
+    diff: set[int] = field(default_factory=set)
+
+    def record(self, kind: str, node: int, args: tuple[int, ...]) -> int:
+        """Note a differentiable forward op for the backward pass; return it."""
+        self.fwd.append((kind, node, args))
+        self.diff.add(node)
+        return node
+
+
+def _forward(net: _Net) -> int:
     """Build input, layers and the loss; return the loss node ``xent`` (its output 1 is the backprop)."""
-    k = 9 if s.kernel == "Conv2D" else 1
-    width_b = s.width // s.branches if s.join == "concat" else s.width
-    x = g.add("input", "Placeholder", out_bytes=_FLOAT * s.batch_size * s.positions * s.width,
-              base_us=_SOURCE_US)
+    s = net.s
+    x = net.g.add("input", "Placeholder", out_bytes=_FLOAT * s.batch_size * s.positions * s.width,
+                  base_us=_SOURCE_US)
     pos = s.positions
     for layer in range(s.layers):
-        stage = layer * (s.stages + 1) // s.layers
-        pos = max(1, s.positions // 4**stage)
-        act = _FLOAT * s.batch_size * pos * width_b
-        flops = 2.0 * s.batch_size * pos * k * s.width * width_b
-        outs: list[int] = []
-        for b in range(s.branches):
-            p = f"layer_{layer}/branch_{b}" if s.branches > 1 else f"layer_{layer}"
-            kread = _variable(g, variables, f"{p}/kernel", _FLOAT * k * s.width * width_b)
-            h = g.add(f"{p}/{s.kernel}", s.kernel, out_bytes=act, base_us=_heavy_us(flops),
-                      inputs=(x, kread))
-            fwd.append(("kernel", h, (x, kread, len(variables) - 1, int(flops))))
-            diff.add(h)
-            for e in range(s.reshapes):
-                shape = g.const(f"{p}/Reshape_{e}/shape", _SMALL)
-                nxt = g.add(f"{p}/Reshape_{e}", "Reshape", out_bytes=act, base_us=_META_US,
-                            inputs=(h, shape), memory=0.0)
-                fwd.append(("reshape", nxt, (h,)))
-                diff.add(nxt)
-                h = nxt
-            if s.norm:
-                gread = _variable(g, variables, f"{p}/gamma", _FLOAT * width_b)
-                bread = _variable(g, variables, f"{p}/beta", _FLOAT * width_b)
-                c_mean = g.const(f"{p}/Const", 0.0)
-                c_var = g.const(f"{p}/Const_1", 0.0)
-                stats = _FLOAT * width_b
-                cur = g.add(f"{p}/FusedBatchNormV3", "FusedBatchNormV3", out_bytes=act,
-                            base_us=_eltwise_us(3 * act), inputs=(h, gread, bread, c_mean, c_var),
-                            memory=act + 5 * stats)
-                fwd.append(("norm", cur, (h, gread, len(variables) - 2, len(variables) - 1, int(stats))))
-            else:
-                bread = _variable(g, variables, f"{p}/bias", _FLOAT * width_b)
-                cur = g.add(f"{p}/BiasAdd", "BiasAdd", out_bytes=act, base_us=_eltwise_us(2 * act),
-                            inputs=(h, bread))
-                fwd.append(("bias", cur, (h, len(variables) - 1)))
-            diff.add(cur)
-            for e in range(s.extra_elementwise):
-                kind = ("mul", "sigmoid", "tanh")[e % 3]
-                if kind == "mul":
-                    c = g.const(f"{p}/mul_{e}/y")
-                    nxt = g.add(f"{p}/mul_{e}", "Mul", out_bytes=act, base_us=_eltwise_us(2 * act),
-                                inputs=(cur, c))
-                    fwd.append(("mul", nxt, (cur, c)))
-                else:
-                    op = "Sigmoid" if kind == "sigmoid" else "Tanh"
-                    nxt = g.add(f"{p}/{op}_{e}", op, out_bytes=act, base_us=_eltwise_us(2 * act),
-                                inputs=(cur,))
-                    fwd.append((kind, nxt, (cur,)))
-                diff.add(nxt)
-                cur = nxt
-            r = g.add(f"{p}/Relu", "Relu", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(cur,))
-            fwd.append(("relu", r, (cur,)))
-            diff.add(r)
-            outs.append(r)
-        if len(outs) == 1:
-            joined = outs[0]
-        elif s.join == "concat":
-            axis = g.const(f"layer_{layer}/concat/axis")
-            joined = g.add(f"layer_{layer}/concat", "ConcatV2", out_bytes=act * len(outs),
-                           base_us=_eltwise_us(2 * act * len(outs)), inputs=(*outs, axis))
-            fwd.append(("concat", joined, (*outs, axis)))
-            diff.add(joined)
-        else:
-            joined = g.add(f"layer_{layer}/AddN", "AddN", out_bytes=act,
-                           base_us=_eltwise_us(act * (len(outs) + 1)), inputs=outs)
-            fwd.append(("addn", joined, tuple(outs)))
-            diff.add(joined)
-        if s.residual:
-            out_bytes = g.out_bytes[joined]
-            joined_res = g.add(f"layer_{layer}/add", "AddV2", out_bytes=out_bytes,
-                               base_us=_eltwise_us(3 * out_bytes), inputs=(x, joined))
-            fwd.append(("residual", joined_res, (x, joined)))
-            diff.add(joined_res)
-            joined = joined_res
-        x = joined
+        x, pos = _layer(net, layer, x)
+    return _head(net, x, pos)
 
-    # head: global average pool, dense logits, softmax cross-entropy, mean
+
+def _layer(net: _Net, layer: int, x: int) -> tuple[int, int]:
+    """One layer over input ``x``: its branches, their join and the residual; return the layer's
+    output and its positions per example."""
+    g, s = net.g, net.s
+    k = 9 if s.kernel == "Conv2D" else 1
+    width_b = s.width // s.branches if s.join == "concat" else s.width
+    stage = layer * (s.stages + 1) // s.layers
+    pos = max(1, s.positions // 4**stage)
+    act = _FLOAT * s.batch_size * pos * width_b
+    flops = 2.0 * s.batch_size * pos * k * s.width * width_b
+    outs: list[int] = []
+    for b in range(s.branches):
+        p = f"layer_{layer}/branch_{b}" if s.branches > 1 else f"layer_{layer}"
+        kread = _variable(g, net.variables, f"{p}/kernel", _FLOAT * k * s.width * width_b)
+        h = g.add(f"{p}/{s.kernel}", s.kernel, out_bytes=act, base_us=_heavy_us(flops), inputs=(x, kread))
+        net.record("kernel", h, (x, kread, len(net.variables) - 1, int(flops)))
+        for e in range(s.reshapes):
+            shape = g.const(f"{p}/Reshape_{e}/shape", _SMALL)
+            h = net.record("reshape", g.add(f"{p}/Reshape_{e}", "Reshape", out_bytes=act, base_us=_META_US,
+                                            inputs=(h, shape), memory=0.0), (h,))
+        cur = _normalise(net, p, h, act, width_b)
+        outs.append(_activations(net, p, cur, act))
+    joined = _join(net, layer, outs, act)
+    if s.residual:
+        out_bytes = g.out_bytes[joined]
+        joined = net.record("residual", g.add(f"layer_{layer}/add", "AddV2", out_bytes=out_bytes,
+                                              base_us=_eltwise_us(3 * out_bytes), inputs=(x, joined)),
+                            (x, joined))
+    return joined, pos
+
+
+def _normalise(net: _Net, p: str, h: int, act: float, width_b: int) -> int:
+    """``FusedBatchNormV3`` (gamma, beta) or ``BiasAdd`` (bias) after branch ``p``'s weighted op."""
+    g, variables = net.g, net.variables
+    if net.s.norm:
+        gread = _variable(g, variables, f"{p}/gamma", _FLOAT * width_b)
+        bread = _variable(g, variables, f"{p}/beta", _FLOAT * width_b)
+        c_mean = g.const(f"{p}/Const", 0.0)
+        c_var = g.const(f"{p}/Const_1", 0.0)
+        stats = _FLOAT * width_b
+        cur = g.add(f"{p}/FusedBatchNormV3", "FusedBatchNormV3", out_bytes=act,
+                    base_us=_eltwise_us(3 * act), inputs=(h, gread, bread, c_mean, c_var),
+                    memory=act + 5 * stats)
+        return net.record("norm", cur, (h, gread, len(variables) - 2, len(variables) - 1, int(stats)))
+    bread = _variable(g, variables, f"{p}/bias", _FLOAT * width_b)
+    cur = g.add(f"{p}/BiasAdd", "BiasAdd", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(h, bread))
+    return net.record("bias", cur, (h, len(variables) - 1))
+
+
+def _activations(net: _Net, p: str, cur: int, act: float) -> int:
+    """Branch ``p``'s extra elementwise ops (``Mul``, ``Sigmoid``, ``Tanh`` in turn), then ``Relu``."""
+    g = net.g
+    for e in range(net.s.extra_elementwise):
+        kind = ("mul", "sigmoid", "tanh")[e % 3]
+        if kind == "mul":
+            c = g.const(f"{p}/mul_{e}/y")
+            nxt = g.add(f"{p}/mul_{e}", "Mul", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(cur, c))
+            cur = net.record("mul", nxt, (cur, c))
+        else:
+            op = "Sigmoid" if kind == "sigmoid" else "Tanh"
+            nxt = g.add(f"{p}/{op}_{e}", op, out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(cur,))
+            cur = net.record(kind, nxt, (cur,))
+    r = g.add(f"{p}/Relu", "Relu", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(cur,))
+    return net.record("relu", r, (cur,))
+
+
+def _join(net: _Net, layer: int, outs: list[int], act: float) -> int:
+    """Merge a layer's branch outputs: ``ConcatV2`` or ``AddN`` (a single branch is its own output)."""
+    g = net.g
+    if len(outs) == 1:
+        return outs[0]
+    if net.s.join == "concat":
+        axis = g.const(f"layer_{layer}/concat/axis")
+        joined = g.add(f"layer_{layer}/concat", "ConcatV2", out_bytes=act * len(outs),
+                       base_us=_eltwise_us(2 * act * len(outs)), inputs=(*outs, axis))
+        return net.record("concat", joined, (*outs, axis))
+    joined = g.add(f"layer_{layer}/AddN", "AddN", out_bytes=act,
+                   base_us=_eltwise_us(act * (len(outs) + 1)), inputs=outs)
+    return net.record("addn", joined, tuple(outs))
+
+
+def _head(net: _Net, x: int, pos: int) -> int:
+    """Global average pool, dense logits, softmax cross-entropy; return the loss node ``xent``."""
+    g, s, variables = net.g, net.s, net.variables
     in_features = g.out_bytes[x] / (_FLOAT * s.batch_size * pos)
     pool_axis = g.const("head/Mean/reduction_indices", 2 * _FLOAT)
     pooled_bytes = _FLOAT * s.batch_size * in_features
     pooled = g.add("head/Mean", "Mean", out_bytes=pooled_bytes,
                    base_us=_eltwise_us(g.out_bytes[x] + pooled_bytes), inputs=(x, pool_axis))
-    fwd.append(("pool", pooled, (x, pool_axis)))
-    diff.add(pooled)
+    net.record("pool", pooled, (x, pool_axis))
     logits_bytes = _FLOAT * s.batch_size * s.classes
     kread = _variable(g, variables, "head/dense/kernel", _FLOAT * in_features * s.classes)
     flops = 2.0 * s.batch_size * in_features * s.classes
     logits = g.add("head/dense/MatMul", "MatMul", out_bytes=logits_bytes, base_us=_heavy_us(flops),
                    inputs=(pooled, kread))
-    fwd.append(("kernel", logits, (pooled, kread, len(variables) - 1, int(flops))))
-    diff.add(logits)
+    net.record("kernel", logits, (pooled, kread, len(variables) - 1, int(flops)))
     bread = _variable(g, variables, "head/dense/bias", _FLOAT * s.classes)
     biased = g.add("head/dense/BiasAdd", "BiasAdd", out_bytes=logits_bytes,
                    base_us=_eltwise_us(2 * logits_bytes), inputs=(logits, bread))
-    fwd.append(("bias", biased, (logits, len(variables) - 1)))
-    diff.add(biased)
+    net.record("bias", biased, (logits, len(variables) - 1))
     labels = g.add("labels", "Placeholder", out_bytes=_FLOAT * s.batch_size, base_us=_SOURCE_US)
     xent = g.add("loss/SparseSoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
                  out_bytes=_FLOAT * s.batch_size, base_us=_eltwise_us(3 * logits_bytes),
                  inputs=(biased, labels), memory=_FLOAT * s.batch_size + logits_bytes)
     # the backward pass starts here: its first gradient flows into the biased logits
-    fwd.append(("xent", xent, (biased,)))
+    net.fwd.append(("xent", xent, (biased,)))
     return xent
 
 
-def _backward(g: GraphBuilder, s: _Spec, variables: list[_Var], fwd: list[_Fwd], diff: set[int],
-              xent: int) -> None:
-    """Append the gradient ops (reverse of ``fwd``), filling each variable's ``grad``."""
-    contrib: dict[int, list[_Input]] = {}
-    addn = [0]
+class _Gradients:
+    """Gradient contributions per forward node, summed by TensorFlow's ``AddN`` when several."""
 
-    def give(node: int, grad: _Input) -> None:
-        if node in diff:
-            contrib.setdefault(node, []).append(grad)
+    def __init__(self, net: _Net) -> None:
+        self.net = net
+        self.contrib: dict[int, list[_Input]] = {}
+        self.addn = 0
 
-    def grad_of(node: int) -> _Input | None:
-        parts = contrib.pop(node, None)
+    def give(self, node: int, grad: _Input) -> None:
+        """Add ``grad`` to ``node``'s gradient (ignored when no gradient flows into ``node``)."""
+        if node in self.net.diff:
+            self.contrib.setdefault(node, []).append(grad)
+
+    def take(self, node: int) -> _Input | None:
+        """``node``'s whole gradient (an ``AddN`` of several contributions), or None."""
+        parts = self.contrib.pop(node, None)
         if not parts:
             return None
         if len(parts) == 1:
             return parts[0]
+        g = self.net.g
         nbytes = g.out_bytes[node]
-        name = "gradients/AddN" if addn[0] == 0 else f"gradients/AddN_{addn[0]}"
-        addn[0] += 1
+        name = "gradients/AddN" if self.addn == 0 else f"gradients/AddN_{self.addn}"
+        self.addn += 1
         return g.add(name, "AddN", out_bytes=nbytes, base_us=_eltwise_us(nbytes * (len(parts) + 1)),
                      inputs=parts)
 
-    # loss = mean(xent): d loss / d logits = backprop(xent) * 1/batch
+
+def _backward(net: _Net, xent: int) -> None:
+    """Append the gradient ops (reverse of ``net.fwd``), filling each variable's ``grad``."""
+    grads = _Gradients(net)
+    dlogits = _loss_gradient(net, xent)
+    for kind, node, args in reversed(net.fwd):
+        if kind == "xent":
+            grads.give(args[0], dlogits)
+            continue
+        dy = grads.take(node)
+        if dy is None:
+            continue
+        if kind not in _GRADIENT_OPS:  # pragma: no cover - every recorded kind has gradient ops
+            raise AssertionError(kind)
+        _GRADIENT_OPS[kind](net, grads, node, args, dy, f"gradients/{net.g.names[node]}_grad")
+
+
+def _loss_gradient(net: _Net, xent: int) -> int:
+    """The loss value (fetched only) and ``d loss / d logits = backprop(xent) / batch``."""
+    g, s = net.g, net.s
     batch_bytes = _FLOAT * s.batch_size
     logits_bytes = _FLOAT * s.batch_size * s.classes
     # the loss value itself is only fetched, not differentiated through
@@ -361,91 +412,125 @@ def _backward(g: GraphBuilder, s: _Spec, variables: list[_Var], fwd: list[_Fwd],
               inputs=(t, g.const("gradients/loss/Mean_grad/Cast")))
     e = g.add("gradients/loss/xent_grad/ExpandDims", "ExpandDims", out_bytes=batch_bytes,
               base_us=_META_US, inputs=(d, g.const("gradients/loss/xent_grad/ExpandDims/dim")))
-    dlogits = g.add("gradients/loss/xent_grad/mul", "Mul", out_bytes=logits_bytes,
-                    base_us=_eltwise_us(3 * logits_bytes), inputs=(e, (xent, 1, logits_bytes)))
+    return g.add("gradients/loss/xent_grad/mul", "Mul", out_bytes=logits_bytes,
+                 base_us=_eltwise_us(3 * logits_bytes), inputs=(e, (xent, 1, logits_bytes)))
 
-    for kind, node, args in reversed(fwd):
-        if kind == "xent":
-            give(args[0], dlogits)
-            continue
-        dy = grad_of(node)
-        if dy is None:
-            continue
-        name = g.names[node]
-        gp = f"gradients/{name}_grad"
-        nbytes = g.out_bytes[node]
-        if kind == "kernel":
-            x, kread, vi, flops = args
-            var = variables[vi]
-            if g.ops[node] == "Conv2D":
-                var.grad = g.add(f"{gp}/Conv2DBackpropFilter", "Conv2DBackpropFilter",
-                                 out_bytes=var.nbytes, base_us=_heavy_us(flops),
-                                 inputs=(x, g.const(f"{gp}/ShapeN_1", _SMALL), dy))
-                if x in diff:
-                    give(x, g.add(f"{gp}/Conv2DBackpropInput", "Conv2DBackpropInput",
-                                  out_bytes=g.out_bytes[x], base_us=_heavy_us(flops),
-                                  inputs=(g.const(f"{gp}/ShapeN", _SMALL), kread, dy)))
-            else:
-                if x in diff:
-                    give(x, g.add(f"{gp}/MatMul", "MatMul", out_bytes=g.out_bytes[x],
-                                  base_us=_heavy_us(flops), inputs=(dy, kread)))
-                var.grad = g.add(f"{gp}/MatMul_1", "MatMul", out_bytes=var.nbytes,
-                                 base_us=_heavy_us(flops), inputs=(x, dy))
-        elif kind == "bias":
-            h, vi = args
-            var = variables[vi]
-            var.grad = g.add(f"{gp}/BiasAddGrad", "BiasAddGrad", out_bytes=var.nbytes,
-                             base_us=_eltwise_us(nbytes), inputs=(dy,))
-            give(h, dy)
-        elif kind == "norm":
-            h, gread, vg, vb, stats = args
-            grad = g.add(f"{gp}/FusedBatchNormGradV3", "FusedBatchNormGradV3", out_bytes=nbytes,
-                         base_us=_eltwise_us(4 * nbytes), memory=nbytes + 2 * stats,
-                         inputs=(dy, h, gread, (node, 3, stats), (node, 4, stats)))
-            variables[vg].grad = (grad, 1, stats)
-            variables[vb].grad = (grad, 2, stats)
-            give(h, grad)
-        elif kind == "reshape":
-            (x,) = args
-            give(x, g.add(f"{gp}/Reshape", "Reshape", out_bytes=nbytes, base_us=_META_US, memory=0.0,
-                          inputs=(dy, g.const(f"{gp}/Shape", _SMALL))))
-        elif kind == "mul":
-            x, c = args
-            give(x, g.add(f"{gp}/Mul", "Mul", out_bytes=nbytes, base_us=_eltwise_us(2 * nbytes),
-                          inputs=(dy, c)))
-        elif kind in ("sigmoid", "tanh", "relu"):
-            (x,) = args
-            op = {"sigmoid": "SigmoidGrad", "tanh": "TanhGrad", "relu": "ReluGrad"}[kind]
-            ins: tuple[_Input, ...] = (dy, node) if kind == "relu" else (node, dy)
-            give(x, g.add(f"{gp}/{op}", op, out_bytes=nbytes, base_us=_eltwise_us(3 * nbytes),
-                          inputs=ins))
-        elif kind == "concat":
-            *outs, axis = args
-            shapes = g.add(f"{gp}/ShapeN", "ShapeN", out_bytes=_SMALL, base_us=_META_US,
-                           inputs=outs, memory=_SMALL * len(outs))
-            offsets = g.add(f"{gp}/ConcatOffset", "ConcatOffset", out_bytes=_SMALL, base_us=_META_US,
-                            inputs=(axis, *((shapes, i, _SMALL) for i in range(len(outs)))),
-                            memory=_SMALL * len(outs))
-            for i, o in enumerate(outs):
-                part = g.out_bytes[o]
-                give(o, g.add(f"{gp}/Slice_{i}", "Slice", out_bytes=part, base_us=_eltwise_us(2 * part),
-                              inputs=(dy, (offsets, i, _SMALL), (shapes, i, _SMALL))))
-        elif kind == "addn":
-            for o in args:
-                give(o, dy)
-        elif kind == "residual":
-            x, j = args
-            give(x, dy)
-            give(j, dy)
-        elif kind == "pool":
-            x, _axis = args
-            full = g.out_bytes[x]
-            tiled = g.add(f"{gp}/Tile", "Tile", out_bytes=full, base_us=_eltwise_us(full),
-                          inputs=(dy, g.const(f"{gp}/Tile/multiples", _SMALL)))
-            give(x, g.add(f"{gp}/truediv", "RealDiv", out_bytes=full, base_us=_eltwise_us(2 * full),
-                          inputs=(tiled, g.const(f"{gp}/Cast"))))
-        else:  # pragma: no cover - every recorded kind is handled above
-            raise AssertionError(kind)
+
+def _kernel_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """``Conv2DBackpropFilter``/``Input`` or the two ``MatMul`` gradients of a weighted op."""
+    g, diff = net.g, net.diff
+    x, kread, vi, flops = args
+    var = net.variables[vi]
+    if g.ops[node] == "Conv2D":
+        var.grad = g.add(f"{gp}/Conv2DBackpropFilter", "Conv2DBackpropFilter",
+                         out_bytes=var.nbytes, base_us=_heavy_us(flops),
+                         inputs=(x, g.const(f"{gp}/ShapeN_1", _SMALL), dy))
+        if x in diff:
+            grads.give(x, g.add(f"{gp}/Conv2DBackpropInput", "Conv2DBackpropInput",
+                                out_bytes=g.out_bytes[x], base_us=_heavy_us(flops),
+                                inputs=(g.const(f"{gp}/ShapeN", _SMALL), kread, dy)))
+        return
+    if x in diff:
+        grads.give(x, g.add(f"{gp}/MatMul", "MatMul", out_bytes=g.out_bytes[x],
+                            base_us=_heavy_us(flops), inputs=(dy, kread)))
+    var.grad = g.add(f"{gp}/MatMul_1", "MatMul", out_bytes=var.nbytes,
+                     base_us=_heavy_us(flops), inputs=(x, dy))
+
+
+def _bias_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """``BiasAddGrad`` for the bias; the input gets ``dy`` itself."""
+    h, vi = args
+    var = net.variables[vi]
+    var.grad = net.g.add(f"{gp}/BiasAddGrad", "BiasAddGrad", out_bytes=var.nbytes,
+                         base_us=_eltwise_us(net.g.out_bytes[node]), inputs=(dy,))
+    grads.give(h, dy)
+
+
+def _norm_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """``FusedBatchNormGradV3``: the input's gradient (output 0), gamma's (1) and beta's (2)."""
+    g = net.g
+    nbytes = g.out_bytes[node]
+    h, gread, vg, vb, stats = args
+    grad = g.add(f"{gp}/FusedBatchNormGradV3", "FusedBatchNormGradV3", out_bytes=nbytes,
+                 base_us=_eltwise_us(4 * nbytes), memory=nbytes + 2 * stats,
+                 inputs=(dy, h, gread, (node, 3, stats), (node, 4, stats)))
+    net.variables[vg].grad = (grad, 1, stats)
+    net.variables[vb].grad = (grad, 2, stats)
+    grads.give(h, grad)
+
+
+def _reshape_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input,
+                  gp: str) -> None:
+    """A ``Reshape`` back to the input's shape."""
+    g = net.g
+    (x,) = args
+    grads.give(x, g.add(f"{gp}/Reshape", "Reshape", out_bytes=g.out_bytes[node], base_us=_META_US,
+                        memory=0.0, inputs=(dy, g.const(f"{gp}/Shape", _SMALL))))
+
+
+def _mul_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """``dy`` times the constant factor."""
+    g = net.g
+    nbytes = g.out_bytes[node]
+    x, c = args
+    grads.give(x, g.add(f"{gp}/Mul", "Mul", out_bytes=nbytes, base_us=_eltwise_us(2 * nbytes),
+                        inputs=(dy, c)))
+
+
+def _activation_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str,
+                     *, op: str, dy_first: bool) -> None:
+    """``op`` (``SigmoidGrad``, ``TanhGrad``, ``ReluGrad``) of the op's own output and ``dy``."""
+    g = net.g
+    nbytes = g.out_bytes[node]
+    (x,) = args
+    ins: tuple[_Input, ...] = (dy, node) if dy_first else (node, dy)
+    grads.give(x, g.add(f"{gp}/{op}", op, out_bytes=nbytes, base_us=_eltwise_us(3 * nbytes), inputs=ins))
+
+
+def _concat_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input,
+                 gp: str) -> None:
+    """``ShapeN`` and ``ConcatOffset``, then one ``Slice`` of ``dy`` per concatenated input."""
+    g = net.g
+    *outs, axis = args
+    shapes = g.add(f"{gp}/ShapeN", "ShapeN", out_bytes=_SMALL, base_us=_META_US,
+                   inputs=outs, memory=_SMALL * len(outs))
+    offsets = g.add(f"{gp}/ConcatOffset", "ConcatOffset", out_bytes=_SMALL, base_us=_META_US,
+                    inputs=(axis, *((shapes, i, _SMALL) for i in range(len(outs)))),
+                    memory=_SMALL * len(outs))
+    for i, o in enumerate(outs):
+        part = g.out_bytes[o]
+        grads.give(o, g.add(f"{gp}/Slice_{i}", "Slice", out_bytes=part, base_us=_eltwise_us(2 * part),
+                            inputs=(dy, (offsets, i, _SMALL), (shapes, i, _SMALL))))
+
+
+def _sum_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """``AddN`` and the residual ``AddV2``: every input gets ``dy`` itself."""
+    for o in args:
+        grads.give(o, dy)
+
+
+def _pool_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], dy: _Input, gp: str) -> None:
+    """Global average pool: ``Tile`` ``dy`` back to the input's shape, divide by the positions."""
+    g = net.g
+    x, _axis = args
+    full = g.out_bytes[x]
+    tiled = g.add(f"{gp}/Tile", "Tile", out_bytes=full, base_us=_eltwise_us(full),
+                  inputs=(dy, g.const(f"{gp}/Tile/multiples", _SMALL)))
+    grads.give(x, g.add(f"{gp}/truediv", "RealDiv", out_bytes=full, base_us=_eltwise_us(2 * full),
+                        inputs=(tiled, g.const(f"{gp}/Cast"))))
+
+
+_GradientOps = Callable[[_Net, _Gradients, int, tuple[int, ...], _Input, str], None]
+
+#: The gradient ops of each kind of forward op (``gp`` is the ``gradients/<op>_grad`` name prefix).
+_GRADIENT_OPS: dict[str, _GradientOps] = {
+    "kernel": _kernel_grad, "bias": _bias_grad, "norm": _norm_grad, "reshape": _reshape_grad,
+    "mul": _mul_grad,
+    "sigmoid": partial(_activation_grad, op="SigmoidGrad", dy_first=False),
+    "tanh": partial(_activation_grad, op="TanhGrad", dy_first=False),
+    "relu": partial(_activation_grad, op="ReluGrad", dy_first=True),
+    "concat": _concat_grad, "addn": _sum_grad, "residual": _sum_grad, "pool": _pool_grad,
+}
 
 
 def _optimizer(g: GraphBuilder, variables: list[_Var]) -> None:
@@ -483,14 +568,11 @@ def _optimizer(g: GraphBuilder, variables: list[_Var]) -> None:
 
 def _build(s: _Spec) -> GraphBuilder:
     """The whole training step as builder lists (costs still noise-free)."""
-    g = GraphBuilder()
-    variables: list[_Var] = []
-    fwd: list[_Fwd] = []
-    diff: set[int] = set()
-    xent = _forward(g, s, variables, fwd, diff)
-    _backward(g, s, variables, fwd, diff, xent)
-    _optimizer(g, variables)
-    return g
+    net = _Net(GraphBuilder(), s)
+    xent = _forward(net)
+    _backward(net, xent)
+    _optimizer(net.g, net.variables)
+    return net.g
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:
@@ -550,11 +632,42 @@ def training_step_graph(
         source output carrying the same byte size; ``meta`` holds ``source``, ``model``, ``seed``
         and ``batch_size``.
     """
+    spec = _checked_spec(layers=layers, width=width, branches=branches, kernel=kernel, join=join,
+                         residual=residual, norm=norm, extra_elementwise=extra_elementwise,
+                         reshapes=reshapes, batch_size=batch_size, positions=positions, stages=stages,
+                         classes=classes)
+    seed = _check_int(seed, "seed", 0)
+    if join == "concat" and spec.width < spec.branches:
+        raise CeleritasInputError(f"width: {width} is less than branches ({branches}) with join='concat'")
+    g = _build(spec)
+    rng = np.random.default_rng(seed)
+    n = len(g.names)
+    if num_nodes is not None:
+        target = _check_int(num_nodes, "num_nodes", 1)
+        if target < n:
+            raise CeleritasInputError(
+                f"num_nodes: {layers} layers already need {n} nodes, more than {target}")
+        _pad_constants(g, rng, target - n)
+        n = target
+    noise = rng.lognormal(0.0, _NOISE_SIGMA, size=n)
+    return Graph.from_arrays(
+        name=name, node_names=g.names, ops=g.ops, time_us=np.asarray(g.base_us, dtype=np.float64) * noise,
+        memory_bytes=np.rint(np.asarray(g.memory, dtype=np.float64)), colocation=g.coloc,
+        edge_src=g.src, edge_dst=g.dst, edge_bytes=np.rint(np.asarray(g.ebytes, dtype=np.float64)),
+        edge_src_output=g.eout,
+        meta={"source": "synthetic", "model": model or name, "seed": seed, "batch_size": spec.batch_size},
+    )
+
+
+def _checked_spec(*, layers: int, width: int, branches: int, kernel: Kernel, join: Join, residual: bool,
+                  norm: bool, extra_elementwise: int, reshapes: int, batch_size: int, positions: int,
+                  stages: int, classes: int) -> _Spec:
+    """The :func:`training_step_graph` arguments as a :class:`_Spec`; raise on the first bad one."""
     if kernel not in ("MatMul", "Conv2D"):
         raise CeleritasInputError(f"kernel: must be 'MatMul' or 'Conv2D', got {kernel!r}")
     if join not in ("concat", "add"):
         raise CeleritasInputError(f"join: must be 'concat' or 'add', got {join!r}")
-    spec = _Spec(
+    return _Spec(
         layers=_check_int(layers, "layers", 1),
         width=_check_int(width, "width", 1),
         branches=_check_int(branches, "branches", 1),
@@ -569,41 +682,19 @@ def training_step_graph(
         stages=_check_int(stages, "stages", 0),
         classes=_check_int(classes, "classes", 1),
     )
-    seed = _check_int(seed, "seed", 0)
-    if join == "concat" and spec.width < spec.branches:
-        raise CeleritasInputError(f"width: {width} is less than branches ({branches}) with join='concat'")
-    g = _build(spec)
-    rng = np.random.default_rng(seed)
-    n = len(g.names)
-    if num_nodes is not None:
-        target = _check_int(num_nodes, "num_nodes", 1)
-        if target < n:
-            raise CeleritasInputError(
-                f"num_nodes: {layers} layers already need {n} nodes, more than {target}")
-        # extra shape/scalar constants, each feeding one op that has inputs (like Reshape shapes)
-        has_inputs = np.unique(np.asarray(g.dst, dtype=np.int64))
-        targets = has_inputs[rng.integers(0, len(has_inputs), size=target - n)].tolist()
-        for i, dst in enumerate(targets):
-            c = g.const(f"pad/Const_{i}", 2 * _FLOAT)
-            g.src.append(c)
-            g.dst.append(int(dst))
-            g.eout.append(0)
-            g.ebytes.append(2 * _FLOAT)
-        n = target
-    noise = rng.lognormal(0.0, _NOISE_SIGMA, size=n)
-    return Graph.from_arrays(
-        name=name,
-        node_names=g.names,
-        ops=g.ops,
-        time_us=np.asarray(g.base_us, dtype=np.float64) * noise,
-        memory_bytes=np.rint(np.asarray(g.memory, dtype=np.float64)),
-        colocation=g.coloc,
-        edge_src=g.src,
-        edge_dst=g.dst,
-        edge_bytes=np.rint(np.asarray(g.ebytes, dtype=np.float64)),
-        edge_src_output=g.eout,
-        meta={"source": "synthetic", "model": model or name, "seed": seed, "batch_size": spec.batch_size},
-    )
+
+
+def _pad_constants(g: GraphBuilder, rng: np.random.Generator, count: int) -> None:
+    """Append ``count`` small shape/scalar constants, each feeding one random op that has inputs
+    (like ``Reshape`` shapes)."""
+    has_inputs = np.unique(np.asarray(g.dst, dtype=np.int64))
+    targets = has_inputs[rng.integers(0, len(has_inputs), size=count)].tolist()
+    for i, dst in enumerate(targets):
+        c = g.const(f"pad/Const_{i}", 2 * _FLOAT)
+        g.src.append(c)
+        g.dst.append(int(dst))
+        g.eout.append(0)
+        g.ebytes.append(2 * _FLOAT)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ from celeritas_core.placers.sct_lp import solve_favourite_children
 
 _DEAD = -2.0  # (op, device) not a candidate
 _RIPE = -1.0  # (op, device) in the device's rank heap (arrival maybe <= device free time)
+#: Returned (by identity) when a device's late candidates turn up a ripe op: look at the ripe ones again.
+_AGAIN: tuple[float, int, int] = (-1.0, -1, -1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,97 +79,130 @@ class ScheduleResult:
     favourites_kept: int
 
 
-@dataclass(frozen=True, eq=False)
-class _Tensors:
-    """Distinct (producer, src_output) tensors, their transfer time and consumers (CSR)."""
+class _Device:
+    """One device's state: when it is next free (µs), its free memory (bytes), its send and
+    receive channels (free at, µs), the op it ran last and its two heaps of candidate ops.
 
-    src: list[int]
-    comm_us: list[float]
-    consumers_ptr: list[int]
-    consumers: list[int]
-    inputs_ptr: list[int]
-    inputs: list[int]
+    ``by_arrival`` holds ``(arrival lower bound µs, rank, op)``; ``by_rank`` holds ``(rank, op)``
+    of the *ripe* ops, whose arrival may be at most :attr:`free_at`. Entries go stale when the
+    op's state changes; the scheduler's ``loc`` tells a live entry from a stale one.
+    """
 
+    __slots__ = ("by_arrival", "by_rank", "free_at", "free_bytes", "index", "last_op", "recv_free",
+                 "send_free")
 
-def _tensors(graph: Graph, cluster: Cluster) -> _Tensors:
-    """Group edges into tensors keyed by (src node, src_output); size = largest edge (bytes)."""
-    n = graph.num_nodes
-    if graph.num_edges == 0:
-        zeros = [0] * (n + 1)
-        return _Tensors([], [], [0], [], zeros, [])
-    key = np.stack([graph.edge_src, graph.edge_src_output], axis=1)
-    uniq, tid = np.unique(key, axis=0, return_inverse=True)
-    tid = tid.reshape(-1)
-    nbytes = np.zeros(len(uniq))
-    np.maximum.at(nbytes, tid, graph.edge_bytes)
-    comm = np.asarray(cluster.comm_time_us(nbytes), dtype=np.float64)
-    pairs = np.unique(np.stack([tid, graph.edge_dst], axis=1), axis=0)  # (tensor, consumer)
-    cptr = np.zeros(len(uniq) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(pairs[:, 0], minlength=len(uniq)), out=cptr[1:])
-    by_consumer = pairs[np.lexsort((pairs[:, 0], pairs[:, 1]))]
-    iptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(by_consumer[:, 1], minlength=n), out=iptr[1:])
-    return _Tensors(uniq[:, 0].tolist(), comm.tolist(), cptr.tolist(), pairs[:, 1].tolist(),
-                    iptr.tolist(), by_consumer[:, 0].tolist())
+    def __init__(self, index: int, memory_bytes: float) -> None:
+        self.index = index
+        self.free_at = 0.0
+        self.free_bytes = memory_bytes
+        self.send_free = 0.0
+        self.recv_free = 0.0
+        self.last_op = -1
+        self.by_arrival: list[tuple[float, int, int]] = []
+        self.by_rank: list[tuple[int, int]] = []
 
 
-def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None) -> ScheduleResult:
-    """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given."""
-    n = graph.num_nodes
-    num_dev = cluster.num_devices
-    tens = _tensors(graph, cluster)
-    t_src, t_comm = tens.src, tens.comm_us
-    c_ptr, c_nodes = tens.consumers_ptr, tens.consumers
-    i_ptr, i_tids = tens.inputs_ptr, tens.inputs
-    rank = graph.topological_rank.tolist()
-    time_us = graph.time_us.tolist()
-    speed = cluster.speed.tolist()
-    succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
-    pending = graph.in_degree.tolist()
-    fav = favourite.tolist() if favourite is not None else None
+class _ListScheduler:
+    """m-ETF / m-SCT list scheduling (module docstring) over plain lists: :meth:`run` commits
+    one (op, device) per :meth:`step`.
 
-    # Memory: a grouped op needs its whole group's memory until the group is placed, then 0.
-    gid = graph.colocation_ids
-    group_of = gid.tolist()
-    num_groups = int(gid.max()) + 1 if n and gid.max() >= 0 else 0
-    req = graph.memory_bytes.astype(np.float64).copy()
-    members: list[list[int]] = [[] for _ in range(num_groups)]
-    if num_groups:
-        totals = np.bincount(gid[gid >= 0], weights=graph.memory_bytes[gid >= 0], minlength=num_groups)
-        req[gid >= 0] = totals[gid[gid >= 0]]
-        for v in np.flatnonzero(gid >= 0).tolist():
-            members[group_of[v]].append(v)
-    req_l = req.tolist()
-    group_dev = [-1] * num_groups
-    free = cluster.memory_bytes.astype(np.float64).tolist()
+    Per op: ``loc[v * D + d]`` is v's arrival key on device d's ``by_arrival`` heap, ``_RIPE``
+    while it sits on ``by_rank``, ``_DEAD`` when v is no candidate on d. ``sent[t * D + d]`` is
+    the end (µs) of tensor t's transfer to d, -1 while none.
+    """
 
-    device = [-1] * n
-    start = [0.0] * n
-    finish = [0.0] * n
-    ready = [False] * n
-    done = [False] * n
-    forced = [False] * n  # best effort: memory is not checked
-    alive = [0] * n  # devices on which the op is still a candidate
-    inputs: list[list[tuple[float, int, int, int, float]]] = [[] for _ in range(n)]
-    loc = [_DEAD] * (n * num_dev)
-    dev_free = [0.0] * num_dev
-    send_free = [0.0] * num_dev
-    recv_free = [0.0] * num_dev
-    sent = [-1.0] * (len(t_src) * num_dev)  # end (µs) of tensor t's transfer to device d
-    arr_heaps: list[list[tuple[float, int, int]]] = [[] for _ in range(num_dev)]
-    rank_heaps: list[list[tuple[int, int]]] = [[] for _ in range(num_dev)]
-    last_op = [-1] * num_dev
-    heappush, heappop = heapq.heappush, heapq.heappop
-    best_effort = 0
-    transfers = 0
-    forced_push = False  # set when a best-effort op joins a device's heap mid-round
+    def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None) -> None:
+        n = graph.num_nodes
+        self.n = n
+        self.num_dev = cluster.num_devices
+        self._init_tensors(graph, cluster)
+        self.rank = graph.topological_rank.tolist()
+        self.time_us = graph.time_us.tolist()
+        self.speed = cluster.speed.tolist()
+        self.succ_ptr, self.succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+        self.pending = graph.in_degree.tolist()
+        self.fav = favourite.tolist() if favourite is not None else None
+        self._init_memory(graph)
+        self.devices = [_Device(d, m) for d, m in enumerate(cluster.memory_bytes.astype(np.float64).tolist())]
+        self.device = [-1] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.ready = [False] * n
+        self.done = [False] * n
+        self.forced = [False] * n  # best effort: memory is not checked
+        self.alive = [0] * n  # devices on which the op is still a candidate
+        self.inputs: list[list[tuple[float, int, int, int, float]]] = [[] for _ in range(n)]
+        self.loc = [_DEAD] * (n * self.num_dev)
+        self.sent = [-1.0] * (len(self.t_src) * self.num_dev)
+        self.best_effort = 0
+        self.transfers = 0
+        self.forced_push = False  # set when a best-effort op joins a device's heap mid-round
+        for v in graph.topological_order.tolist():
+            if self.pending[v] == 0:
+                self._make_ready(v)
 
-    def arrival(v: int, d: int) -> float:
+    def _init_tensors(self, graph: Graph, cluster: Cluster) -> None:
+        """Tensors (:attr:`Graph.tensors`): producer, transfer time (µs), consumers and inputs."""
+        view = graph.tensors
+        self.t_src = view.producer.tolist()
+        self.t_comm = np.asarray(cluster.comm_time_us(view.nbytes), dtype=np.float64).tolist()
+        self.c_ptr, self.c_nodes = view.consumer_ptr.tolist(), view.consumer.tolist()
+        self.i_ptr, self.i_tids = view.input_ptr.tolist(), view.input_tensor.tolist()
+
+    def _init_memory(self, graph: Graph) -> None:
+        """A grouped op needs its whole group's memory until the group is placed, then 0 (bytes)."""
+        gid = graph.colocation_ids
+        self.group_of = gid.tolist()
+        num_groups = int(gid.max()) + 1 if self.n and gid.max() >= 0 else 0
+        req = graph.memory_bytes.astype(np.float64).copy()
+        self.members: list[list[int]] = [[] for _ in range(num_groups)]
+        if num_groups:
+            grouped = gid >= 0
+            totals = np.bincount(gid[grouped], weights=graph.memory_bytes[grouped], minlength=num_groups)
+            req[grouped] = totals[gid[grouped]]
+            for v in np.flatnonzero(grouped).tolist():
+                self.members[self.group_of[v]].append(v)
+        self.req = req.tolist()
+        self.group_dev = [-1] * num_groups
+
+    # ------------------------------------------------------------------ the main loop
+    def run(self) -> ScheduleResult:
+        """Commit every op; return the schedule."""
+        for _ in range(self.n):
+            self.step()
+        n, fav, device = self.n, self.fav, self.device
+        kept = 0
+        if fav is not None:
+            kept = sum(1 for u in range(n) if fav[u] >= 0 and device[fav[u]] == device[u])
+        return ScheduleResult(
+            assignment=np.asarray(device, dtype=np.int64),
+            start_us=np.asarray(self.start),
+            finish_us=np.asarray(self.finish),
+            makespan_us=max(self.finish) if n else 0.0,
+            best_effort_ops=self.best_effort,
+            num_transfers=self.transfers,
+            favourites_kept=kept,
+        )
+
+    def step(self) -> None:
+        """Collect every device's offer (again, when a best-effort op joined a device meanwhile)
+        and commit the smallest (start, rank, not-favourite, device)."""
+        while True:
+            self.forced_push = False
+            offers = [o for o in (self._offer(d) for d in range(self.num_dev)) if o is not None]
+            if not self.forced_push:
+                break
+        best = min(offers)
+        self._commit(best[4], best[3])
+
+    # ------------------------------------------------------------------ candidates
+    def _arrival(self, v: int, d: int) -> float:
         """Time (µs) all of v's inputs are on d if v were committed there now (no reservation)."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
         a = 0.0
-        rf = recv_free[d]
+        rf = devices[d].recv_free
         sf: list[float] | None = None
-        for f, _, p, t, c in inputs[v]:
+        for f, _, p, t, c in self.inputs[v]:
             if p == d:
                 if f > a:
                     a = f
@@ -175,7 +210,7 @@ def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None =
             e = sent[t * num_dev + d]
             if e < 0.0:
                 if sf is None:
-                    sf = send_free[:]
+                    sf = [device.send_free for device in devices]
                 s = f
                 if sf[p] > s:
                     s = sf[p]
@@ -188,215 +223,273 @@ def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None =
                 a = e
         return a
 
-    def push(v: int, d: int) -> None:
+    def _push(self, v: int, d: int) -> None:
         """Make v a candidate on d, keyed by its exact arrival (µs) now."""
-        a = arrival(v, d)
-        loc[v * num_dev + d] = a
-        heappush(arr_heaps[d], (a, rank[v], v))
+        a = self._arrival(v, d) if self.inputs[v] else 0.0
+        self.loc[v * self.num_dev + d] = a
+        heapq.heappush(self.devices[d].by_arrival, (a, self.rank[v], v))
 
-    def force(v: int) -> None:
+    def _force(self, v: int) -> None:
         """Best effort: v fits nowhere; make it a candidate on the device with most free memory
         (on its group's device when its co-location group is already placed)."""
-        nonlocal best_effort, forced_push
-        g = group_of[v]
-        d = group_dev[g] if g >= 0 and group_dev[g] >= 0 else max(range(num_dev), key=lambda k: (free[k], -k))
-        forced[v] = True
-        alive[v] = 1
-        best_effort += 1
-        push(v, d)
-        forced_push = True
+        g = self.group_of[v]
+        if g >= 0 and self.group_dev[g] >= 0:
+            d = self.group_dev[g]
+        else:
+            devices = self.devices
+            d = max(range(self.num_dev), key=lambda k: (devices[k].free_bytes, -k))
+        self.forced[v] = True
+        self.alive[v] = 1
+        self.best_effort += 1
+        self._push(v, d)
+        self.forced_push = True
 
-    def drop(v: int, d: int) -> None:
+    def _drop(self, v: int, d: int) -> None:
         """v no longer fits on d (free memory only shrinks): never a candidate there again."""
-        loc[v * num_dev + d] = _DEAD
-        alive[v] -= 1
-        if alive[v] == 0:
-            force(v)
+        self.loc[v * self.num_dev + d] = _DEAD
+        self.alive[v] -= 1
+        if self.alive[v] == 0:
+            self._force(v)
 
-    def make_ready(v: int) -> None:
+    def _make_ready(self, v: int) -> None:
         """All of v's predecessors are scheduled: fix its input order, offer it to devices."""
-        ready[v] = True
+        self.ready[v] = True
+        finish, rank, device, t_src, t_comm = self.finish, self.rank, self.device, self.t_src, self.t_comm
+        i_tids = self.i_tids
         lst = []
-        for k in range(i_ptr[v], i_ptr[v + 1]):
+        for k in range(self.i_ptr[v], self.i_ptr[v + 1]):
             t = i_tids[k]
             u = t_src[t]
             lst.append((finish[u], rank[u], device[u], t, t_comm[t]))
         lst.sort()
-        inputs[v] = lst
-        g = group_of[v]
-        if g >= 0 and group_dev[g] >= 0:
-            alive[v] = 1
-            push(v, group_dev[g])
+        self.inputs[v] = lst
+        g = self.group_of[v]
+        if g >= 0 and self.group_dev[g] >= 0:
+            self.alive[v] = 1
+            self._push(v, self.group_dev[g])
             return
         count = 0
-        for d in range(num_dev):
-            if req_l[v] <= free[d]:
-                push(v, d)
+        need = self.req[v]
+        for device in self.devices:
+            if need <= device.free_bytes:
+                self._push(v, device.index)
                 count += 1
-        alive[v] = count
+        self.alive[v] = count
         if count == 0:
-            force(v)
+            self._force(v)
 
-    def etf_candidate(d: int) -> tuple[float, int, int] | None:
-        """(start µs, rank, op) minimising (start, rank) among candidates on d, or None."""
-        fd = dev_free[d]
-        ah, rh = arr_heaps[d], rank_heaps[d]
-        while True:
-            while ah and ah[0][0] <= fd:
-                k, r, v = heappop(ah)
-                i = v * num_dev + d
-                if loc[i] == k:
-                    loc[i] = _RIPE
-                    heappush(rh, (r, v))
-            while rh:
-                r, v = rh[0]
-                i = v * num_dev + d
-                if loc[i] != _RIPE:
-                    heappop(rh)
-                    continue
-                if not forced[v] and req_l[v] > free[d]:
-                    heappop(rh)
-                    drop(v, d)
-                    continue
-                a = arrival(v, d)
-                if a <= fd:
-                    return fd, r, v
-                heappop(rh)
-                loc[i] = a
-                heappush(ah, (a, r, v))
-            back_to_ripe = False
-            while ah:
-                k, r, v = ah[0]
-                i = v * num_dev + d
-                if loc[i] != k:
-                    heappop(ah)
-                    continue
-                if not forced[v] and req_l[v] > free[d]:
-                    heappop(ah)
-                    drop(v, d)
-                    continue
-                a = arrival(v, d)
-                if a == k:
-                    return a, r, v
-                heappop(ah)
-                loc[i] = a
-                heappush(ah, (a, r, v))
-                if a <= fd:
-                    back_to_ripe = True
-                    break
-            if not back_to_ripe:
-                return None
-
-    def fits(v: int, d: int) -> bool:
+    def _fits(self, v: int, d: int) -> bool:
         """v is still a candidate on d and has room there (bytes)."""
-        return loc[v * num_dev + d] != _DEAD and (forced[v] or req_l[v] <= free[d])
+        return self.loc[v * self.num_dev + d] != _DEAD and (
+            self.forced[v] or self.req[v] <= self.devices[d].free_bytes)
 
-    def candidate(d: int) -> tuple[float, int, int, int, int] | None:
+    def _etf_candidate(self, d: int) -> tuple[float, int, int] | None:
+        """(start µs, rank, op) minimising (start, rank) among candidates on d, or None.
+
+        Ripe ops (arrival at most the device's free time) start when the device is free, so the
+        smallest rank among them wins; otherwise the smallest exact arrival. Stale heap keys are
+        re-evaluated and pushed back until the top is exact."""
+        device = self.devices[d]
+        while True:
+            ah = device.by_arrival
+            if ah and ah[0][0] <= device.free_at:
+                self._ripen(device)
+            if device.by_rank:
+                best = self._best_ripe(device)
+                if best is not None:
+                    return best
+            if not device.by_arrival:
+                return None
+            best = self._best_late(device)
+            if best is not _AGAIN:  # identity: a real candidate is a new tuple
+                return best
+
+    def _ripen(self, device: _Device) -> None:
+        """Move the live entries with arrival key <= the device's free time to its rank heap."""
+        fd, ah, rh = device.free_at, device.by_arrival, device.by_rank
+        loc, num_dev, d = self.loc, self.num_dev, device.index
+        while ah and ah[0][0] <= fd:
+            k, r, v = heapq.heappop(ah)
+            i = v * num_dev + d
+            if loc[i] == k:
+                loc[i] = _RIPE
+                heapq.heappush(rh, (r, v))
+
+    def _best_ripe(self, device: _Device) -> tuple[float, int, int] | None:
+        """The smallest-rank ripe op whose inputs are there by the device's free time, as
+        (free time µs, rank, op); ops found to arrive later go back to the arrival heap."""
+        fd, ah, rh = device.free_at, device.by_arrival, device.by_rank
+        loc, num_dev, d = self.loc, self.num_dev, device.index
+        forced, req = self.forced, self.req
+        while rh:
+            r, v = rh[0]
+            i = v * num_dev + d
+            if loc[i] != _RIPE:
+                heapq.heappop(rh)
+                continue
+            if not forced[v] and req[v] > device.free_bytes:
+                heapq.heappop(rh)
+                self._drop(v, d)
+                continue
+            a = self._arrival(v, d)
+            if a <= fd:
+                return fd, r, v
+            heapq.heappop(rh)
+            loc[i] = a
+            heapq.heappush(ah, (a, r, v))
+        return None
+
+    def _best_late(self, device: _Device) -> tuple[float, int, int] | None:
+        """The op with the smallest exact arrival (µs) after the device's free time, as
+        (arrival, rank, op); None when there is none, ``_AGAIN`` when a re-evaluated op turned
+        out ripe (then the ripe ops must be looked at first)."""
+        fd, ah = device.free_at, device.by_arrival
+        loc, num_dev, d = self.loc, self.num_dev, device.index
+        forced, req = self.forced, self.req
+        while ah:
+            k, r, v = ah[0]
+            i = v * num_dev + d
+            if loc[i] != k:
+                heapq.heappop(ah)
+                continue
+            if not forced[v] and req[v] > device.free_bytes:
+                heapq.heappop(ah)
+                self._drop(v, d)
+                continue
+            a = self._arrival(v, d)
+            if a == k:
+                return a, r, v
+            heapq.heappop(ah)
+            loc[i] = a
+            heapq.heappush(ah, (a, r, v))
+            if a <= fd:
+                return _AGAIN
+        return None
+
+    def _offer(self, d: int) -> tuple[float, int, int, int, int] | None:
         """d's offer as (start µs, rank, 0 if reserved favourite else 1, device, op)."""
-        etf = etf_candidate(d)
-        if fav is not None and last_op[d] >= 0:
-            c = fav[last_op[d]]
-            if c >= 0 and ready[c] and not done[c] and fits(c, d):
-                est_c = max(dev_free[d], arrival(c, d))
-                best_elsewhere = min((max(dev_free[k], arrival(c, k)) for k in range(num_dev)
-                                      if k != d and fits(c, k)), default=float("inf"))
-                if est_c <= best_elsewhere:
-                    urgent = etf is not None and etf[2] != c and \
-                        etf[0] + time_us[etf[2]] / speed[d] <= est_c
-                    if not urgent:
-                        return est_c, rank[c], 0, d, c
+        etf = self._etf_candidate(d)
+        if self.fav is not None:
+            favourite = self._favourite_offer(d, etf)
+            if favourite is not None:
+                return favourite
         if etf is None:
             return None
         return etf[0], etf[1], 1, d, etf[2]
 
-    def commit(v: int, d: int) -> None:
+    def _favourite_offer(self, d: int, etf: tuple[float, int, int] | None,
+                         ) -> tuple[float, int, int, int, int] | None:
+        """m-SCT: the favourite child ``c`` of d's last op when d is reserved for it (it is ready,
+        fits on d and starts there no later than elsewhere) and d's m-ETF choice is not urgent."""
+        fav, last = self.fav, self.devices[d].last_op
+        if fav is None or last < 0:
+            return None
+        c = fav[last]
+        if not (c >= 0 and self.ready[c] and not self.done[c] and self._fits(c, d)):
+            return None
+        devices = self.devices
+        est_c = max(devices[d].free_at, self._arrival(c, d))
+        best_elsewhere = min((max(devices[k].free_at, self._arrival(c, k)) for k in range(self.num_dev)
+                              if k != d and self._fits(c, k)), default=float("inf"))
+        if est_c > best_elsewhere:
+            return None
+        urgent = etf is not None and etf[2] != c and \
+            etf[0] + self.time_us[etf[2]] / self.speed[d] <= est_c
+        if urgent:
+            return None
+        return est_c, self.rank[c], 0, d, c
+
+    # ------------------------------------------------------------------ commit
+    def _commit(self, v: int, d: int) -> None:
         """Schedule v on d: reserve its transfers, charge its memory, release its successors."""
-        nonlocal transfers
+        arrival, new = self._reserve_inputs(v, d)
+        device = self.devices[d]
+        st = device.free_at if device.free_at > arrival else arrival
+        fin = st + self.time_us[v] / self.speed[d]
+        self.start[v], self.finish[v], self.device[v] = st, fin, d
+        device.free_at = fin
+        device.last_op = v
+        self.done[v] = True
+        num_dev = self.num_dev
+        self.loc[v * num_dev:(v + 1) * num_dev] = [_DEAD] * num_dev
+        device.free_bytes -= self.req[v]
+        self._pin_group(v, d)
+        if new:
+            self._refresh_consumers(new, d)
+        succ_idx, pending = self.succ_idx, self.pending
+        for k in range(self.succ_ptr[v], self.succ_ptr[v + 1]):
+            w = succ_idx[k]
+            pending[w] -= 1
+            if pending[w] == 0:
+                self._make_ready(w)
+
+    def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
+        """Reserve the transfers of v's inputs missing on d, in input order (FIFO channels);
+        return when all are there (µs) and the tensors newly sent to d."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        target = devices[d]
         a = 0.0
         new: list[int] = []
-        for f, _, p, t, c in inputs[v]:
+        for f, _, p, t, c in self.inputs[v]:
             if p == d:
                 e = f
             else:
                 j = t * num_dev + d
                 e = sent[j]
                 if e < 0.0:
+                    sender = devices[p]
                     s = f
-                    if send_free[p] > s:
-                        s = send_free[p]
-                    if recv_free[d] > s:
-                        s = recv_free[d]
+                    if sender.send_free > s:
+                        s = sender.send_free
+                    if target.recv_free > s:
+                        s = target.recv_free
                     e = s + c
-                    send_free[p] = e
-                    recv_free[d] = e
+                    sender.send_free = e
+                    target.recv_free = e
                     sent[j] = e
                     new.append(t)
-                    transfers += 1
+                    self.transfers += 1
             if e > a:
                 a = e
-        st = dev_free[d] if dev_free[d] > a else a
-        fin = st + time_us[v] / speed[d]
-        start[v], finish[v], device[v] = st, fin, d
-        dev_free[d] = fin
-        last_op[d] = v
-        done[v] = True
-        for k in range(num_dev):
-            loc[v * num_dev + k] = _DEAD
-        free[d] -= req_l[v]
-        g = group_of[v]
-        if g >= 0 and group_dev[g] < 0:
-            group_dev[g] = d
-            for m in members[g]:
-                req_l[m] = 0.0
-                if m == v or not ready[m] or done[m]:
-                    continue
-                for k in range(num_dev):
-                    if k != d:
-                        loc[m * num_dev + k] = _DEAD
-                alive[m] = 1
-                if loc[m * num_dev + d] == _DEAD:
-                    push(m, d)
-        # A tensor now on d may bring other consumers' arrival on d forward: re-evaluate them.
+        return a, new
+
+    def _pin_group(self, v: int, d: int) -> None:
+        """The first placed member of a co-location group pins the other members to d (0 bytes)."""
+        g = self.group_of[v]
+        if g < 0 or self.group_dev[g] >= 0:
+            return
+        self.group_dev[g] = d
+        loc, num_dev = self.loc, self.num_dev
+        for m in self.members[g]:
+            self.req[m] = 0.0
+            if m == v or not self.ready[m] or self.done[m]:
+                continue
+            for k in range(num_dev):
+                if k != d:
+                    loc[m * num_dev + k] = _DEAD
+            self.alive[m] = 1
+            if loc[m * num_dev + d] == _DEAD:
+                self._push(m, d)
+
+    def _refresh_consumers(self, new: list[int], d: int) -> None:
+        """A tensor now on d may bring other consumers' arrival on d forward: re-evaluate them."""
+        loc, num_dev, ready, done = self.loc, self.num_dev, self.ready, self.done
+        heap = self.devices[d].by_arrival
         for t in new:
-            for k in range(c_ptr[t], c_ptr[t + 1]):
-                w = c_nodes[k]
+            for k in range(self.c_ptr[t], self.c_ptr[t + 1]):
+                w = self.c_nodes[k]
                 if ready[w] and not done[w]:
                     old = loc[w * num_dev + d]
                     if old >= 0.0:
-                        a2 = arrival(w, d)
+                        a2 = self._arrival(w, d)
                         if a2 < old:
                             loc[w * num_dev + d] = a2
-                            heappush(arr_heaps[d], (a2, rank[w], w))
-        for k in range(succ_ptr[v], succ_ptr[v + 1]):
-            w = succ_idx[k]
-            pending[w] -= 1
-            if pending[w] == 0:
-                make_ready(w)
+                            heapq.heappush(heap, (a2, self.rank[w], w))
 
-    for v in graph.topological_order.tolist():
-        if pending[v] == 0:
-            make_ready(v)
-    for _ in range(n):
-        while True:
-            forced_push = False
-            offers = [o for o in (candidate(d) for d in range(num_dev)) if o is not None]
-            if not forced_push:
-                break
-        best = min(offers)
-        commit(best[4], best[3])
 
-    kept = 0
-    if fav is not None:
-        kept = sum(1 for u in range(n) if fav[u] >= 0 and device[fav[u]] == device[u])
-    return ScheduleResult(
-        assignment=np.asarray(device, dtype=np.int64),
-        start_us=np.asarray(start),
-        finish_us=np.asarray(finish),
-        makespan_us=max(finish) if n else 0.0,
-        best_effort_ops=best_effort,
-        num_transfers=transfers,
-        favourites_kept=kept,
-    )
+def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None) -> ScheduleResult:
+    """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given."""
+    return _ListScheduler(graph, cluster, favourite).run()
 
 
 def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:

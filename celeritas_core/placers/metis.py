@@ -64,11 +64,10 @@ def unit_graph(graph: Graph) -> UnitGraph:
     a = unit_of[graph.edge_src]
     b = unit_of[graph.edge_dst]
     keep = a != b
-    src, out, a, b, nbytes = (x[keep] for x in (graph.edge_src, graph.edge_src_output, a, b,
-                                                 graph.edge_bytes))
-    # one transfer per (producer, output, destination unit)
-    tensors = np.unique(np.stack([src, out, b]), axis=1, return_index=True)[1] if len(src) else src
-    a, b, nbytes = a[tensors], b[tensors], nbytes[tensors]
+    tensor, a, b, nbytes = (x[keep] for x in (graph.tensors.edge_tensor, a, b, graph.edge_bytes))
+    # one transfer per (tensor, destination unit): its first edge, in (producer, output, unit) order
+    first = np.unique(tensor * num_units + b, return_index=True)[1]
+    a, b, nbytes = a[first], b[first], nbytes[first]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     pairs, inverse = np.unique(lo * num_units + hi, return_inverse=True)
     pair_bytes = np.bincount(inverse, weights=nbytes, minlength=len(pairs))

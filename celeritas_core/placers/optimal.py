@@ -304,12 +304,14 @@ def _channel_data(graph: Graph, cluster: Cluster, scale: float, head: np.ndarray
       later than ``t2``'s producer, before ``B`` starts.
     """
     fastest = float(cluster.speed.max())
-    tensors = sorted(_tensor_consumers(graph).items())
+    view = graph.tensors
     reach = _reach_bits(graph)
-    t_src = np.asarray([u for (u, _), _ in tensors], dtype=np.int64)
-    t_out = np.asarray([o for (_, o), _ in tensors], dtype=np.int64)
-    consumers = tuple(tuple((v, float(cluster.comm_time_us(b)) / scale) for v, b in sorted(c.items()))
-                      for _, c in tensors)
+    t_src, t_out = view.producer, view.output
+    ptr = view.consumer_ptr.tolist()
+    slot_consumer = view.consumer.tolist()
+    slot_comm = (np.asarray(cluster.comm_time_us(view.consumer_bytes), dtype=np.float64) / scale).tolist()
+    consumers = tuple(tuple(zip(slot_consumer[ptr[t]:ptr[t + 1]], slot_comm[ptr[t]:ptr[t + 1]], strict=True))
+                      for t in range(view.num_tensors))
     dur_fast = graph.time_us / fastest / scale
     tr_tensor: list[int] = []
     tr_device: list[int] = []
@@ -359,16 +361,6 @@ def _channel_data(graph: Graph, cluster: Cluster, scale: float, head: np.ndarray
     )
 
 
-def _tensor_consumers(graph: Graph) -> dict[tuple[int, int], dict[int, float]]:
-    """Per tensor (producer, src_output): largest edge bytes into each consumer."""
-    out: dict[tuple[int, int], dict[int, float]] = {}
-    for u, o, v, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
-                          graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True):
-        consumers = out.setdefault((u, o), {})
-        consumers[v] = max(consumers.get(v, 0.0), b)
-    return out
-
-
 def _edge_delays(
     graph: Graph, cluster: Cluster,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int, int, float]]]:
@@ -379,22 +371,38 @@ def _edge_delays(
     a device away from ``u``: the entry ``(u, v, w, k·bytes_w + b)`` models that (rare: the edges
     of one tensor usually carry equal bytes).
     """
-    tensors = _tensor_consumers(graph)
-    pair_delay: dict[tuple[int, int], float] = {}
-    for (u, _), consumers in tensors.items():
-        for v, b in consumers.items():
-            pair_delay[(u, v)] = max(pair_delay.get((u, v), 0.0), float(cluster.comm_time_us(b)))
+    view = graph.tensors
+    n = graph.num_nodes
+    slot_tensor = np.repeat(np.arange(view.num_tensors), np.diff(view.consumer_ptr))
+    slot_comm = np.asarray(cluster.comm_time_us(view.consumer_bytes), dtype=np.float64)
+    keys, pair_of_slot = np.unique(view.producer[slot_tensor] * n + view.consumer, return_inverse=True)
+    delay = np.zeros(len(keys))
+    np.maximum.at(delay, pair_of_slot.reshape(-1), slot_comm)
+    shared = _shared_rows(graph, slot_comm, delay[pair_of_slot.reshape(-1)])
+    return keys // n, keys % n, delay, shared
+
+
+def _shared_rows(graph: Graph, slot_comm: np.ndarray,
+                 slot_delay: np.ndarray) -> list[tuple[int, int, int, float]]:
+    """``(u, v, w, c)`` for every two consumers ``v ≠ w`` of one tensor of ``u`` where ``w``'s
+    transfer time ``c`` exceeds the delay of the pair ``(u, v)``; tensors, then consumers, in the
+    order of their first edge."""
+    view = graph.tensors
+    if not view.num_tensors:
+        return []
+    first = np.full(len(slot_comm), graph.num_edges, dtype=np.int64)
+    np.minimum.at(first, view.edge_consumer_slot, np.arange(graph.num_edges))
+    tensor_first = np.minimum.reduceat(first, view.consumer_ptr[:-1])
+    ptr, producer, consumer = view.consumer_ptr.tolist(), view.producer.tolist(), view.consumer.tolist()
+    comm, delay, first_l = slot_comm.tolist(), slot_delay.tolist(), first.tolist()
     shared: list[tuple[int, int, int, float]] = []
-    for (u, _), consumers in tensors.items():
-        for v in consumers:
-            for w, b in consumers.items():
-                c = float(cluster.comm_time_us(b))
-                if w != v and c > pair_delay[(u, v)]:
-                    shared.append((u, v, w, c))
-    keys = sorted(pair_delay)
-    src = np.asarray([k[0] for k in keys], dtype=np.int64)
-    dst = np.asarray([k[1] for k in keys], dtype=np.int64)
-    return src, dst, np.asarray([pair_delay[k] for k in keys], dtype=np.float64), shared
+    for t in np.argsort(tensor_first, kind="stable").tolist():
+        slots = sorted(range(ptr[t], ptr[t + 1]), key=first_l.__getitem__)
+        for k in slots:
+            for k2 in slots:
+                if consumer[k2] != consumer[k] and comm[k2] > delay[k]:
+                    shared.append((producer[t], consumer[k], consumer[k2], comm[k2]))
+    return shared
 
 
 def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool, channels: bool = False) -> float:
@@ -406,12 +414,9 @@ def _upper_bound_us(graph: Graph, cluster: Cluster, use_memory: bool, channels: 
     all op durations on the slowest device plus all edge transfer times (each edge charged its
     tensor's largest bytes), which bounds any semi-active schedule, one job at a time.
     """
-    largest: dict[tuple[int, int], float] = {}
-    for u, o, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
-                       graph.edge_bytes.tolist(), strict=True):
-        largest[(u, o)] = max(largest.get((u, o), 0.0), b)
-    comm = sum(float(cluster.comm_time_us(largest[(u, o)]))
-               for u, o in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(), strict=True))
+    view = graph.tensors
+    tensor_comm = np.asarray(cluster.comm_time_us(view.nbytes), dtype=np.float64)
+    comm = sum(tensor_comm[view.edge_tensor].tolist())  # each edge charged its tensor's largest bytes
     bounds = [graph.total_time_us / float(cluster.speed.min()) + comm]
     capacity = cluster.memory_bytes if use_memory else np.full(cluster.num_devices, np.inf)
     fits = capacity >= graph.total_memory_bytes
@@ -724,16 +729,35 @@ def model_edge_delay_us(graph: Graph, cluster: Cluster, assignment: np.ndarray) 
     0 on one device; else ``k·bytes + b`` with ``bytes`` the largest edge of the same tensor
     ``(producer, src_output)`` into the same device (the simulator's transfer grouping).
     """
-    dev = np.asarray(assignment, dtype=np.int64)
-    keys = list(zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
-                    dev[graph.edge_dst].tolist(), strict=True))
-    largest: dict[tuple[int, int, int], float] = {}
-    for key, b in zip(keys, graph.edge_bytes.tolist(), strict=True):
-        largest[key] = max(largest.get(key, 0.0), b)
-    cross = dev[graph.edge_src] != dev[graph.edge_dst]
-    delay = [float(cluster.comm_time_us(largest[k])) if c else 0.0
-             for k, c in zip(keys, cross.tolist(), strict=True)]
-    return np.asarray(delay, dtype=np.float64)
+    transfer, _, _, nbytes = _transfers(graph, cluster, np.asarray(assignment, dtype=np.int64))
+    comm = np.asarray(cluster.comm_time_us(nbytes), dtype=np.float64)
+    delay = np.zeros(graph.num_edges)
+    cross = transfer >= 0
+    delay[cross] = comm[transfer[cross]]
+    return delay
+
+
+def _transfers(graph: Graph, cluster: Cluster,
+               dev: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The transfers of the placement ``dev``: one per tensor (:attr:`Graph.tensors`) and
+    destination device of a cross-device edge, numbered in the order of their first edge.
+
+    Returns the transfer of each edge (-1 within a device) and per transfer its tensor, its
+    destination device and its bytes (the largest of its edges)."""
+    view = graph.tensors
+    num_dev = cluster.num_devices
+    dst_dev = dev[graph.edge_dst]
+    cross = np.flatnonzero(dev[graph.edge_src] != dst_dev)
+    keys, first, inverse = np.unique(view.edge_tensor[cross] * num_dev + dst_dev[cross],
+                                     return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    renumber = np.empty(len(keys), dtype=np.int64)
+    renumber[by_first] = np.arange(len(keys))
+    transfer = np.full(graph.num_edges, -1, dtype=np.int64)
+    transfer[cross] = renumber[inverse.reshape(-1)]
+    nbytes = np.zeros(len(keys))
+    np.maximum.at(nbytes, transfer[cross], graph.edge_bytes[cross])
+    return transfer, keys[by_first] // num_dev, keys[by_first] % num_dev, nbytes
 
 
 def model_schedule(graph: Graph, cluster: Cluster, assignment: np.ndarray,
@@ -792,37 +816,27 @@ def channel_schedule(graph: Graph, cluster: Cluster, assignment: np.ndarray,
     dur = (graph.time_us / cluster.speed[np.asarray(dev, dtype=np.int64)]).tolist() if n else []
     rank = graph.topological_rank.tolist()
     prio = [float(r) for r in rank] if priority is None else np.asarray(priority, dtype=np.float64).tolist()
-    groups: dict[tuple[int, int, int], int] = {}
-    g_bytes: list[float] = []
-    g_src: list[int] = []
-    g_dst: list[int] = []
+    transfer, g_tensor, g_dst_arr, g_bytes = _transfers(graph, cluster, np.asarray(dev, dtype=np.int64))
+    g_src = graph.tensors.producer[g_tensor].tolist()
+    g_dst = g_dst_arr.tolist()
+    num_groups = len(g_src)
     deps: list[set[int]] = [set() for _ in range(n)]  # per op: the jobs it waits for
-    for u, o, v, b in zip(graph.edge_src.tolist(), graph.edge_src_output.tolist(),
-                          graph.edge_dst.tolist(), graph.edge_bytes.tolist(), strict=True):
-        if dev[u] == dev[v]:
-            deps[v].add(u)
-            continue
-        key = (u, o, dev[v])
-        g = groups.setdefault(key, len(groups))
-        if g == len(g_bytes):
-            g_bytes.append(b)
-            g_src.append(u)
-            g_dst.append(dev[v])
-        else:
-            g_bytes[g] = max(g_bytes[g], b)
-        deps[v].add(n + g)
-    g_prio = [0.0] * len(groups)
-    for key, g in groups.items():
-        g_prio[g] = prio[key[0]] if transfer_priority is None else float(transfer_priority[key])
-    comm = [float(cluster.comm_time_us(b)) for b in g_bytes]
-    dependents: list[list[int]] = [[] for _ in range(n + len(groups))]
+    for u, v, g in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), transfer.tolist(), strict=True):
+        deps[v].add(u if g < 0 else n + g)
+    if transfer_priority is None:
+        g_prio = [prio[u] for u in g_src]
+    else:
+        g_out = graph.tensors.output[g_tensor].tolist()
+        g_prio = [float(transfer_priority[key]) for key in zip(g_src, g_out, g_dst, strict=True)]
+    comm = np.asarray(cluster.comm_time_us(g_bytes), dtype=np.float64).tolist()
+    dependents: list[list[int]] = [[] for _ in range(n + num_groups)]
     for g, u in enumerate(g_src):
         dependents[u].append(n + g)
     for v in range(n):
         for j in deps[v]:
             dependents[j].append(v)
-    pending = [len(deps[v]) for v in range(n)] + [1] * len(groups)
-    ready = [0.0] * (n + len(groups))
+    pending = [len(deps[v]) for v in range(n)] + [1] * num_groups
+    ready = [0.0] * (n + num_groups)
     start = [0.0] * n
     finish = [0.0] * n
     free = [0.0] * cluster.num_devices
