@@ -19,6 +19,7 @@ prediction). Output aliases (an output sharing an input's buffer) come from the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,27 +72,76 @@ def graph_from_step(
     time 0 and the bytes of their outputs); ``aliases`` maps op name to how each output's buffer
     relates to its inputs (:data:`celeritas_tf.profile.OutputAlias`, as profiled)."""
     graph_def = step.step_graph_def()
+    nodes = _step_nodes(step, graph_def)
+    edges = _step_edges(step, graph_def, nodes)
+    data_inputs = set(zip(edges.dst, edges.src, edges.out_slot, strict=True))
+    alias_pairs = _apply_aliases(aliases or {}, nodes.index, nodes.outputs, data_inputs)
+    time_us, memory, scratch = _apply_costs(nodes, costs or {})
+    # parallel edges (the same tensor used twice by one op) are kept: the simulator merges them
+    return Graph.from_arrays(
+        name=name or step.model.name,
+        node_names=nodes.names,
+        ops=nodes.ops,
+        time_us=np.maximum(time_us, 0.0),
+        memory_bytes=np.maximum(memory, 0.0),
+        colocation=edges.colocation,
+        edge_src=np.asarray(edges.src, dtype=np.int64),
+        edge_dst=np.asarray(edges.dst, dtype=np.int64),
+        edge_bytes=np.asarray(edges.nbytes),
+        edge_src_output=np.asarray(edges.out_slot, dtype=np.int64),
+        liveness=Liveness.from_lists(nodes.persistent, scratch, nodes.outputs, alias_pairs),
+        meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
+              "model_config": dict(step.model.config), **dict(meta or {})},
+    )
+
+
+@dataclass
+class _StepNodes:
+    """The step's ops in GraphDef order with their static output and variable sizes (bytes)."""
+
+    names: list[str]
+    index: dict[str, int]
+    ops: list[str]
+    num_outputs: list[int]
+    outputs: list[list[float]]
+    output_bytes: np.ndarray
+    persistent: list[float]
+
+
+def _step_nodes(step: TrainingStep, graph_def: Any) -> _StepNodes:
+    """Names, op types and static sizes of the step's ops."""
     names = [node.name for node in graph_def.node]
-    index = {n: i for i, n in enumerate(names)}
-    tf_graph = step.graph
-    ops = [node.op for node in graph_def.node]
     output_bytes = np.zeros(len(names))
-    num_outputs = np.zeros(len(names), dtype=np.int64)
-    persistent: list[float] = [0.0] * len(names)
+    persistent = [0.0] * len(names)
     outputs: list[list[float]] = [[] for _ in names]
+    num_outputs = [0] * len(names)
     for i, n in enumerate(names):
-        op = tf_graph.get_operation_by_name(n)
+        op = step.graph.get_operation_by_name(n)
         num_outputs[i] = len(op.outputs)
         outputs[i] = [tensor_bytes(t) for t in op.outputs]
         output_bytes[i] = sum(outputs[i])
         if op.type in ("VarHandleOp", "VariableV2"):  # the variable lives all step; its handle is free
             output_bytes[i] = persistent[i] = variable_bytes(op)
             outputs[i] = [0.0] * len(op.outputs)
-    groups = _UnionFind(names)
-    src: list[int] = []
-    dst: list[int] = []
-    nbytes: list[float] = []
-    out_slot: list[int] = []
+    return _StepNodes(names, {n: i for i, n in enumerate(names)}, [node.op for node in graph_def.node],
+                      num_outputs, outputs, output_bytes, persistent)
+
+
+@dataclass
+class _StepEdges:
+    """One edge per input (producer index, consumer index, bytes, output slot) and the groups."""
+
+    src: list[int]
+    dst: list[int]
+    nbytes: list[float]
+    out_slot: list[int]
+    colocation: list[str | None]
+
+
+def _step_edges(step: TrainingStep, graph_def: Any, nodes: _StepNodes) -> _StepEdges:
+    """Data and control edges of the step, and its co-location groups (module docstring)."""
+    groups = _UnionFind(nodes.names)
+    edges = _StepEdges([], [], [], [], [])
     for j, node in enumerate(graph_def.node):
         for text in node.input:
             if text.startswith("^"):
@@ -99,56 +149,46 @@ def graph_from_step(
             else:
                 producer, _, k = text.partition(":")
                 slot = int(k) if k else 0
-                tensor = tf_graph.get_operation_by_name(producer).outputs[slot]
+                tensor = step.graph.get_operation_by_name(producer).outputs[slot]
                 size = tensor_bytes(tensor)
                 if tensor.dtype.name == "resource":
                     groups.union(producer, node.name)
-            if producer not in index:
+            if producer not in nodes.index:
                 continue  # outside the step (cannot happen for an extracted subgraph)
-            i = index[producer]
-            src.append(i)
-            dst.append(j)
-            nbytes.append(size)
-            out_slot.append(int(num_outputs[i]) if slot is None else slot)
+            i = nodes.index[producer]
+            edges.src.append(i)
+            edges.dst.append(j)
+            edges.nbytes.append(size)
+            edges.out_slot.append(nodes.num_outputs[i] if slot is None else slot)
         if "_class" in node.attr:
             for loc in node.attr["_class"].list.s:
                 target = loc.decode().removeprefix("loc:@")
-                if target in index:
+                if target in nodes.index:
                     groups.union(target, node.name)
-    roots = [groups.find(n) for n in names]
+    roots = [groups.find(n) for n in nodes.names]
     sizes: dict[str, int] = {}
     for r in roots:
         sizes[r] = sizes.get(r, 0) + 1
-    colocation = [r if sizes[r] > 1 else None for r in roots]
-    data_inputs = set(zip(dst, src, out_slot, strict=True))
-    alias_pairs = _apply_aliases(aliases or {}, index, outputs, data_inputs)
-    time_us = np.zeros(len(names))
-    memory = output_bytes.copy()
-    scratch: list[float | None] = [None] * len(names)
-    for n, (t, m) in (costs or {}).items():
-        if n in index:
-            i = index[n]
-            time_us[i] = t
-            memory[i] = m
-            # what an op holds beyond its outputs and variables is scratch, freed when it ends
-            static = output_bytes[i] if persistent[i] == 0 else 0.0  # every output, aliased or not
-            scratch[i] = max(float(m) - static - persistent[i], 0.0) if np.isfinite(m) else 0.0
-    # parallel edges (the same tensor used twice by one op) are kept: the simulator merges them
-    return Graph.from_arrays(
-        name=name or step.model.name,
-        node_names=names,
-        ops=ops,
-        time_us=np.maximum(time_us, 0.0),
-        memory_bytes=np.maximum(memory, 0.0),
-        colocation=colocation,
-        edge_src=np.asarray(src, dtype=np.int64),
-        edge_dst=np.asarray(dst, dtype=np.int64),
-        edge_bytes=np.asarray(nbytes),
-        edge_src_output=np.asarray(out_slot, dtype=np.int64),
-        liveness=Liveness.from_lists(persistent, scratch, outputs, alias_pairs),
-        meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
-              "model_config": dict(step.model.config), **dict(meta or {})},
-    )
+    edges.colocation = [r if sizes[r] > 1 else None for r in roots]
+    return edges
+
+
+def _apply_costs(nodes: _StepNodes, costs: Mapping[str, tuple[float, float]]
+                 ) -> tuple[np.ndarray, np.ndarray, list[float | None]]:
+    """Per op: time (µs), memory (bytes, static outputs when no cost) and scratch (bytes: what its
+    memory cost exceeds its outputs and variables; None for ops without a cost)."""
+    time_us = np.zeros(len(nodes.names))
+    memory = nodes.output_bytes.copy()
+    scratch: list[float | None] = [None] * len(nodes.names)
+    for n, (t, m) in costs.items():
+        i = nodes.index.get(n)
+        if i is None:
+            continue
+        time_us[i] = t
+        memory[i] = m
+        static = nodes.output_bytes[i] if nodes.persistent[i] == 0 else 0.0  # every output, aliased or not
+        scratch[i] = max(float(m) - static - nodes.persistent[i], 0.0) if np.isfinite(m) else 0.0
+    return time_us, memory, scratch
 
 
 #: Op types whose output 0 is always a view of their input 0 (no copy, in every TensorFlow kernel).
