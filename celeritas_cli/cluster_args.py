@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
+from celeritas_cli import flags
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.units import parse_size
+from celeritas_core.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
 
 
 def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -18,7 +17,8 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) 
         "cluster", "either a celeritas-cluster/1 file, or --devices with --device-memory"
     )
     group.add_argument("--cluster", metavar="FILE", help="cluster JSON (celeritas-cluster/1)")
-    group.add_argument("--devices", type=int, metavar="N", help="number of identical devices")
+    group.add_argument("--devices", type=int, metavar="N",
+                       help=f"number of identical devices (1 to {MAX_DEVICES:,})")
     group.add_argument("--device-memory", metavar="SIZE",
                        help="memory per device, e.g. 32GiB, 500MB, 1e9 (bytes)")
     group.add_argument("--comm-slope", type=float, default=DEFAULT_SLOPE_US_PER_BYTE,
@@ -28,10 +28,25 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) 
                        help="fixed transfer latency b in µs (default: %(default)g)")
 
 
+def check_cluster_flags(args: argparse.Namespace) -> None:
+    """Check the cluster flags' values (whatever else is given): ``--devices`` from 1 to
+    :data:`~celeritas_core.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
+    ``--comm-slope`` and ``--comm-intercept`` finite, ``>= 0`` and within their limits."""
+    if args.devices is not None:
+        if args.devices <= 0:
+            raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
+        flags.count(args.devices, "--devices", high=MAX_DEVICES)
+    if args.device_memory is not None:
+        flags.size(args.device_memory, "--device-memory")
+    flags.number(args.comm_slope, "--comm-slope", high=MAX_SLOPE_US_PER_BYTE)
+    flags.number(args.comm_intercept, "--comm-intercept", high=MAX_TIME_US)
+
+
 def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None) -> Cluster:
     """The cluster the options of :func:`add_cluster_args` describe (``fallback`` when none is given)."""
     from celeritas_core.formats import load_cluster
 
+    check_cluster_flags(args)
     if args.cluster:
         if args.devices is not None or args.device_memory is not None:
             raise CeleritasInputError("give either --cluster FILE or --devices/--device-memory, not both")
@@ -42,11 +57,6 @@ def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None)
         raise CeleritasInputError("no cluster: give --cluster FILE or --devices N --device-memory SIZE")
     if args.devices is None or args.device_memory is None:
         raise CeleritasInputError("--devices and --device-memory must be given together")
-    if args.devices <= 0:
-        raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
-    memory = parse_size(args.device_memory, field="--device-memory")
-    for flag, value in (("--comm-slope", args.comm_slope), ("--comm-intercept", args.comm_intercept)):
-        if not np.isfinite(value) or value < 0:
-            raise CeleritasInputError(f"{flag}: must be a number >= 0, got {value!r}")
+    memory = flags.size(args.device_memory, "--device-memory")
     return Cluster.homogeneous(args.devices, memory, slope_us_per_byte=args.comm_slope,
                                intercept_us=args.comm_intercept)

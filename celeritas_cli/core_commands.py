@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from celeritas_cli.cluster_args import add_cluster_args, cluster_from_args
+from celeritas_cli import flags
+from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
+from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
 from celeritas_core.placement import Placement
 from celeritas_core.units import format_bytes, format_us
 
@@ -65,9 +67,16 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
 
 
 # ---------------------------------------------------------------------------- commands
+def _check_headroom(value: float) -> float:
+    if not 0.0 <= value < 1.0:  # NaN fails too
+        raise CeleritasInputError(f"--headroom: must be a fraction with 0 <= F < 1, got {value!r}")
+    return value
+
+
 def _cmd_place(args: argparse.Namespace) -> int:
     from celeritas_core.formats import load_graph, save_placement
     from celeritas_core.placers import get_placer, place
+    from celeritas_core.safe_io import check_input_file, check_outputs
 
     spec = get_placer(args.placer)
     params = _parse_params(args.param)
@@ -75,12 +84,19 @@ def _cmd_place(args: argparse.Namespace) -> int:
         value = getattr(args, p.name.replace("-", "_"), None)
         if value is not None:
             params[p.name] = value
+    flags.placer_params(params, spec.params)
     spec.resolve_params(params)
+    _check_headroom(args.headroom)
+    check_cluster_flags(args)
+    inputs = [args.graph, args.cluster]
+    out = Path(args.out) if args.out is not None else \
+        Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
+    check_input_file(args.graph)
+    check_outputs([out], inputs=inputs)  # a bad destination fails before the placer runs
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
-    out = Path(args.out) if args.out else Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
-    save_placement(placement, out)
+    save_placement(placement, out, inputs=inputs)
     print(_summary(graph, cluster, placement))
     print(f"wrote {out}")
     return 0
@@ -90,13 +106,15 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import load_graph, load_placement, read_json
     from celeritas_core.placers import evaluate_placement
 
+    check_cluster_flags(args)
     graph = load_graph(args.graph)
     fallback = None
     if args.cluster is None and args.devices is None and args.device_memory is None:
         doc = read_json(args.placement)
         caps = doc.get("device_capacity_bytes") if isinstance(doc, dict) else None
         devices = doc.get("devices") if isinstance(doc, dict) else None
-        if isinstance(caps, list) and isinstance(devices, list) and len(caps) == len(devices) and caps:
+        if (isinstance(caps, list) and isinstance(devices, list) and len(caps) == len(devices) and caps
+                and len(caps) <= MAX_DEVICES):
             try:
                 fallback = Cluster.build(devices, caps)
             except CeleritasInputError as exc:
@@ -114,7 +132,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from celeritas_core.levels import ccr
 
     graph = load_graph(args.graph)
-    cluster = cluster_from_args(args, Cluster.homogeneous(1, 2**60))
+    cluster = cluster_from_args(args, Cluster.homogeneous(1, MAX_BYTES))
     zero_in = int(np.count_nonzero(graph.in_degree == 0))
     groups = len(graph.colocation_names)
     print(f"graph          {graph.name}")
@@ -175,18 +193,32 @@ class _Progress:
         self.stream.flush()
 
 
+_COMPARE_FILES = ("compare.json", "compare.csv")
+_COMPARE_FIGURES = ("gantt.png", "memory.png")
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
     from celeritas_core.formats import load_graph, write_json_atomic, write_text_atomic
+    from celeritas_core.placers import get_placer
+    from celeritas_core.safe_io import check_input_file, check_outputs, staged_outputs
 
     placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
     params = _parse_params(args.param)
     for flag in ("R", "memory_fraction", "refine"):
         if getattr(args, flag) is not None:
             params[flag] = getattr(args, flag)
+    for name in placers:
+        flags.placer_params(params, get_placer(name).params)
+    _check_headroom(args.headroom)
+    check_cluster_flags(args)
+    inputs = [args.graph, args.cluster]
+    out_dir = Path(args.out_dir) if args.out_dir is not None else Path(f"{Path(args.graph).stem}.compare")
+    names = _COMPARE_FILES + (() if args.no_figures else _COMPARE_FIGURES)
+    check_input_file(args.graph)
+    check_outputs([out_dir / name for name in names], inputs=inputs)  # before any placer runs
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
-    out_dir = Path(args.out_dir) if args.out_dir else Path(f"{Path(args.graph).stem}.compare")
     progress = None if args.quiet else _Progress()
     comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom)
     print(f"graph   {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges on "
@@ -198,23 +230,31 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     best = comparison.best
     fits = "" if not best.oom else " (every placement is OOM: best effort)"
     print(f"best: {best.placer}, {format_us(best.predicted_step_time_us)} per step{fits}")
-    written = [write_json_atomic(out_dir / "compare.json", comparison.to_json(), indent=1),
-               write_text_atomic(out_dir / "compare.csv", comparison.to_csv())]
-    if not args.no_figures:
-        from celeritas_core.plots import gantt_chart, memory_chart
+    with staged_outputs(inputs=inputs) as outputs:  # all four files land, or none
+        write_json_atomic(out_dir / "compare.json", comparison.to_json(), indent=1)
+        write_text_atomic(out_dir / "compare.csv", comparison.to_csv())
+        if not args.no_figures:
+            from celeritas_core.plots import gantt_chart, memory_chart
 
-        written.append(gantt_chart(graph, cluster, best, out_dir / "gantt.png"))
-        written.append(memory_chart(comparison.placements, cluster, out_dir / "memory.png",
-                                    title=f"{graph.name}: peak memory per device", graph=graph, best=best))
-    print("wrote " + ", ".join(str(p) for p in written))
+            gantt_chart(graph, cluster, best, out_dir / "gantt.png")
+            memory_chart(comparison.placements, cluster, out_dir / "memory.png",
+                         title=f"{graph.name}: peak memory per device", graph=graph, best=best)
+    print("wrote " + ", ".join(str(p) for p in outputs.paths))
     return 0
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import save_graph
+    from celeritas_core.formats import check_graph_limits, save_graph
+    from celeritas_core.safe_io import check_outputs
 
     start = time.perf_counter()
+    check_outputs([args.out])
     graph = _generated_graph(args)
+    try:
+        check_graph_limits(graph)
+    except CeleritasInputError as exc:
+        raise CeleritasInputError(f"the generated graph exceeds the limits (docs/formats.md, "
+                                  f"\"Limits\"): {exc.message}") from None
     save_graph(graph, args.out)
     detail = ""
     if args.kind == "layered":

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Sequence
 
 from celeritas_cli import core_commands, pipeline_commands, tf_commands
-from celeritas_core.errors import CeleritasInputError
+from celeritas_core.errors import CeleritasInputError, one_line
 
 EXIT_INPUT_ERROR = 2
 
@@ -49,10 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CeleritasInputError as exc:
-        print(f"celeritas: error: {exc}", file=sys.stderr)
+        print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     except OSError as exc:
-        print(f"celeritas: error: {exc}", file=sys.stderr)
+        print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except Exception as exc:
         if not type(exc).__module__.startswith("tensorflow"):
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a TensorFlow runtime error (e.g. a placement TensorFlow refuses): its first line
         text = str(exc).strip().splitlines()
         last = text[-1] if text else ""
-        print(f"celeritas: tensorflow error: {type(exc).__name__}: {last}", file=sys.stderr)
+        print(f"celeritas: tensorflow error: {type(exc).__name__}: {one_line(last)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("celeritas: interrupted", file=sys.stderr)

@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any
 
+from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
 from tasks.params import FIELDS
 
@@ -88,6 +89,7 @@ def cmd_runs_compare(args: argparse.Namespace) -> int:
 
     if args.last < 1:
         raise CeleritasInputError(f"--last: must be >= 1, got {args.last}")
+    flags.count(args.last, "--last", high=flags.MAX_LAST_RUNS)
     rows = tracking.recent_runs(args.model, args.last)
     if not rows:
         print(f"no runs of model {args.model!r} in {tracking.tracking_uri()}")

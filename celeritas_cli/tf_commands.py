@@ -8,11 +8,15 @@ command runs, so ``celeritas --help`` and the engine's commands start without it
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
-from celeritas_cli.cluster_args import add_cluster_args, cluster_from_args
+from celeritas_cli import flags
+from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.limits import MAX_DEVICES
+from celeritas_core.safe_io import check_outputs, staged_outputs
 
 
 def _say(message: str) -> None:
@@ -43,19 +47,18 @@ def _model(args: argparse.Namespace) -> Any:
 
 
 def _batch_list(text: str) -> list[int]:
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise CeleritasInputError(f"--batch-sizes: expected comma-separated integers, got {text!r}") from None
-    if len(sizes) < 2 or any(b <= 0 for b in sizes):
-        raise CeleritasInputError(f"--batch-sizes: need at least two positive batch sizes, got {text!r}")
-    return sizes
+    return flags.batch_list(text, "--batch-sizes")
 
 
 def _check_batch(batch: int) -> int:
     if batch <= 0:
         raise CeleritasInputError(f"--batch: must be a positive integer, got {batch}")
-    return batch
+    return flags.batch(batch, "--batch")
+
+
+def _model_input(args: argparse.Namespace) -> str | None:
+    """The model argument when it names a file (a saved ``.keras`` model): an input not to overwrite."""
+    return args.model if args.model and os.path.exists(args.model) else None
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -80,11 +83,14 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from celeritas_tf.extract import graph_from_step, view_aliases
     from celeritas_tf.step import build_training_step
 
-    model = _model(args)
     batch = _check_batch(args.batch)
+    flags.count(args.steps, "--steps")
     source = args.costs
     if source != "static" and source != "profile" and not source.startswith("analytical"):
         raise CeleritasInputError(f"--costs: expected static, profile or analytical:DEVICE, got {source!r}")
+    inputs = [_model_input(args)]
+    check_outputs([args.out], inputs=inputs)
+    model = _model(args)
     step = build_training_step(model, batch)
     costs = None
     aliases = view_aliases(step)
@@ -98,7 +104,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
         costs = analytical_costs(step.step_graph_def(), parse_cost_source(source))
     graph = graph_from_step(step, costs, meta={"costs": source}, aliases=aliases)
-    save_graph(graph, args.out)
+    save_graph(graph, args.out, inputs=inputs)
     print(f"wrote {args.out}: {graph.name} at batch {batch}, {graph.num_nodes:,} ops, {graph.num_edges:,} "
           f"edges, {len(graph.colocation_names):,} co-location groups, costs: {source}")
     return 0
@@ -109,10 +115,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from celeritas_core.formats import write_json_atomic
     from celeritas_tf.evaluation import profile_document, profile_small_batches
 
-    model = _model(args)
     sizes = _batch_list(args.batch_sizes)
+    flags.count(args.steps, "--steps")
+    inputs = [_model_input(args)]
+    check_outputs([args.out], inputs=inputs)
+    model = _model(args)
     traces = profile_small_batches(model, sizes, traced_steps=args.steps, progress=_say)
-    write_json_atomic(args.out, profile_document(model, traces))
+    write_json_atomic(args.out, profile_document(model, traces), inputs=inputs)
     print(f"wrote {args.out}: {model.name}, batch sizes {[t.batch_size for t in traces]}, "
           f"{len(traces[0].time_us):,} traced ops")
     return 0
@@ -122,52 +131,72 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
     import numpy as np
 
-    from celeritas_core.formats import read_json, write_json_atomic
+    from celeritas_core.formats import (
+        check_predicted_costs,
+        check_profile_document,
+        read_json,
+        write_json_atomic,
+    )
+
+    batch = _check_batch(args.batch) if args.batch is not None else None
+    inputs = [args.profiles]
+    check_outputs([args.out], inputs=inputs)
+    doc = read_json(args.profiles)
+    check_profile_document(doc, args.profiles)  # strict types and limits before fitting
     from celeritas_tf.evaluation import fits_from_profile
 
-    fits = fits_from_profile(read_json(args.profiles), args.profiles)
-    doc = fits.to_json()
-    write_json_atomic(args.out, doc)
+    fits = fits_from_profile(doc, args.profiles)
+    out_doc = fits.to_json()
+    predicted = None
+    if batch is not None:  # computed before anything is written: a bad --batch writes nothing
+        predicted = fits.predict(batch)
+        check_predicted_costs(fits.names, *predicted, what=f"--batch {batch}")
+    write_json_atomic(args.out, out_doc, inputs=inputs)
     mem_r2 = float(np.nanmedian(fits.memory_r2)) if np.isfinite(fits.memory_r2).any() else float("nan")
     time_r2 = float(np.nanmedian(fits.time_r2)) if np.isfinite(fits.time_r2).any() else float("nan")
     print(f"wrote {args.out}: {len(fits.names):,} ops fitted on batch sizes {list(fits.batch_sizes)}; "
           f"median R² memory {mem_r2:.3f}, time {time_r2:.3f}")
-    if args.batch:
-        t, m = fits.predict(_check_batch(args.batch))
+    if predicted is not None:
         from celeritas_core.units import format_bytes, format_us
 
-        print(f"predicted at batch {args.batch}: total time {format_us(float(t.sum()))}, "
+        t, m = predicted
+        print(f"predicted at batch {batch}: total time {format_us(float(t.sum()))}, "
               f"total memory {format_bytes(float(m.sum()))}")
     return 0
 
 
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
-    from celeritas_core.formats import read_json, save_graph, write_json_atomic
+    from celeritas_core.formats import check_predicted_costs, read_json, save_graph, write_json_atomic
     from celeritas_core.regression import CostFits
+
+    batch = _check_batch(args.batch)
+    flags.count(args.steps, "--steps")
+    check_cluster_flags(args)
+    inputs = [args.fits, args.cluster, _model_input(args)]
+    check_outputs([args.out, args.estimated_out, args.accuracy_out, args.cdf_out], inputs=inputs)
+    fits = CostFits.from_json(read_json(args.fits), source=args.fits)
+    check_predicted_costs(fits.names, *fits.predict(batch), what=f"{args.fits}: at --batch {batch}")
+    cluster = cluster_from_args(args)
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
-    batch = _check_batch(args.batch)
-    fits = CostFits.from_json(read_json(args.fits), source=args.fits)
-    cluster = cluster_from_args(args)
     result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say)
-    save_graph(result.measured, args.out)
-    written = [args.out]
-    if args.estimated_out:
-        save_graph(result.estimated, args.estimated_out)
-        written.append(args.estimated_out)
     memory, timing = result.accuracy()
     peaks = result.peaks(cluster)
-    if args.accuracy_out:
-        write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing, peaks),
-                          indent=1)
-        written.append(args.accuracy_out)
-    if args.cdf_out:
-        from celeritas_core.plots import deviation_cdf_chart
+    with staged_outputs(inputs=inputs) as outputs:  # every output lands, or none
+        save_graph(result.measured, args.out)
+        if args.estimated_out:
+            save_graph(result.estimated, args.estimated_out)
+        if args.accuracy_out:
+            write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing, peaks),
+                              indent=1)
+        if args.cdf_out:
+            from celeritas_core.plots import deviation_cdf_chart
 
-        written.append(deviation_cdf_chart([(model.name, memory, timing)], args.cdf_out,
-                                           title=f"{model.name}: estimated (batch {batch}) vs re-measured"))
+            deviation_cdf_chart([(model.name, memory, timing)], args.cdf_out,
+                                title=f"{model.name}: estimated (batch {batch}) vs re-measured")
+    written = outputs.paths
     print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
           f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
           f"{len(timing.names):,} ops")
@@ -185,8 +214,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import read_json, write_json_atomic
     from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
 
-    model = _model(args)
     batch = _check_batch(args.batch)
+    if args.devices is not None:
+        flags.count(args.devices, "--devices", high=MAX_DEVICES)
+    flags.count(args.warmup, "--warmup", low=0)
+    flags.count(args.steps, "--steps")
+    inputs = [args.placement, _model_input(args)]
+    check_outputs([args.out], inputs=inputs)
     doc = read_json(args.placement)
     if not isinstance(doc, dict) or doc.get("format") != "celeritas-placement/1":
         raise CeleritasInputError("not a celeritas-placement/1 document (field 'format')",
@@ -196,13 +230,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in assignment.values()):
         raise CeleritasInputError("field 'assignment' must map op names to device indices",
                                   source=args.placement)
-    devices = args.devices or len(doc.get("devices") or []) or 1
+    listed = doc.get("devices")
+    if listed is not None and (not isinstance(listed, list) or len(listed) > MAX_DEVICES):
+        raise CeleritasInputError(f"field 'devices' must be a list of at most {MAX_DEVICES:,} device names",
+                                  source=args.placement)
+    model = _model(args)
+    devices = args.devices or len(listed or []) or 1
     result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
                       progress=_say, source=args.placement)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
              "predicted_step_time_us": doc.get("predicted_step_time_us"),
              "predicted_peak_bytes": predicted_peaks(doc)}
-    write_json_atomic(args.out, result.to_json(extra), indent=1)
+    write_json_atomic(args.out, result.to_json(extra), indent=1, inputs=inputs)
     predicted = doc.get("predicted_step_time_us")
     if isinstance(predicted, int | float):
         print(f"simulated step time in the placement file: {predicted / 1e3:.3f} ms")
@@ -227,13 +266,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure transfers between two devices, fit t = k·bytes + b, write a celeritas-cluster/1."""
     from celeritas_core.formats import save_cluster
-    from celeritas_core.units import parse_size
     from celeritas_tf.calibrate import calibrate_comm, calibrated_cluster
 
-    memory = parse_size(args.device_memory, field="--device-memory")
+    if args.devices <= 0:
+        raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
+    flags.count(args.devices, "--devices", high=MAX_DEVICES)
+    memory = flags.size(args.device_memory, "--device-memory")
+    flags.count(args.repeats, "--repeats")
     sizes = None
     if args.sizes:
-        sizes = [parse_size(s, field="--sizes") for s in args.sizes.split(",") if s.strip()]
+        sizes = [flags.size(s, "--sizes", high=flags.MAX_CALIBRATION_BYTES)
+                 for s in args.sizes.split(",") if s.strip()]
+    check_outputs([args.out])
     kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": _say}
     if sizes:
         kwargs["sizes"] = sizes

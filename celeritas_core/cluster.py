@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.limits import (
+    MAX_BYTES,
+    MAX_DEVICES,
+    MAX_SLOPE_US_PER_BYTE,
+    MAX_SPEED,
+    MAX_TIME_US,
+    MIN_SPEED,
+    as_float,
+    is_number,
+    short_repr,
+)
 
 #: Default transfer model: PCIe-class link, ~10 GB/s (1e-4 µs per byte) and 25 µs latency.
 DEFAULT_SLOPE_US_PER_BYTE = 1e-4
@@ -34,14 +46,26 @@ class Cluster:
         slope_us_per_byte: float = DEFAULT_SLOPE_US_PER_BYTE,
         intercept_us: float = DEFAULT_INTERCEPT_US,
     ) -> Cluster:
-        """Validate and build a cluster (raises CeleritasInputError naming the bad field)."""
+        """Validate and build a cluster (raises CeleritasInputError naming the bad field).
+
+        At most :data:`~celeritas_core.limits.MAX_DEVICES` devices with non-empty unique names;
+        memory in ``(0, MAX_BYTES]`` bytes, speed in ``[MIN_SPEED, MAX_SPEED]``, the slope in
+        ``[0, MAX_SLOPE_US_PER_BYTE]`` µs/B and the intercept in ``[0, MAX_TIME_US]`` µs
+        (docs/formats.md, "Limits").
+        """
         names = tuple(device_names)
         if not names:
             raise CeleritasInputError("devices: the cluster has no devices")
+        if len(names) > MAX_DEVICES:
+            raise CeleritasInputError(f"devices: {len(names):,} devices, above the limit of {MAX_DEVICES:,}")
+        for i, name in enumerate(names):
+            if not isinstance(name, str) or not name:
+                raise CeleritasInputError(
+                    f"devices[{i}]: name must be a non-empty string, got {short_repr(name)}")
         if len(set(names)) != len(names):
             raise CeleritasInputError("devices: device names must be unique")
-        mem = np.asarray(memory_bytes, dtype=np.float64)
-        spd = np.ones(len(names)) if speed is None else np.asarray(speed, dtype=np.float64)
+        mem = _numbers(memory_bytes, "memory_bytes")
+        spd = np.ones(len(names)) if speed is None else _numbers(speed, "speed")
         if mem.shape != (len(names),) or spd.shape != (len(names),):
             raise CeleritasInputError("devices: memory_bytes and speed need one value per device")
         for i, name in enumerate(names):
@@ -49,15 +73,24 @@ class Cluster:
                 raise CeleritasInputError(
                     f"devices[{i}] ({name!r}): memory_bytes must be positive, got {mem[i]!r}"
                 )
+            if mem[i] > MAX_BYTES:
+                raise CeleritasInputError(f"devices[{i}] ({name!r}): memory_bytes must be at most "
+                                          f"{MAX_BYTES:g} bytes (the limit), got {mem[i]!r}")
             if not np.isfinite(spd[i]) or spd[i] <= 0:
                 raise CeleritasInputError(
                     f"devices[{i}] ({name!r}): speed must be positive, got {spd[i]!r}"
                 )
-        for field_name, value in (("slope_us_per_byte", slope_us_per_byte),
-                                  ("intercept_us", intercept_us)):
-            if not isinstance(value, int | float) or isinstance(value, bool) \
-                    or not np.isfinite(value) or value < 0:
-                raise CeleritasInputError(f"comm.{field_name}: must be a number >= 0, got {value!r}")
+            if not MIN_SPEED <= spd[i] <= MAX_SPEED:
+                raise CeleritasInputError(f"devices[{i}] ({name!r}): speed must be from {MIN_SPEED:g} to "
+                                          f"{MAX_SPEED:g} (the limits), got {spd[i]!r}")
+        for field_name, value, limit in (("slope_us_per_byte", slope_us_per_byte, MAX_SLOPE_US_PER_BYTE),
+                                         ("intercept_us", intercept_us, MAX_TIME_US)):
+            if not is_number(value) or not np.isfinite(as_float(value)) or value < 0:
+                raise CeleritasInputError(
+                    f"comm.{field_name}: must be a number >= 0, got {short_repr(value)}")
+            if value > limit:
+                raise CeleritasInputError(f"comm.{field_name}: must be at most {limit:g} (the limit), "
+                                          f"got {short_repr(value)}")
         return cls(names, mem, spd, float(slope_us_per_byte), float(intercept_us))
 
     @classmethod
@@ -70,8 +103,10 @@ class Cluster:
         intercept_us: float = DEFAULT_INTERCEPT_US,
     ) -> Cluster:
         """``num_devices`` identical devices named ``gpu:0``… with ``memory_bytes`` each."""
-        if num_devices <= 0:
-            raise CeleritasInputError(f"devices: need at least one device, got {num_devices}")
+        if not isinstance(num_devices, int | np.integer) or isinstance(num_devices, bool) or num_devices <= 0:
+            raise CeleritasInputError(f"devices: need at least one device, got {short_repr(num_devices)}")
+        if num_devices > MAX_DEVICES:
+            raise CeleritasInputError(f"devices: {num_devices:,} devices, above the limit of {MAX_DEVICES:,}")
         return cls.build(
             [f"gpu:{i}" for i in range(num_devices)],
             [memory_bytes] * num_devices,
@@ -104,3 +139,12 @@ class Cluster:
             self.slope_us_per_byte,
             self.intercept_us,
         )
+
+
+def _numbers(values: Any, field_name: str) -> np.ndarray:
+    """``values`` (one number per device) as a float64 vector; anything else is an input error."""
+    items = list(values) if isinstance(values, Sequence | np.ndarray) else None
+    if items is None or not all(is_number(v) or isinstance(v, np.integer | np.floating) for v in items):
+        raise CeleritasInputError(
+            f"devices: {field_name} must be one number per device, got {short_repr(values)}")
+    return np.asarray([as_float(v) for v in items], dtype=np.float64)

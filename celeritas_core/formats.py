@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,22 @@ import numpy as np
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph, Liveness
+from celeritas_core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BYTES,
+    MAX_DEVICES,
+    MAX_SLOPE_US_PER_BYTE,
+    MAX_SPEED,
+    MAX_SRC_OUTPUT,
+    MAX_TIME_US,
+    MIN_SPEED,
+    as_float,
+    check_total,
+    is_number,
+    short_repr,
+)
 from celeritas_core.placement import Placement
+from celeritas_core.safe_io import read_input_bytes, write_atomic
 
 GRAPH_FORMAT = "celeritas-graph/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
@@ -29,76 +43,46 @@ PLACEMENT_FORMAT = "celeritas-placement/1"
 
 # ---------------------------------------------------------------------------- file helpers
 def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file, turning I/O and syntax problems into one-line input errors."""
-    p = Path(path)
+    """Parse a JSON file, turning I/O and syntax problems into one-line input errors.
+
+    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
+    (:func:`celeritas_core.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
+    before anything is read.
+    """
+    source = os.fspath(path)
+    data = read_input_bytes(source)
     try:
-        with p.open("rb") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise CeleritasInputError("file not found", source=str(p)) from None
-    except IsADirectoryError:
-        raise CeleritasInputError("is a directory, expected a JSON file", source=str(p)) from None
+        return json.loads(data.decode("utf-8-sig"))  # UTF-8 only (docs/formats.md), a BOM allowed
     except json.JSONDecodeError as exc:
         raise CeleritasInputError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", source=str(p)
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", source=source
         ) from None
     except UnicodeDecodeError:
-        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=str(p)) from None
+        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=source) from None
     except RecursionError:
-        raise CeleritasInputError("not valid JSON (nested too deeply)", source=str(p)) from None
+        raise CeleritasInputError("not valid JSON (nested too deeply)", source=source) from None
     except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CeleritasInputError(f"not valid JSON ({reason})", source=str(p)) from None
-    except OSError as exc:
-        raise CeleritasInputError(f"cannot read: {exc.strerror}", source=str(p)) from None
+        raise CeleritasInputError(f"not valid JSON ({reason})", source=source) from None
 
 
-def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None) -> Path:
-    """Write ``doc`` as JSON to ``path`` through a temporary file and an atomic rename."""
+def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None,
+                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+    """Write ``doc`` as JSON to ``path`` through a temporary file and an atomic rename
+    (:func:`celeritas_core.safe_io.write_atomic`; ``inputs`` may not be overwritten)."""
     return write_atomic(path, lambda fh: (json.dump(doc, fh, indent=indent, allow_nan=False),
-                                           fh.write("\n")))
+                                           fh.write("\n")), inputs=inputs)
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *,
+                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and an atomic rename."""
-    return write_atomic(path, lambda fh: fh.write(text))
-
-
-def write_atomic(path: str | os.PathLike[str], write: Any, *, binary: bool = False) -> Path:
-    """Call ``write(fh)`` on a temporary file next to ``path``, then rename it into place; on any
-    error nothing is left behind. Text files are UTF-8."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        # mkstemp creates the file with mode 0600; give the output the mode a plain open() would.
-        os.chmod(tmp, 0o666 & ~_current_umask())
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
-            write(fh)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
-
-
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    return write_atomic(path, lambda fh: fh.write(text), inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- field checks
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _as_float(x: int | float) -> float:
-    """``float(x)``, with integers beyond the float range (valid JSON) read as infinity."""
-    try:
-        return float(x)
-    except OverflowError:
-        return math.inf if x > 0 else -math.inf
+_is_number = is_number
+_as_float = as_float
 
 
 def _positive(x: Any) -> bool:
@@ -112,16 +96,26 @@ def _check_format(doc: Any, expected: str) -> None:
     if tag is None:
         raise CeleritasInputError(f"missing field 'format' (expected {expected!r})")
     if tag != expected:
-        raise CeleritasInputError(f"unknown format tag {tag!r} (expected {expected!r})")
+        raise CeleritasInputError(f"unknown format tag {short_repr(tag)} (expected {expected!r})")
 
 
-def _cost(value: Any, where: str, field_name: str) -> float:
+def _cost(value: Any, where: str, field_name: str, *, limit: float = MAX_BYTES,
+          unit: str = " bytes") -> float:
+    """A finite number ``>= 0`` and at most ``limit`` (docs/formats.md, "Limits")."""
     if not _is_number(value):
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {value!r}")
+        raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {short_repr(value)}")
     v = _as_float(value)
     if not math.isfinite(v) or v < 0:
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be finite and >= 0, got {value!r}")
+        raise CeleritasInputError(
+            f"{where}: field '{field_name}' must be finite and >= 0, got {short_repr(value)}")
+    if v > limit:
+        raise CeleritasInputError(f"{where}: field '{field_name}' must be at most {limit:g}{unit} "
+                                  f"(the limit), got {short_repr(value)}")
     return v
+
+
+def _time(value: Any, where: str, field_name: str) -> float:
+    return _cost(value, where, field_name, limit=MAX_TIME_US, unit=" µs")
 
 
 # ---------------------------------------------------------------------------- graph
@@ -174,7 +168,7 @@ def graph_from_json(doc: Any) -> Graph:
             raise CeleritasInputError(f"{where}: missing field 'time_us'")
         if "memory_bytes" not in node:
             raise CeleritasInputError(f"{where}: missing field 'memory_bytes'")
-        time_us[i] = _cost(node["time_us"], where, "time_us")
+        time_us[i] = _time(node["time_us"], where, "time_us")
         memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
         persistent[i], scratch[i], outputs[i] = _liveness_fields(node, where)
         group = node.get("colocation")
@@ -209,11 +203,13 @@ def graph_from_json(doc: Any) -> Graph:
             raise CeleritasInputError(f"edges[{k}] ({s!r} -> {d!r}): missing field 'bytes'")
         nbytes[k] = _cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
         so = edge.get("src_output", 0)
-        if not isinstance(so, int) or isinstance(so, bool) or not 0 <= so < 2**63:
+        if not isinstance(so, int) or isinstance(so, bool) or not 0 <= so < MAX_SRC_OUTPUT:
             raise CeleritasInputError(
-                f"edges[{k}] ({s!r} -> {d!r}): field 'src_output' must be an integer >= 0, got {so!r}"
+                f"edges[{k}] ({s!r} -> {d!r}): field 'src_output' must be an integer >= 0 and "
+                f"< 2**31, got {short_repr(so)}"
             )
         out[k] = so
+    _check_graph_totals(time_us, memory, nbytes, persistent, scratch, outputs)
     modelled = any(p is not None or s is not None or o is not None
                    for p, s, o in zip(persistent, scratch, outputs, strict=True))
     aliases = _alias_fields(nodes, index, outputs)
@@ -256,9 +252,10 @@ def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tupl
         return None
     node, output = (raw.get("node"), raw.get("output")) if isinstance(raw, dict) else (None, None)
     known = isinstance(node, str) and node in index
-    if not known or not isinstance(output, int) or isinstance(output, bool) or not 0 <= output < 2**31:
+    if (not known or not isinstance(output, int) or isinstance(output, bool)
+            or not 0 <= output < MAX_SRC_OUTPUT):
         raise CeleritasInputError(f"{where}: output_aliases[{k}] must be null or {{\"node\": NAME, "
-                                  f"\"output\": K}} naming an input tensor, got {raw!r}")
+                                  f"\"output\": K}} naming an input tensor, got {short_repr(raw)}")
     return index[node], output
 
 
@@ -271,9 +268,56 @@ def _liveness_fields(node: dict[str, Any],
     if "output_bytes" in node:
         raw = node["output_bytes"]
         if not isinstance(raw, list):
-            raise CeleritasInputError(f"{where}: field 'output_bytes' must be a list of numbers, got {raw!r}")
+            raise CeleritasInputError(
+                f"{where}: field 'output_bytes' must be a list of numbers, got {short_repr(raw)}")
         outputs = [_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
     return persistent, scratch, outputs
+
+
+def _check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
+                        persistent: list[float | None], scratch: list[float | None],
+                        outputs: list[list[float] | None]) -> None:
+    """The graph's sums stay within the limits: total time, total memory, total edge bytes and
+    the total of the liveness fields (docs/formats.md, "Limits")."""
+    check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
+    check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
+    check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
+    live = (sum(x for x in persistent if x is not None) + sum(x for x in scratch if x is not None)
+            + sum(sum(o) for o in outputs if o is not None))
+    check_total(float(live), MAX_BYTES,
+                "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
+
+
+def check_graph_limits(graph: Graph) -> None:
+    """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
+    the reader enforces, so that what :func:`save_graph` writes can be read back."""
+    for values, name, limit, unit in ((graph.time_us, "time_us", MAX_TIME_US, " µs"),
+                                      (graph.memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values > limit))
+        if len(bad):
+            i = int(bad[0])
+            _cost(float(values[i]), f"node {graph.node_names[i]!r}", name, limit=limit, unit=unit)
+    eb = graph.edge_bytes
+    bad = np.flatnonzero(~np.isfinite(eb) | (eb < 0) | (eb > MAX_BYTES))
+    if len(bad):
+        k = int(bad[0])
+        _cost(float(graph.edge_bytes[k]), f"edges[{k}]", "bytes")
+    bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
+    if len(bad):
+        raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
+                                  f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
+    live = graph.liveness
+    parts: tuple[list[float | None], list[float | None], list[list[float] | None]] = ([], [], [])
+    if live is not None:
+        for i in range(graph.num_nodes):
+            if live.modelled[i]:
+                outs = [float(x) for x in live.outputs(i)]
+                for k, x in enumerate([float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *outs]):
+                    _cost(x, f"node {graph.node_names[i]!r}", "liveness bytes" if k < 2 else "output_bytes")
+                parts[0].append(float(live.persistent_bytes[i]))
+                parts[1].append(float(live.scratch_bytes[i]))
+                parts[2].append(outs)
+    _check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, *parts)
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
@@ -326,9 +370,12 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
         raise exc.with_source(str(path)) from None
 
 
-def save_graph(graph: Graph, path: str | os.PathLike[str]) -> Path:
-    """Write ``graph`` atomically as ``celeritas-graph/1``."""
-    return write_json_atomic(path, graph_to_json(graph))
+def save_graph(graph: Graph, path: str | os.PathLike[str], *,
+               inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+    """Write ``graph`` atomically as ``celeritas-graph/1`` (a graph beyond the limits, which the
+    reader would refuse, is refused here)."""
+    check_graph_limits(graph)
+    return write_json_atomic(path, graph_to_json(graph), inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -340,7 +387,10 @@ def cluster_from_json(doc: Any) -> Cluster:
         raise CeleritasInputError("field 'devices' must be a list")
     if not devices:
         raise CeleritasInputError("devices: the cluster has no devices (zero devices)")
+    if len(devices) > MAX_DEVICES:
+        raise CeleritasInputError(f"devices: {len(devices):,} devices, above the limit of {MAX_DEVICES:,}")
     names: list[str] = []
+    seen: dict[str, int] = {}
     memory: list[float] = []
     speed: list[float] = []
     for i, dev in enumerate(devices):
@@ -349,20 +399,25 @@ def cluster_from_json(doc: Any) -> Cluster:
         dev_name = dev.get("name")
         if not isinstance(dev_name, str) or not dev_name:
             raise CeleritasInputError(f"devices[{i}]: field 'name' must be a non-empty string")
+        where = f"devices[{i}] ({dev_name!r})"
         mem = dev.get("memory_bytes")
         if not _positive(mem):
             raise CeleritasInputError(
-                f"devices[{i}] ({dev_name!r}): field 'memory_bytes' must be a positive number, got {mem!r}"
+                f"{where}: field 'memory_bytes' must be a positive number, got {short_repr(mem)}"
             )
+        _cost(mem, where, "memory_bytes")
         spd = dev.get("speed", 1.0)
         if not _positive(spd):
             raise CeleritasInputError(
-                f"devices[{i}] ({dev_name!r}): field 'speed' must be a positive number, got {spd!r}"
-            )
-        if dev_name in names:
+                f"{where}: field 'speed' must be a positive number, got {short_repr(spd)}")
+        if not MIN_SPEED <= spd <= MAX_SPEED:
+            raise CeleritasInputError(f"{where}: field 'speed' must be from {MIN_SPEED:g} to {MAX_SPEED:g} "
+                                      f"(the limits), got {short_repr(spd)}")
+        if dev_name in seen:
             raise CeleritasInputError(
-                f"devices[{i}]: duplicate device name {dev_name!r} (devices[{names.index(dev_name)}])"
+                f"devices[{i}]: duplicate device name {dev_name!r} (devices[{seen[dev_name]}])"
             )
+        seen[dev_name] = i
         names.append(dev_name)
         memory.append(float(mem))
         speed.append(float(spd))
@@ -371,11 +426,13 @@ def cluster_from_json(doc: Any) -> Cluster:
         raise CeleritasInputError("field 'comm' must be an object")
     slope = comm.get("slope_us_per_byte", DEFAULT_SLOPE_US_PER_BYTE)
     intercept = comm.get("intercept_us", DEFAULT_INTERCEPT_US)
-    for field_name, value in (("slope_us_per_byte", slope), ("intercept_us", intercept)):
+    for field_name, value, limit, unit in (("slope_us_per_byte", slope, MAX_SLOPE_US_PER_BYTE, " µs/B"),
+                                           ("intercept_us", intercept, MAX_TIME_US, " µs")):
         if not _is_number(value) or not math.isfinite(_as_float(value)) or value < 0:
             raise CeleritasInputError(
-                f"comm: field '{field_name}' must be a finite number >= 0, got {value!r}"
+                f"comm: field '{field_name}' must be a finite number >= 0, got {short_repr(value)}"
             )
+        _cost(value, "comm", field_name, limit=limit, unit=unit)
     return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept)
 
 
@@ -399,9 +456,10 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
         raise exc.with_source(str(path)) from None
 
 
-def save_cluster(cluster: Cluster, path: str | os.PathLike[str]) -> Path:
+def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
+                 inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Write ``cluster`` atomically as ``celeritas-cluster/1``."""
-    return write_json_atomic(path, cluster_to_json(cluster), indent=2)
+    return write_json_atomic(path, cluster_to_json(cluster), indent=2, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- placement
@@ -411,6 +469,9 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     devices = doc.get("devices")
     if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
         raise CeleritasInputError("field 'devices' must be a non-empty list of device names")
+    if len(devices) > MAX_DEVICES:
+        raise CeleritasInputError(
+            f"field 'devices': {len(devices):,} devices, above the limit of {MAX_DEVICES:,}")
     if cluster is not None and len(devices) != cluster.num_devices:
         raise CeleritasInputError(
             f"placement uses {len(devices)} devices but the cluster has {cluster.num_devices}"
@@ -426,7 +487,8 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
             raise CeleritasInputError(f"assignment: node {node!r} is not in graph {graph.name!r}")
         if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < len(devices):
             raise CeleritasInputError(
-                f"assignment: node {node!r} has device {dev!r}, expected an index 0..{len(devices) - 1}"
+                f"assignment: node {node!r} has device {short_repr(dev)}, "
+                f"expected an index 0..{len(devices) - 1}"
             )
         result[i] = dev
     missing = np.flatnonzero(result < 0)
@@ -437,18 +499,20 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         )
     placer = doc.get("placer", "unknown")
     if not isinstance(placer, str):
-        raise CeleritasInputError(f"field 'placer' must be a string, got {placer!r}")
+        raise CeleritasInputError(f"field 'placer' must be a string, got {short_repr(placer)}")
     params = doc.get("params", {})
     if not isinstance(params, dict):
         raise CeleritasInputError("field 'params' must be an object")
     seconds = doc.get("placement_seconds")
     if seconds is not None and (not _is_number(seconds) or not math.isfinite(_as_float(seconds))
                                 or seconds < 0):
-        raise CeleritasInputError(f"field 'placement_seconds' must be a number >= 0, got {seconds!r}")
+        raise CeleritasInputError(
+            f"field 'placement_seconds' must be a number >= 0, got {short_repr(seconds)}")
     coarse_nodes = doc.get("coarse_nodes")
     if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
-                                     or coarse_nodes < 1):
-        raise CeleritasInputError(f"field 'coarse_nodes' must be an integer >= 1, got {coarse_nodes!r}")
+                                     or not 1 <= coarse_nodes < 2**31):
+        raise CeleritasInputError(
+            f"field 'coarse_nodes' must be an integer >= 1 and < 2**31, got {short_repr(coarse_nodes)}")
     return Placement(
         placer=placer,
         params=dict(params),
@@ -469,6 +533,116 @@ def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster 
         raise exc.with_source(str(path)) from None
 
 
-def save_placement(placement: Placement, path: str | os.PathLike[str]) -> Path:
+def save_placement(placement: Placement, path: str | os.PathLike[str], *,
+                   inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Write ``placement`` atomically as ``celeritas-placement/1``."""
-    return write_json_atomic(path, placement.to_json(), indent=1)
+    return write_json_atomic(path, placement.to_json(), indent=1, inputs=inputs)
+
+
+# ---------------------------------------------------------------------------- profiles and fits
+PROFILE_FORMAT = "celeritas-profile/1"
+FITS_FORMAT = "celeritas-fits/1"
+#: Largest magnitude of a fitted slope or intercept in a ``celeritas-fits/1`` document. Fits of
+#: in-limit profiles stay far below it; predictions are checked against the cost limits where a
+#: graph is built from them.
+MAX_FIT_COEFFICIENT = 1e30
+
+
+def _cost_map(raw: Any, where: str, field_name: str, limit: float, unit: str) -> None:
+    """An object of op name -> cost, every cost within ``limit``, their sum too."""
+    if not isinstance(raw, dict):
+        raise CeleritasInputError(f"{where}: field '{field_name}' must be an object of op name -> number")
+    total = 0.0
+    for name, value in raw.items():
+        total += _cost(value, f"{where}: op {name!r}", field_name, limit=limit, unit=unit)
+    check_total(total, limit, f"{where}: the total of '{field_name}'", unit)
+
+
+def check_profile_document(doc: Any, source: str | None = None) -> None:
+    """Validate a ``celeritas-profile/1`` document strictly: at least two profiles, each with an
+    integer ``batch_size`` from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE` (no repeats)
+    and per-op ``time_us`` / ``memory_bytes`` (and optional ``scratch_bytes``) numbers within
+    the limits. Raises a one-line :class:`CeleritasInputError` naming the profile and field."""
+    try:
+        if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+            raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')")
+        profiles = doc.get("profiles")
+        if not isinstance(profiles, list):
+            raise CeleritasInputError("field 'profiles' must be a list")
+        if len(profiles) < 2:
+            raise CeleritasInputError("field 'profiles': need at least two batch sizes to fit")
+        seen: dict[int, int] = {}
+        for k, p in enumerate(profiles):
+            where = f"profiles[{k}]"
+            if not isinstance(p, dict):
+                raise CeleritasInputError(f"{where}: expected an object")
+            batch = p.get("batch_size")
+            if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH_SIZE:
+                raise CeleritasInputError(f"{where}: field 'batch_size' must be an integer from 1 to "
+                                          f"{MAX_BATCH_SIZE:,}, got {short_repr(batch)}")
+            if batch in seen:
+                raise CeleritasInputError(f"{where}: batch size {batch} repeats profiles[{seen[batch]}]")
+            seen[batch] = k
+            for key, limit, unit in (("time_us", MAX_TIME_US, " µs"), ("memory_bytes", MAX_BYTES, " bytes")):
+                if key not in p:
+                    raise CeleritasInputError(f"{where}: missing field '{key}'")
+                _cost_map(p[key], where, key, limit, unit)
+            if p.get("scratch_bytes") is not None:
+                _cost_map(p["scratch_bytes"], where, "scratch_bytes", MAX_BYTES, " bytes")
+            if "output_aliases" in p and not isinstance(p["output_aliases"], dict):
+                raise CeleritasInputError(f"{where}: field 'output_aliases' must be an object")
+    except CeleritasInputError as exc:
+        raise exc.with_source(source) if source else exc from None
+
+
+def check_fits_document(doc: Any, source: str | None = None) -> None:
+    """Validate a ``celeritas-fits/1`` document strictly: ``batch_sizes`` integers from 1 to
+    :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
+    ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
+    :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object."""
+    try:
+        if not isinstance(doc, dict) or doc.get("format") != FITS_FORMAT:
+            raise CeleritasInputError(f"not a {FITS_FORMAT} document (field 'format')")
+        ops = doc.get("ops")
+        if not isinstance(ops, dict) or not ops:
+            raise CeleritasInputError("field 'ops' must be a non-empty object")
+        batches = doc.get("batch_sizes")
+        if not isinstance(batches, list) or not batches or not all(
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_BATCH_SIZE for b in batches):
+            raise CeleritasInputError(f"field 'batch_sizes' must be a non-empty list of integers from 1 to "
+                                      f"{MAX_BATCH_SIZE:,}")
+        for name, fit in ops.items():
+            where = f"op {name!r}"
+            if not isinstance(fit, dict):
+                raise CeleritasInputError(f"{where}: expected an object")
+            for key in ("time_us", "memory_bytes"):
+                pair = fit.get(key)
+                if not (isinstance(pair, list) and len(pair) == 2 and all(
+                        _is_number(v) and math.isfinite(_as_float(v))
+                        and abs(_as_float(v)) <= MAX_FIT_COEFFICIENT for v in pair)):
+                    raise CeleritasInputError(
+                        f"{where}: field '{key}' must be [slope, intercept], finite numbers of magnitude "
+                        f"at most {MAX_FIT_COEFFICIENT:g}, got {short_repr(pair)}")
+            for key in ("time_r2", "memory_r2"):
+                r2 = fit.get(key)
+                if r2 is not None and not (_is_number(r2) and math.isfinite(_as_float(r2))):
+                    raise CeleritasInputError(f"{where}: field '{key}' must be a number or null, "
+                                              f"got {short_repr(r2)}")
+        if not isinstance(doc.get("output_aliases", {}), dict):
+            raise CeleritasInputError("field 'output_aliases' must be an object")
+    except CeleritasInputError as exc:
+        raise exc.with_source(source) if source else exc from None
+
+
+def check_predicted_costs(names: Any, time_us: np.ndarray, memory_bytes: np.ndarray, what: str) -> None:
+    """Raise unless predicted per-op costs (e.g. fits at a batch size) are within the limits of a
+    graph: every time and memory and their totals. ``what`` says where they come from."""
+    for values, field_name, limit, unit in ((time_us, "time_us", MAX_TIME_US, " µs"),
+                                            (memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
+        values = np.asarray(values, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values > limit))
+        if len(bad):
+            i = int(bad[0])
+            raise CeleritasInputError(f"{what}: op {names[i]!r}: predicted {field_name} "
+                                      f"{values[i]:.6g}{unit} is not within 0 and the limit {limit:g}{unit}")
+        check_total(float(values.sum()), limit, f"{what}: the predicted total {field_name}", unit)

@@ -72,9 +72,12 @@ class CostFits:
     @classmethod
     def from_json(cls, doc: Any, source: str | None = None) -> CostFits:
         """Read a ``celeritas-fits/1`` document (raises CeleritasInputError naming the bad field)."""
+        from celeritas_core.formats import check_fits_document
+
         def bad(msg: str) -> CeleritasInputError:
             return CeleritasInputError(msg, source=source)
 
+        check_fits_document(doc, source)  # types, finiteness and magnitudes (docs/formats.md, "Limits")
         if not isinstance(doc, dict) or doc.get("format") != "celeritas-fits/1":
             raise bad("not a celeritas-fits/1 document (field 'format')")
         ops = doc.get("ops")

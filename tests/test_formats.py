@@ -875,3 +875,265 @@ def test_cli_prints_one_line_error_exit_2_and_writes_nothing(
     assert err.startswith(f"celeritas: error: {bad}: node 'c': field 'time_us'"), err
     assert not out.exists()
     assert _files_in(tmp_path) == ["model.json"]
+
+
+# ---------------------------------------------------------------------------- the hardened I/O layer
+def test_inputs_must_be_regular_files(tmp_path: Path, graph: Graph) -> None:
+    from celeritas_core.safe_io import read_input_bytes
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # reading it would block forever: it must be refused before it is opened
+    for path, needle in ((fifo, "FIFO"), (Path("/dev/zero"), "character device"), (tmp_path, "directory")):
+        _expect_input_error(lambda p=path: load_graph(p), path, needle)
+        _expect_input_error(lambda p=path: read_input_bytes(p), path, needle)
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop)
+    _expect_input_error(lambda: load_graph(loop), loop, "cannot read")
+    save_graph(graph, tmp_path / "g.json")
+    (tmp_path / "link.json").symlink_to("g.json")  # an input may be a symbolic link to a regular file
+    _assert_same_graph(load_graph(tmp_path / "link.json"), graph)
+
+
+def test_input_size_limit(tmp_path: Path) -> None:
+    from celeritas_core.limits import MAX_INPUT_FILE_BYTES
+    from celeritas_core.safe_io import read_input_bytes
+
+    assert MAX_INPUT_FILE_BYTES == 2 * 2**30
+    path = _write_text(tmp_path / "g.json", json.dumps(_graph_doc()))
+    assert read_input_bytes(path) == path.read_bytes()
+    _expect_input_error(lambda: read_input_bytes(path, limit=100), path, "above the input limit of 100 bytes")
+    with path.open("r+b") as fh:  # a sparse file just above the limit: refused by its size, not read
+        fh.truncate(MAX_INPUT_FILE_BYTES + 1)
+    _expect_input_error(lambda: load_graph(path), path, "above the input limit of 2,147,483,648 bytes")
+
+
+def test_utf16_input_is_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "g.json"
+    path.write_bytes(json.dumps(_graph_doc()).encode("utf-16"))
+    _expect_input_error(lambda: load_graph(path), path, "not UTF-8")
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_graph_doc()).encode())  # a UTF-8 BOM is fine
+    assert load_graph(path).name == "g4"
+
+
+def test_outputs_only_replace_regular_files(tmp_path: Path, graph: Graph) -> None:
+    from celeritas_core.safe_io import check_output_path
+
+    source = save_graph(graph, tmp_path / "in.json")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link.json").symlink_to("in.json")
+    (tmp_path / "dangling.json").symlink_to("nowhere.json")
+    os.link(source, tmp_path / "hard.json")
+    cases = [(fifo, "FIFO"), (tmp_path / "dir", "directory"), (tmp_path / "link.json", "symbolic link"),
+             (tmp_path / "dangling.json", "symbolic link"), (source, "same file as the input"),
+             (tmp_path / "hard.json", "same file as the input"), (source / "x.json", "Not a directory"),
+             (tmp_path / "sub" / ".." / "in.json", "same file as the input")]
+    before = {p.name: p.lstat() for p in tmp_path.iterdir()}
+    for path, needle in cases:
+        _expect_input_error(lambda p=path: save_graph(graph, p, inputs=[source]), path, needle)
+        _expect_input_error(lambda p=path: check_output_path(p, inputs=[source]), path, needle)
+    after = {p.name: p.lstat() for p in tmp_path.iterdir()}
+    assert sorted(before) == sorted(after)
+    for name, st in before.items():
+        assert (st.st_mode, st.st_ino, st.st_mtime_ns, st.st_size) == \
+            (after[name].st_mode, after[name].st_ino, after[name].st_mtime_ns, after[name].st_size), name
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and (tmp_path / "link.json").is_symlink()
+    # The issue's case: as root, `--out /dev/null` replaced the device node. Only the side-effect-free
+    # check is called here; a real device is never passed to a writer in the tests.
+    _expect_input_error(lambda: check_output_path("/dev/null"), "/dev/null", "character device")
+
+
+def test_output_set_writes_all_or_nothing(tmp_path: Path) -> None:
+    from celeritas_core.safe_io import OutputSet, staged_outputs
+
+    old = _write_text(tmp_path / "a.json", "old a\n")
+    with pytest.raises(RuntimeError, match="plot failed"), staged_outputs():
+        write_json_atomic(old, {"new": 1})
+        write_json_atomic(tmp_path / "new" / "deeper" / "b.json", {"new": 2})
+
+        def fail(fh: Any) -> None:
+            fh.write(b"partial")
+            raise RuntimeError("plot failed")
+
+        formats.write_atomic(tmp_path / "c.png", fail, binary=True)
+    assert old.read_text() == "old a\n"
+    assert _files_in(tmp_path) == ["a.json"]  # no temporary file, no folder created for b.json
+    with staged_outputs() as outputs:
+        write_json_atomic(old, {"new": 1})
+        write_json_atomic(tmp_path / "new" / "b.json", {"new": 2})
+        assert old.read_text() == "old a\n" and not (tmp_path / "new" / "b.json").exists()  # staged only
+    assert outputs.paths == [old, tmp_path / "new" / "b.json"]
+    assert read_json(old) == {"new": 1} and read_json(tmp_path / "new" / "b.json") == {"new": 2}
+    assert _files_in(tmp_path) == ["a.json", "new"] and _files_in(tmp_path / "new") == ["b.json"]
+    same = OutputSet()
+    same.add(tmp_path / "x.json", lambda fh: fh.write("1"))
+    _expect_input_error(lambda: same.add(tmp_path / "x.json", lambda fh: fh.write("2")), tmp_path / "x.json",
+                        "given twice")
+    same.discard()
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_output_set_restores_previous_files_when_a_rename_fails(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from celeritas_core import safe_io
+
+    first = _write_text(tmp_path / "first.json", "old first\n")
+    outputs = safe_io.OutputSet()
+    outputs.add(first, lambda fh: fh.write("new first\n"))
+    outputs.add(tmp_path / "second.json", lambda fh: fh.write("new second\n"))
+    real_replace = os.replace
+    calls = []
+
+    def flaky_replace(src: Any, dst: Any) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(safe_io.os, "replace", flaky_replace)
+    with pytest.raises(OSError, match="No space"):
+        outputs.commit()
+    monkeypatch.setattr(safe_io.os, "replace", real_replace)
+    assert first.read_text() == "old first\n"
+    assert _files_in(tmp_path) == ["first.json"]
+
+
+def test_cli_compare_writes_all_outputs_or_none(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch, graph: Graph) -> None:
+    """The issue's case: the last figure fails after the JSON, the CSV and the Gantt chart were made."""
+    from celeritas_cli.main import main
+    from celeritas_core import plots
+
+    graph_file = save_graph(graph, tmp_path / "g.json")
+    out_dir = tmp_path / "out"
+
+    def broken_chart(*args: Any, **kwargs: Any) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(plots, "memory_chart", broken_chart)
+    argv = ["compare", str(graph_file), "--devices", "2", "--device-memory", "1MiB", "--placers",
+            "single,m-topo", "--out-dir", str(out_dir), "--quiet"]
+    assert main(argv) == 1
+    assert "No space left" in capsys.readouterr().err
+    assert not out_dir.exists()  # nothing left behind, not even the folder
+    out_dir.mkdir()
+    old = _write_text(out_dir / "compare.json", "previous comparison\n")
+    assert main(argv) == 1
+    assert old.read_text() == "previous comparison\n" and _files_in(out_dir) == ["compare.json"]
+
+
+def test_cli_refuses_outputs_before_computing(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              graph: Graph) -> None:
+    from celeritas_cli.main import main
+
+    graph_file = save_graph(graph, tmp_path / "g.json")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cluster = ["--devices", "2", "--device-memory", "1MiB"]
+    for argv, needle in (
+            (["place", str(graph_file), *cluster, "--out", str(graph_file)], "same file as the input"),
+            (["place", str(graph_file), *cluster, "--out", str(fifo)], "FIFO"),
+            (["compare", str(graph_file), *cluster, "--out-dir", str(fifo)], "Not a directory"),
+            (["generate", "layered", "--out", str(tmp_path)], "directory")):
+        before = sorted(p.name for p in tmp_path.iterdir())
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# ---------------------------------------------------------------------------- limits
+def _set_all(key: str, **fields: Any) -> Mutation:
+    """A mutation updating every entry of ``doc[key]`` with ``fields``."""
+    def mutate(doc: Doc) -> None:
+        for entry in doc[key]:
+            entry.update(fields)
+
+    return mutate
+
+
+LIMIT_CASES: list[tuple[str, Mutation, tuple[str, ...]]] = [
+    ("time-above-limit", _set("nodes.1.time_us", 1.5e15), ("node 'b'", "'time_us'", "at most 1e+15 µs")),
+    ("memory-above-limit", _set("nodes.1.memory_bytes", 2e18),
+     ("node 'b'", "'memory_bytes'", "at most 1e+18")),
+    ("bytes-1e308", _set("edges.0.bytes", 1e308), ("edges[0]", "'bytes'", "at most 1e+18")),
+    ("src-output-2**63-1", _set("edges.4.src_output", 2**63 - 1), ("edges[4]", "'src_output'", "2**31")),
+    ("src-output-2**31", _set("edges.4.src_output", 2**31), ("edges[4]", "'src_output'")),
+    ("total-time", _set_all("nodes", time_us=0.4e15), ("total time_us", "1e+15")),
+    ("total-memory", _set_all("nodes", memory_bytes=0.4e18), ("total memory_bytes",)),
+    ("total-edge-bytes", _set_all("edges", bytes=0.4e18), ("total edge bytes",)),
+    ("liveness-above-limit", _set("nodes.1.output_bytes", [2e18]), ("node 'b'", "output_bytes[0]")),
+    ("liveness-total", _set_all("nodes", persistent_bytes=0.4e18, memory_bytes=1),
+     ("total persistent_bytes",)),
+]
+
+
+@pytest.mark.parametrize(("mutation", "needles"), [c[1:] for c in LIMIT_CASES],
+                         ids=[c[0] for c in LIMIT_CASES])
+def test_graph_limits(tmp_path: Path, mutation: Mutation, needles: tuple[str, ...]) -> None:
+    path = _write_doc(tmp_path / "bad.json", _mutated(_graph_doc(), mutation))
+    _expect_input_error(lambda: load_graph(path), path, *needles)
+
+
+def test_values_at_the_limits_load(tmp_path: Path) -> None:
+    from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_TIME_US
+
+    doc = _graph_doc()
+    doc["nodes"] = [dict(n, time_us=0, memory_bytes=0) for n in doc["nodes"]]
+    doc["nodes"][0].update(time_us=MAX_TIME_US, memory_bytes=MAX_BYTES)
+    for e in doc["edges"]:
+        e["bytes"] = 0
+    doc["edges"][0]["bytes"] = MAX_BYTES
+    doc["edges"][4]["src_output"] = 2**31 - 1
+    g = load_graph(_write_doc(tmp_path / "g.json", doc))
+    assert g.total_time_us == MAX_TIME_US and g.total_memory_bytes == MAX_BYTES
+    cdoc = {"format": CLUSTER_FORMAT, "comm": {"slope_us_per_byte": 1.0, "intercept_us": MAX_TIME_US},
+            "devices": [{"name": f"d{i}", "memory_bytes": MAX_BYTES, "speed": 1e-6 if i % 2 else 1e6}
+                        for i in range(MAX_DEVICES)]}
+    assert load_cluster(_write_doc(tmp_path / "c.json", cdoc)).num_devices == MAX_DEVICES
+
+
+CLUSTER_LIMIT_CASES: list[tuple[str, Mutation, tuple[str, ...]]] = [
+    ("memory-above-limit", _set("devices.1.memory_bytes", 1.1e18), ("'gpu:1'", "'memory_bytes'", "at most")),
+    ("speed-too-small", _set("devices.0.speed", 1e-7), ("'gpu:0'", "'speed'", "1e-06")),
+    ("speed-too-large", _set("devices.0.speed", 1e7), ("'gpu:0'", "'speed'", "1e+06")),
+    ("slope-1e308", _set("comm.slope_us_per_byte", 1e308), ("comm", "'slope_us_per_byte'", "at most 1")),
+    ("intercept-above-limit", _set("comm.intercept_us", 2e15), ("comm", "'intercept_us'", "at most 1e+15")),
+    ("too-many-devices", _set("devices", [{"name": f"d{i}", "memory_bytes": 1} for i in range(1025)]),
+     ("1,025 devices", "limit of 1,024")),
+]
+
+
+@pytest.mark.parametrize(("mutation", "needles"), [c[1:] for c in CLUSTER_LIMIT_CASES],
+                         ids=[c[0] for c in CLUSTER_LIMIT_CASES])
+def test_cluster_limits(tmp_path: Path, mutation: Mutation, needles: tuple[str, ...]) -> None:
+    path = _write_doc(tmp_path / "c.json", _mutated(_cluster_doc(), mutation))
+    _expect_input_error(lambda: load_cluster(path), path, *needles)
+
+
+def test_cluster_build_checks_limits_and_types() -> None:
+    for kwargs, needle in (({"memory_bytes": ["x", 1]}, "one number per device"),
+                           ({"memory_bytes": [True, 1]}, "one number per device"),
+                           ({"memory_bytes": [2e18, 1]}, "at most"),
+                           ({"memory_bytes": [1, 1], "speed": [0, 1]}, "speed must be positive"),
+                           ({"memory_bytes": [1, 1], "slope_us_per_byte": 2.0}, "at most 1"),
+                           ({"memory_bytes": [1, 1], "intercept_us": math.inf}, "intercept_us")):
+        with pytest.raises(CeleritasInputError, match=needle):
+            Cluster.build(["a", "b"], **kwargs)
+    with pytest.raises(CeleritasInputError, match="non-empty string"):
+        Cluster.build([0, 1], [1, 1])
+    with pytest.raises(CeleritasInputError, match="limit of 1,024"):
+        Cluster.homogeneous(100_000, 1e9)
+
+
+def test_docs_list_every_limit() -> None:
+    from celeritas_core import limits
+
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## Limits"):]
+    names = [n for n in dir(limits) if n.isupper()]
+    assert {"MAX_BYTES", "MAX_TIME_US", "MAX_DEVICES", "MAX_INPUT_FILE_BYTES"} <= set(names)
+    missing = [n for n in [*names, "MAX_FIT_COEFFICIENT", "MAX_INT_PARAM", "MAX_CALIBRATION_BYTES"]
+               if f"`{n}`" not in section]
+    assert not missing, f"docs/formats.md, Limits, does not list {missing}"

@@ -1,0 +1,89 @@
+"""Checks of the commands' numeric flags: every count, batch size, size and constant is validated
+when the command starts, before any file is read or TensorFlow loads; a bad value is a one-line
+error naming the flag (exit 2). The limits are :mod:`celeritas_core.limits` (docs/formats.md,
+"Limits").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BYTES,
+    MAX_STEPS,
+    check_int,
+    short_repr,
+)
+from celeritas_core.units import parse_size
+
+#: Largest integer a placer parameter given on the command line may take (``--R``, ``--param
+#: seed=…``), unless the placer documents a larger maximum.
+MAX_INT_PARAM = 2**31 - 1
+#: Largest tensor ``calibrate-comm --sizes`` allocates (bytes): 1 GiB.
+MAX_CALIBRATION_BYTES = 2**30
+#: Most runs ``runs compare --last`` lists.
+MAX_LAST_RUNS = 10_000
+
+
+def count(value: Any, flag: str, *, low: int = 1, high: int = MAX_STEPS) -> int:
+    """An integer flag from ``low`` to ``high``."""
+    return check_int(value, flag, low=low, high=high)
+
+
+def batch(value: Any, flag: str = "--batch") -> int:
+    """A batch size: an integer from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE`."""
+    return check_int(value, flag, low=1, high=MAX_BATCH_SIZE)
+
+
+def batch_list(text: str, flag: str = "--batch-sizes") -> list[int]:
+    """Comma-separated batch sizes: at least two different integers from 1 to the limit."""
+    parts = [x.strip() for x in str(text).split(",") if x.strip()]
+    try:
+        sizes = [int(x) for x in parts]
+    except ValueError:
+        raise CeleritasInputError(
+            f"{flag}: expected comma-separated integers, got {short_repr(text)}") from None
+    for value in sizes:
+        batch(value, flag)
+    if len(set(sizes)) < 2:
+        raise CeleritasInputError(f"{flag}: need at least two positive batch sizes (different ones), "
+                                  f"got {short_repr(text)}")
+    return sizes
+
+
+def size(text: str, flag: str, *, high: float = MAX_BYTES) -> int:
+    """A size such as ``32GiB`` (:func:`~celeritas_core.units.parse_size`), at most ``high`` bytes."""
+    value = parse_size(text, field=flag)
+    if value > high:
+        raise CeleritasInputError(f"{flag}: {short_repr(text)} is above the limit of {high:g} bytes")
+    return value
+
+
+def number(value: Any, flag: str, *, low: float = 0.0, high: float) -> float:
+    """A finite float flag with ``low <= value <= high``."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise CeleritasInputError(f"{flag}: must be a finite number from {low:g} to {high:g}, "
+                                  f"got {short_repr(value)}")
+    return float(value)
+
+
+def placer_params(params: dict[str, Any], specs: Sequence[Any]) -> None:
+    """Integer-valued placer parameters from the command line stay below :data:`MAX_INT_PARAM`
+    (or the parameter's own documented maximum, when larger); the placers check the rest."""
+    for spec in specs:
+        if spec.name not in params or spec.kind is not int:
+            continue
+        value = params[spec.name]
+        try:
+            num = float(value)
+        except (TypeError, ValueError):
+            continue  # the placer names the bad value
+        high = max(MAX_INT_PARAM, spec.maximum if spec.maximum is not None else 0)
+        if math.isfinite(num) and abs(num) > high:
+            flag = "--R" if spec.name == "R" else f"--param {spec.name}"
+            raise CeleritasInputError(f"{flag}: must be at most {high:,}, got {short_repr(value)}")
