@@ -101,7 +101,12 @@ def profile_aliases(doc: Any, source: str | None = None) -> dict[str, tuple[Any,
 
 
 def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
-    """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked."""
+    """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
+    strictly (:func:`celeritas_core.formats.check_profile_document`: integer batch sizes, finite
+    costs within the documented limits)."""
+    from celeritas_core.formats import check_profile_document
+
+    check_profile_document(doc, source)
     if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
         raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')", source=source)
     rows = []

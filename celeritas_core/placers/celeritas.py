@@ -318,7 +318,8 @@ def order_place_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]
 
 
 FUSION_PARAMS = (
-    ParamSpec("R", DEFAULT_R, "exploration range: at most R ops per fused cluster", int, minimum=1),
+    ParamSpec("R", DEFAULT_R, "exploration range: at most R ops per fused cluster", int, minimum=1,
+              maximum=2**31 - 1),
     ParamSpec("memory_fraction", DEFAULT_MEMORY_FRACTION,
               "per-cluster memory cap M as a fraction of the smallest device memory",
               float, minimum=0.0, maximum=1.0, exclusive_minimum=True),

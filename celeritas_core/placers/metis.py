@@ -251,6 +251,7 @@ register_placer(PlacerSpec(
     (
         ParamSpec("balance_time", 0, "1: balance op time (µs) across devices by speed; "
                   "0: balance memory (bytes) by device memory", int, minimum=0, maximum=1),
-        ParamSpec("seed", 0, "METIS random seed (same seed, same partition)", int, minimum=0),
+        ParamSpec("seed", 0, "METIS random seed (same seed, same partition)", int, minimum=0,
+                  maximum=2**31 - 1),
     ),
 ))
