@@ -51,3 +51,19 @@ def make_graph(
 def rng() -> np.random.Generator:
     """A seeded random generator."""
     return np.random.default_rng(1234)
+
+
+#: Test folders that mirror the layers, and the marker each folder's tests get: the slow tiers
+#: (TensorFlow runs, real Airflow/MLflow/S3) can be left out with ``-m "not tf and not pipeline"``.
+LAYER_MARKERS = {"tf": "tf", "pipeline": "pipeline"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/tf and tests/pipeline with its tier's marker."""
+    for item in items:
+        parts = item.path.parts
+        if "tests" in parts:
+            layer = parts[parts.index("tests") + 1] if len(parts) > parts.index("tests") + 1 else ""
+            marker = LAYER_MARKERS.get(layer)
+            if marker is not None:
+                item.add_marker(getattr(pytest.mark, marker))

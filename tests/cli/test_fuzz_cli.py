@@ -78,7 +78,7 @@ FITS: dict[str, Any] = {
 BASE = {"g.json": GRAPH, "c.json": CLUSTER, "p.json": PLACEMENT, "prof.json": PROFILE, "fits.json": FITS}
 
 # Paths in the work folder that an output must never replace, and inputs that must never be read.
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Paths that an output must never replace, whatever the command's inputs are…
 NEVER_OUTPUTS = ["fifo", "link.json", "dir", "g.json/x.json", "", "loop.json", "dirlink"]
 # …and, for a command reading g.json, the graph itself and a hard link to it.

@@ -15,7 +15,7 @@ from celeritas_core.graph import Graph, Liveness
 from celeritas_core.memory import memory_profile
 from celeritas_core.placers import place
 from celeritas_core.simulator import simulate
-from tests.test_properties import SETTINGS
+from tests.core.test_properties import SETTINGS
 
 X = 100.0
 

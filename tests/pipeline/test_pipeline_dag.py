@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Airflow reads its configuration when first imported: point it at a private home first.
 _HOME = Path(tempfile.mkdtemp(prefix="celeritas-airflow-"))
 AIRFLOW_ENV = {

@@ -40,7 +40,7 @@ from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement
 from celeritas_core.units import parse_size
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "formats.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
 
 Doc = dict[str, Any]
 Mutation = Callable[[Doc], Any]

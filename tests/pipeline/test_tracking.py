@@ -267,7 +267,7 @@ def test_default_store_under_project_home(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_importing_tracking_does_not_import_mlflow() -> None:
     code = "import sys, tasks.tracking; assert 'mlflow' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["no-retries", "module-defaults"])

@@ -14,7 +14,7 @@ from celeritas_core.local_search import CandidatePool, critical_chain, critical_
 from celeritas_core.placers import place
 from celeritas_core.simulator import simulate
 from tests.conftest import make_graph
-from tests.test_properties import SETTINGS, clusters, dags
+from tests.core.test_properties import SETTINGS, clusters, dags
 
 FREE = {"slope_us_per_byte": 0.0, "intercept_us": 0.0}
 

@@ -30,7 +30,7 @@ from celeritas_core.formats import load_graph
 from celeritas_core.graph import Graph
 from celeritas_core.levels import ccr
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _same(a: Graph, b: Graph) -> bool:

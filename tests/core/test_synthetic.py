@@ -21,7 +21,7 @@ from celeritas_core.synthetic import (
 )
 
 MODELS = list(PAPER_MODELS)
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "graphs" / "training_step_small.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "graphs" / "training_step_small.json"
 DEFAULT_CLUSTER = Cluster.homogeneous(4, 32 * 2**30)
 
 _CACHE: dict[tuple[str, int], Graph] = {}
