@@ -33,9 +33,7 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
     :data:`~celeritas_core.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
     ``--comm-slope`` and ``--comm-intercept`` finite, ``>= 0`` and within their limits."""
     if args.devices is not None:
-        if args.devices <= 0:
-            raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
-        flags.count(args.devices, "--devices", high=MAX_DEVICES)
+        flags.devices(args.devices)
     if args.device_memory is not None:
         flags.size(args.device_memory, "--device-memory")
     flags.number(args.comm_slope, "--comm-slope", high=MAX_SLOPE_US_PER_BYTE)

@@ -67,16 +67,26 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
 
 
 # ---------------------------------------------------------------------------- commands
-def _check_headroom(value: float) -> float:
-    if not 0.0 <= value < 1.0:  # NaN fails too
-        raise CeleritasInputError(f"--headroom: must be a fraction with 0 <= F < 1, got {value!r}")
-    return value
+def _placing_inputs(args: argparse.Namespace,
+                    outputs: Sequence[Path]) -> tuple[Graph, Cluster, list[str | None]]:
+    """``place`` and ``compare``: check ``--headroom``, the cluster flags, the graph file and the
+    ``outputs`` (so a bad destination fails before any placer runs), then read the graph and the
+    cluster. Returns them with the command's input files (which no output may replace)."""
+    from celeritas_core.formats import load_graph
+    from celeritas_core.safe_io import check_input_file, check_outputs
+
+    if not 0.0 <= args.headroom < 1.0:  # NaN fails too
+        raise CeleritasInputError(f"--headroom: must be a fraction with 0 <= F < 1, got {args.headroom!r}")
+    check_cluster_flags(args)
+    inputs = [args.graph, args.cluster]
+    check_input_file(args.graph)
+    check_outputs(outputs, inputs=inputs)
+    return load_graph(args.graph), cluster_from_args(args), inputs
 
 
 def _cmd_place(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import load_graph, save_placement
+    from celeritas_core.formats import save_placement
     from celeritas_core.placers import get_placer, place
-    from celeritas_core.safe_io import check_input_file, check_outputs
 
     spec = get_placer(args.placer)
     params = _parse_params(args.param)
@@ -86,15 +96,9 @@ def _cmd_place(args: argparse.Namespace) -> int:
             params[p.name] = value
     flags.placer_params(params, spec.params)
     spec.resolve_params(params)
-    _check_headroom(args.headroom)
-    check_cluster_flags(args)
-    inputs = [args.graph, args.cluster]
     out = Path(args.out) if args.out is not None else \
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
-    check_input_file(args.graph)
-    check_outputs([out], inputs=inputs)  # a bad destination fails before the placer runs
-    graph = load_graph(args.graph)
-    cluster = cluster_from_args(args)
+    graph, cluster, inputs = _placing_inputs(args, [out])
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
     save_placement(placement, out, inputs=inputs)
     print(_summary(graph, cluster, placement))
@@ -131,6 +135,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from celeritas_core.formats import load_graph
     from celeritas_core.levels import ccr
 
+    check_cluster_flags(args)  # flags before any file is read, as in every command
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args, Cluster.homogeneous(1, MAX_BYTES))
     zero_in = int(np.count_nonzero(graph.in_degree == 0))
@@ -199,9 +204,9 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
-    from celeritas_core.formats import load_graph, write_json_atomic, write_text_atomic
+    from celeritas_core.formats import write_json_atomic, write_text_atomic
     from celeritas_core.placers import get_placer
-    from celeritas_core.safe_io import check_input_file, check_outputs, staged_outputs
+    from celeritas_core.safe_io import staged_outputs
 
     placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
     params = _parse_params(args.param)
@@ -210,15 +215,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             params[flag] = getattr(args, flag)
     for name in placers:
         flags.placer_params(params, get_placer(name).params)
-    _check_headroom(args.headroom)
-    check_cluster_flags(args)
-    inputs = [args.graph, args.cluster]
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path(f"{Path(args.graph).stem}.compare")
     names = _COMPARE_FILES + (() if args.no_figures else _COMPARE_FIGURES)
-    check_input_file(args.graph)
-    check_outputs([out_dir / name for name in names], inputs=inputs)  # before any placer runs
-    graph = load_graph(args.graph)
-    cluster = cluster_from_args(args)
+    graph, cluster, inputs = _placing_inputs(args, [out_dir / name for name in names])
     progress = None if args.quiet else _Progress()
     comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom)
     print(f"graph   {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges on "
@@ -244,7 +243,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import check_graph_limits, save_graph
+    from celeritas_core.formats import check_graph_limits, graph_to_json, write_json_atomic
     from celeritas_core.safe_io import check_outputs
 
     start = time.perf_counter()
@@ -255,7 +254,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except CeleritasInputError as exc:
         raise CeleritasInputError(f"the generated graph exceeds the limits (docs/formats.md, "
                                   f"\"Limits\"): {exc.message}") from None
-    save_graph(graph, args.out)
+    write_json_atomic(args.out, graph_to_json(graph))  # what save_graph writes, limits checked above
     detail = ""
     if args.kind == "layered":
         detail = f", CCR {graph.meta['target_ccr']:g} at 1e-4 µs/B and no latency"
@@ -333,14 +332,20 @@ def _add_place(sub: typing.Any) -> None:
                    help="celeritas placer: 1 (default) also tries min-cut and multilevel partitions, "
                         "list schedules and one device, keeps the fastest replay and improves it "
                         "by a critical-path search; 0 is the paper's Adjusting Placement alone")
-    p.add_argument("--headroom", type=float, default=0.0, metavar="F",
-                   help="fraction of each device's memory the placers keep free, 0 <= F < 1 (default 0): "
-                        "memory estimates err; OOM is still judged against the full memory")
+    _add_headroom(p)
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="any other placer parameter (repeatable; `celeritas placers` lists them)")
     p.add_argument("--out", metavar="FILE",
                    help="where to write the placement (default: GRAPH_STEM.PLACER.placement.json)")
     p.set_defaults(func=_cmd_place)
+
+
+def _add_headroom(parser: argparse.ArgumentParser) -> None:
+    """``--headroom`` of ``place`` and ``compare`` (checked by :func:`_placing_inputs`)."""
+    parser.add_argument("--headroom", type=float, default=0.0, metavar="F",
+                        help="fraction of each device's memory the placers keep free, 0 <= F < 1 "
+                             "(default 0): memory estimates err; OOM is still judged against the full "
+                             "memory")
 
 
 def _add_simulate(sub: typing.Any) -> None:
@@ -391,9 +396,7 @@ def _add_compare(sub: typing.Any) -> None:
                    help=f"per-cluster memory cap of the fusion placers (default {DEFAULT_MEMORY_FRACTION})")
     c.add_argument("--refine", type=int, choices=(0, 1), default=None,
                    help="celeritas placer's candidates and search beyond the paper (default 1)")
-    c.add_argument("--headroom", type=float, default=0.0, metavar="F",
-                   help="fraction of each device's memory the placers keep free, 0 <= F < 1 (default 0): "
-                        "memory estimates err; OOM is still judged against the full memory")
+    _add_headroom(c)
     c.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="a placer parameter, passed to every placer that accepts it (repeatable; "
                         "`celeritas placers` lists them), e.g. --param threshold=0.4")
@@ -417,7 +420,7 @@ def _add_generate(sub: typing.Any) -> None:
                    choices=["tensor_holography", "inception_v3", "nmt", "transformer", *_GENERATE_KINDS],
                    help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "
                         "steps), layered, inception-modules or towers")
-    g.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default: %(default)s)")
     g.add_argument("--tasks", type=int, metavar="N",
                    help="layered: number of tasks, 2..2,000,000 (default 100)")
     g.add_argument("--ccr", type=float, metavar="X",

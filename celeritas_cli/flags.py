@@ -14,6 +14,7 @@ from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
+    MAX_DEVICES,
     MAX_STEPS,
     check_int,
     short_repr,
@@ -32,6 +33,13 @@ MAX_LAST_RUNS = 10_000
 def count(value: Any, flag: str, *, low: int = 1, high: int = MAX_STEPS) -> int:
     """An integer flag from ``low`` to ``high``."""
     return check_int(value, flag, low=low, high=high)
+
+
+def devices(value: int, flag: str = "--devices") -> int:
+    """A number of devices to build a cluster of: from 1 to :data:`~celeritas_core.limits.MAX_DEVICES`."""
+    if value <= 0:
+        raise CeleritasInputError(f"{flag}: need at least one device, got {value}")
+    return count(value, flag, high=MAX_DEVICES)
 
 
 def batch(value: Any, flag: str = "--batch") -> int:

@@ -46,10 +46,6 @@ def _model(args: argparse.Namespace) -> Any:
     return get_model(args.model, paper=args.paper, **_knobs(args.set))
 
 
-def _batch_list(text: str) -> list[int]:
-    return flags.batch_list(text, "--batch-sizes")
-
-
 def _check_batch(batch: int) -> int:
     if batch <= 0:
         raise CeleritasInputError(f"--batch: must be a positive integer, got {batch}")
@@ -115,7 +111,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from celeritas_core.formats import write_json_atomic
     from celeritas_tf.evaluation import profile_document, profile_small_batches
 
-    sizes = _batch_list(args.batch_sizes)
+    sizes = flags.batch_list(args.batch_sizes, "--batch-sizes")
     flags.count(args.steps, "--steps")
     inputs = [_model_input(args)]
     check_outputs([args.out], inputs=inputs)
@@ -131,21 +127,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
     import numpy as np
 
-    from celeritas_core.formats import (
-        check_predicted_costs,
-        check_profile_document,
-        read_json,
-        write_json_atomic,
-    )
+    from celeritas_core.formats import check_predicted_costs, read_json, write_json_atomic
 
     batch = _check_batch(args.batch) if args.batch is not None else None
     inputs = [args.profiles]
     check_outputs([args.out], inputs=inputs)
-    doc = read_json(args.profiles)
-    check_profile_document(doc, args.profiles)  # strict types and limits before fitting
     from celeritas_tf.evaluation import fits_from_profile
 
-    fits = fits_from_profile(doc, args.profiles)
+    # fits_from_profile checks the document strictly first (check_profile_document)
+    fits = fits_from_profile(read_json(args.profiles), args.profiles)
     out_doc = fits.to_json()
     predicted = None
     if batch is not None:  # computed before anything is written: a bad --batch writes nothing
@@ -268,9 +258,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import calibrate_comm, calibrated_cluster
 
-    if args.devices <= 0:
-        raise CeleritasInputError(f"--devices: need at least one device, got {args.devices}")
-    flags.count(args.devices, "--devices", high=MAX_DEVICES)
+    flags.devices(args.devices)
     memory = flags.size(args.device_memory, "--device-memory")
     flags.count(args.repeats, "--repeats")
     sizes = None
@@ -383,9 +371,10 @@ def _add_calibrate(sub: Any) -> None:
     c = sub.add_parser("calibrate-comm", help="fit the transfer model t = k·bytes + b",
                        description="Time transfers of tensors of several sizes between two devices, fit "
                                    "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices.")
-    c.add_argument("--devices", type=int, default=4, help="devices in the written cluster (default 4)")
+    c.add_argument("--devices", type=int, default=4,
+                   help=f"devices in the written cluster, 1 to {MAX_DEVICES:,} (default 4)")
     c.add_argument("--device-memory", required=True, help="memory per device, e.g. 32GiB")
-    c.add_argument("--sizes", help="comma-separated tensor sizes, e.g. 4KiB,1MiB,64MiB")
+    c.add_argument("--sizes", help="comma-separated tensor sizes, each at most 1GiB, e.g. 4KiB,1MiB,64MiB")
     c.add_argument("--repeats", type=int, default=20, help="timed transfers per size (median)")
     c.add_argument("--out", required=True, help="cluster JSON to write")
     c.set_defaults(func=cmd_calibrate)

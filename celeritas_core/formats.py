@@ -81,12 +81,8 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, *,
 
 
 # ---------------------------------------------------------------------------- field checks
-_is_number = is_number
-_as_float = as_float
-
-
 def _positive(x: Any) -> bool:
-    return _is_number(x) and math.isfinite(_as_float(x)) and x > 0
+    return is_number(x) and math.isfinite(as_float(x)) and x > 0
 
 
 def _check_format(doc: Any, expected: str) -> None:
@@ -102,9 +98,9 @@ def _check_format(doc: Any, expected: str) -> None:
 def _cost(value: Any, where: str, field_name: str, *, limit: float = MAX_BYTES,
           unit: str = " bytes") -> float:
     """A finite number ``>= 0`` and at most ``limit`` (docs/formats.md, "Limits")."""
-    if not _is_number(value):
+    if not is_number(value):
         raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {short_repr(value)}")
-    v = _as_float(value)
+    v = as_float(value)
     if not math.isfinite(v) or v < 0:
         raise CeleritasInputError(
             f"{where}: field '{field_name}' must be finite and >= 0, got {short_repr(value)}")
@@ -288,35 +284,49 @@ def _check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndar
                 "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
 
 
+def _out_of_range(values: np.ndarray, limit: float = MAX_BYTES) -> np.ndarray:
+    """Where ``values`` are not finite, negative or above ``limit``."""
+    return ~np.isfinite(values) | (values < 0) | (values > limit)
+
+
+def _first_out_of_range(values: np.ndarray, limit: float) -> int | None:
+    """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
+    bad = np.flatnonzero(_out_of_range(values, limit))
+    return int(bad[0]) if len(bad) else None
+
+
 def check_graph_limits(graph: Graph) -> None:
     """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
     the reader enforces, so that what :func:`save_graph` writes can be read back."""
-    for values, name, limit, unit in ((graph.time_us, "time_us", MAX_TIME_US, " µs"),
-                                      (graph.memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
-        bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values > limit))
-        if len(bad):
-            i = int(bad[0])
-            _cost(float(values[i]), f"node {graph.node_names[i]!r}", name, limit=limit, unit=unit)
-    eb = graph.edge_bytes
-    bad = np.flatnonzero(~np.isfinite(eb) | (eb < 0) | (eb > MAX_BYTES))
-    if len(bad):
-        k = int(bad[0])
+    names = graph.node_names
+    for values, field_name, limit, unit in ((graph.time_us, "time_us", MAX_TIME_US, " µs"),
+                                            (graph.memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
+        i = _first_out_of_range(values, limit)
+        if i is not None:
+            _cost(float(values[i]), f"node {names[i]!r}", field_name, limit=limit, unit=unit)
+    k = _first_out_of_range(graph.edge_bytes, MAX_BYTES)
+    if k is not None:
         _cost(float(graph.edge_bytes[k]), f"edges[{k}]", "bytes")
     bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
     if len(bad):
         raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
                                   f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
-    live = graph.liveness
     parts: tuple[list[float | None], list[float | None], list[list[float] | None]] = ([], [], [])
+    live = graph.liveness
     if live is not None:
-        for i in range(graph.num_nodes):
-            if live.modelled[i]:
-                outs = [float(x) for x in live.outputs(i)]
-                for k, x in enumerate([float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *outs]):
-                    _cost(x, f"node {graph.node_names[i]!r}", "liveness bytes" if k < 2 else "output_bytes")
-                parts[0].append(float(live.persistent_bytes[i]))
-                parts[1].append(float(live.scratch_bytes[i]))
-                parts[2].append(outs)
+        modelled = np.asarray(live.modelled, dtype=bool)
+        owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
+        bad_node = modelled & (_out_of_range(live.persistent_bytes) | _out_of_range(live.scratch_bytes))
+        bad_node[owner[_out_of_range(live.output_bytes) & modelled[owner]]] = True
+        if bad_node.any():  # the first such node's first bad value, named as the reader names it
+            i = int(np.flatnonzero(bad_node)[0])
+            own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
+            for k, x in enumerate(own):
+                _cost(x, f"node {names[i]!r}", "liveness bytes" if k < 2 else "output_bytes")
+        flat, ptr = live.output_bytes.tolist(), live.output_ptr.tolist()
+        rows = np.flatnonzero(modelled).tolist()
+        parts = (live.persistent_bytes[rows].tolist(), live.scratch_bytes[rows].tolist(),
+                 [flat[ptr[i]:ptr[i + 1]] for i in rows])
     _check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, *parts)
 
 
@@ -428,7 +438,7 @@ def cluster_from_json(doc: Any) -> Cluster:
     intercept = comm.get("intercept_us", DEFAULT_INTERCEPT_US)
     for field_name, value, limit, unit in (("slope_us_per_byte", slope, MAX_SLOPE_US_PER_BYTE, " µs/B"),
                                            ("intercept_us", intercept, MAX_TIME_US, " µs")):
-        if not _is_number(value) or not math.isfinite(_as_float(value)) or value < 0:
+        if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
             raise CeleritasInputError(
                 f"comm: field '{field_name}' must be a finite number >= 0, got {short_repr(value)}"
             )
@@ -504,13 +514,13 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     if not isinstance(params, dict):
         raise CeleritasInputError("field 'params' must be an object")
     seconds = doc.get("placement_seconds")
-    if seconds is not None and (not _is_number(seconds) or not math.isfinite(_as_float(seconds))
+    if seconds is not None and (not is_number(seconds) or not math.isfinite(as_float(seconds))
                                 or seconds < 0):
         raise CeleritasInputError(
             f"field 'placement_seconds' must be a number >= 0, got {short_repr(seconds)}")
     coarse_nodes = doc.get("coarse_nodes")
     if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
-                                     or not 1 <= coarse_nodes < 2**31):
+                                     or not 1 <= coarse_nodes < MAX_SRC_OUTPUT):
         raise CeleritasInputError(
             f"field 'coarse_nodes' must be an integer >= 1 and < 2**31, got {short_repr(coarse_nodes)}")
     return Placement(
@@ -618,14 +628,14 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
             for key in ("time_us", "memory_bytes"):
                 pair = fit.get(key)
                 if not (isinstance(pair, list) and len(pair) == 2 and all(
-                        _is_number(v) and math.isfinite(_as_float(v))
-                        and abs(_as_float(v)) <= MAX_FIT_COEFFICIENT for v in pair)):
+                        is_number(v) and math.isfinite(as_float(v))
+                        and abs(as_float(v)) <= MAX_FIT_COEFFICIENT for v in pair)):
                     raise CeleritasInputError(
                         f"{where}: field '{key}' must be [slope, intercept], finite numbers of magnitude "
                         f"at most {MAX_FIT_COEFFICIENT:g}, got {short_repr(pair)}")
             for key in ("time_r2", "memory_r2"):
                 r2 = fit.get(key)
-                if r2 is not None and not (_is_number(r2) and math.isfinite(_as_float(r2))):
+                if r2 is not None and not (is_number(r2) and math.isfinite(as_float(r2))):
                     raise CeleritasInputError(f"{where}: field '{key}' must be a number or null, "
                                               f"got {short_repr(r2)}")
         if not isinstance(doc.get("output_aliases", {}), dict):
@@ -640,9 +650,8 @@ def check_predicted_costs(names: Any, time_us: np.ndarray, memory_bytes: np.ndar
     for values, field_name, limit, unit in ((time_us, "time_us", MAX_TIME_US, " µs"),
                                             (memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
         values = np.asarray(values, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(values) | (values < 0) | (values > limit))
-        if len(bad):
-            i = int(bad[0])
+        i = _first_out_of_range(values, limit)
+        if i is not None:
             raise CeleritasInputError(f"{what}: op {names[i]!r}: predicted {field_name} "
                                       f"{values[i]:.6g}{unit} is not within 0 and the limit {limit:g}{unit}")
         check_total(float(values.sum()), limit, f"{what}: the predicted total {field_name}", unit)

@@ -1,11 +1,12 @@
-"""The limits on every magnitude Celeritas accepts (docs/formats.md, "Limits"), and their checks.
+"""The limits on every magnitude Celeritas accepts (docs/formats.md, "Limits"), and the small
+checks the readers and the command line share.
 
 Values enter through the readers (:mod:`celeritas_core.formats`, :class:`~celeritas_core.cluster.
-Cluster`) and the command line; each checks them here, so the algorithms never see a number whose
-sums, products or integer conversions overflow. The limits are far beyond any real model or
-cluster: with them every per-op time, transfer time and memory sum stays below ``2**63`` and
-every float sum finite. A value out of range is a one-line :class:`CeleritasInputError` naming the
-field.
+Cluster`) and the command line (:mod:`celeritas_cli.flags`); each checks them against these
+constants, so the algorithms never see a number whose sums, products or integer conversions
+overflow. The limits are far beyond any real model or cluster: with them every per-op time,
+transfer time and memory sum stays below ``2**63`` and every float sum finite. A value out of range
+is a one-line :class:`CeleritasInputError` naming the field.
 """
 
 from __future__ import annotations
@@ -57,41 +58,12 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def check_range(value: Any, field: str, *, low: float = 0.0, high: float, low_open: bool = False,
-                unit: str = "") -> float:
-    """``value`` as a float if it is a finite number with ``low <= value <= high`` (``low < value``
-    when ``low_open``); otherwise a one-line error naming ``field``."""
-    bound = f"> {_fmt(low)}" if low_open else f">= {_fmt(low)}"
-    what = f"a finite number {bound} and <= {_fmt(high)}{unit}"
-    if not is_number(value):
-        raise CeleritasInputError(f"{field}: must be {what}, got {short_repr(value)}")
-    v = as_float(value)
-    if not math.isfinite(v) or v > high or (v <= low if low_open else v < low):
-        raise CeleritasInputError(f"{field}: must be {what}, got {short_repr(value)}")
-    return v
-
-
-def check_bytes(value: Any, field: str, *, positive: bool = False) -> float:
-    """A byte count: finite, ``>= 0`` (``> 0`` when ``positive``), at most :data:`MAX_BYTES`."""
-    return check_range(value, field, high=MAX_BYTES, low_open=positive, unit=" bytes")
-
-
-def check_time(value: Any, field: str) -> float:
-    """A time in µs: finite, ``>= 0``, at most :data:`MAX_TIME_US`."""
-    return check_range(value, field, high=MAX_TIME_US, unit=" µs")
-
-
 def check_int(value: Any, field: str, *, low: int, high: int) -> int:
     """An integer (not a bool, not a float) with ``low <= value <= high``."""
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise CeleritasInputError(
             f"{field}: must be an integer from {low:,} to {high:,}, got {short_repr(value)}")
     return value
-
-
-def check_batch_size(value: Any, field: str) -> int:
-    """A batch size: an integer from 1 to :data:`MAX_BATCH_SIZE`."""
-    return check_int(value, field, low=1, high=MAX_BATCH_SIZE)
 
 
 def check_total(total: float, limit: float, what: str, unit: str) -> None:

@@ -159,11 +159,16 @@ def check_outputs(paths: Iterable[PathLike | None], *, inputs: Iterable[PathLike
         if path is None:
             continue
         p = check_output_path(path, inputs=inputs)
-        for other in checked:
-            if _same_file(os.fspath(p), os.fspath(other)) or os.path.abspath(p) == os.path.abspath(other):
-                raise CeleritasInputError(f"the same output is given twice ({other})", source=os.fspath(p))
+        _check_not_twice(p, checked)
         checked.append(p)
     return checked
+
+
+def _check_not_twice(path: Path, earlier: Iterable[Path]) -> None:
+    """Raise when ``path`` names the same output as one of ``earlier`` (same path or same file)."""
+    for other in earlier:
+        if os.path.abspath(path) == os.path.abspath(other) or _same_file(os.fspath(path), os.fspath(other)):
+            raise CeleritasInputError(f"the same output is given twice ({other})", source=os.fspath(path))
 
 
 def _current_umask() -> int:
@@ -202,9 +207,7 @@ class OutputSet:
         if self._done:
             raise RuntimeError("output set already committed or discarded")
         p = check_output_path(path, inputs=self.inputs)
-        for dest, _ in self._staged:
-            if os.path.abspath(dest) == os.path.abspath(p) or _same_file(os.fspath(dest), os.fspath(p)):
-                raise CeleritasInputError(f"the same output is given twice ({dest})", source=os.fspath(p))
+        _check_not_twice(p, self.paths)
         self._make_parents(p.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=p.parent)
         try:

@@ -29,40 +29,15 @@ from celeritas_core.formats import (
 from celeritas_core.graph import Graph
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
 from celeritas_core.regression import CostFits
+from tests.documents import cluster_doc, graph_doc_with_liveness, placement_doc
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # ---------------------------------------------------------------------------- valid documents
-GRAPH = {
-    "format": "celeritas-graph/1", "name": "g", "meta": {"batch_size": 8},
-    "nodes": [
-        {"name": "a", "op": "Placeholder", "time_us": 1.0, "memory_bytes": 10},
-        {"name": "b", "op": "MatMul", "time_us": 2.5, "memory_bytes": 20, "persistent_bytes": 4,
-         "output_bytes": [8, 8], "scratch_bytes": 0},
-        {"name": "c", "op": "Relu", "time_us": 3, "memory_bytes": 30.5, "colocation": "grp",
-         "output_bytes": [6], "output_aliases": [{"node": "b", "output": 0}]},
-        {"name": "d", "op": "Sum", "time_us": 0, "memory_bytes": 0, "colocation": "grp"},
-    ],
-    "edges": [
-        {"src": "a", "dst": "b", "bytes": 100},
-        {"src": "b", "dst": "c", "bytes": 8},
-        {"src": "c", "dst": "d", "bytes": 0},
-        {"src": "a", "dst": "c", "bytes": 100, "src_output": 0},
-        {"src": "b", "dst": "d", "bytes": 8, "src_output": 1},
-    ],
-}
-CLUSTER = {
-    "format": "celeritas-cluster/1",
-    "devices": [{"name": "gpu:0", "memory_bytes": 1000, "speed": 1.0},
-                {"name": "gpu:1", "memory_bytes": 2000}],
-    "comm": {"slope_us_per_byte": 0.001, "intercept_us": 5.0},
-}
-PLACEMENT = {
-    "format": "celeritas-placement/1", "graph": "g", "placer": "manual", "params": {"R": 3},
-    "devices": ["gpu:0", "gpu:1"], "assignment": {"a": 0, "b": 0, "c": 1, "d": 1},
-    "placement_seconds": 0.25, "coarse_nodes": 2,
-}
+GRAPH = graph_doc_with_liveness()
+CLUSTER = cluster_doc()
+PLACEMENT = placement_doc()
 PROFILE = {
     "format": "celeritas-profile/1", "model": "m", "model_config": {},
     "profiles": [
