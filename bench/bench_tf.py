@@ -39,11 +39,17 @@ from celeritas_core.levels import ccr  # noqa: E402
 from celeritas_core.memory import one_device_peak_bytes  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
 from celeritas_core.plots import deviation_cdf_chart  # noqa: E402
-from celeritas_core.regression import fit_costs, relative_deviation  # noqa: E402
+from celeritas_core.regression import relative_deviation  # noqa: E402
 from celeritas_core.units import format_bytes, format_us  # noqa: E402
 from celeritas_tf.analytical import analytical_costs, parse_cost_source  # noqa: E402
 from celeritas_tf.calibrate import calibrate_comm  # noqa: E402
-from celeritas_tf.evaluation import profile_small_batches, remeasure, validate  # noqa: E402
+from celeritas_tf.evaluation import (  # noqa: E402
+    fits_from_profile,
+    profile_document,
+    profile_small_batches,
+    remeasure,
+    validate,
+)
 from celeritas_tf.extract import graph_from_step, view_aliases  # noqa: E402
 from celeritas_tf.models import ZOO, get_model  # noqa: E402
 from celeritas_tf.profile import trace_costs, trace_step  # noqa: E402
@@ -78,8 +84,7 @@ def accuracy(models: list[str], traced: int, comm: tuple[float, float]) -> tuple
         model = get_model(name)
         start = time.perf_counter()
         traces = profile_small_batches(model, SMALL_BATCHES, traced_steps=traced, progress=_say)
-        fits = fit_costs([(t.batch_size, t.time_us, t.memory_bytes) for t in traces])
-        fits = fits.with_aliases(max(traces, key=lambda t: t.batch_size).aliases)
+        fits = fits_from_profile(profile_document(model, traces))  # as `celeritas fit` and the pipeline
         all_fits[name] = fits
         predicted_memory = float(fits.predict(LARGE_BATCH)[1].sum())
         cluster = Cluster.homogeneous(DEVICES, DEVICE_SHARE * predicted_memory,

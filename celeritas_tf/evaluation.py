@@ -30,9 +30,17 @@ from celeritas_core.placers.celeritas import order_place
 from celeritas_core.regression import CostFits, Deviation, read_output_aliases, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import ModelSpec
-from celeritas_tf.profile import StepTrace, trace_costs, trace_step
+from celeritas_tf.profile import (
+    StepTrace,
+    device_index,
+    measured_peak_bytes,
+    place_ops,
+    resident_bytes,
+    trace_costs,
+    trace_step,
+)
 from celeritas_tf.step import build_training_step
-from celeritas_tf.tf import session_config, tensorflow
+from celeritas_tf.tf import run_options, session_config, tensorflow
 
 Progress = Callable[[str], None]
 MAX_LOGICAL_DEVICES = 64
@@ -81,47 +89,25 @@ def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str,
 
 
 def fits_from_profile(doc: Any, source: str | None = None) -> CostFits:
-    """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document, carrying
-    the profiled output aliases."""
+    """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document (checked
+    once, by :func:`profile_rows`), carrying the output aliases of its largest batch ({} for a
+    profile written before they were recorded)."""
     from celeritas_core.regression import fit_costs
 
-    return fit_costs(profile_rows(doc, source)).with_aliases(profile_aliases(doc, source))
-
-
-def profile_aliases(doc: Any, source: str | None = None) -> dict[str, tuple[Any, ...]]:
-    """The ``output_aliases`` of the largest batch of a ``celeritas-profile/1`` document ({} for a
-    profile written before they were recorded)."""
-    if not isinstance(doc, dict):
-        return {}
-    profiles = [p for p in (doc.get("profiles") or []) if isinstance(p, dict)]
-    if not profiles:
-        return {}
-    largest = max(profiles, key=lambda p: p.get("batch_size") if isinstance(p.get("batch_size"), int) else 0)
-    return read_output_aliases(largest.get("output_aliases", {}), source)
+    rows = profile_rows(doc, source)
+    largest = max(doc["profiles"], key=lambda p: p["batch_size"])
+    return fit_costs(rows).with_aliases(read_output_aliases(largest.get("output_aliases", {}), source))
 
 
 def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
     """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
-    strictly (:func:`celeritas_core.formats.check_profile_document`: integer batch sizes, finite
-    costs within the documented limits)."""
+    strictly (:func:`celeritas_core.formats.check_profile_document`: at least two profiles,
+    distinct integer batch sizes, finite costs within the documented limits)."""
     from celeritas_core.formats import check_profile_document
 
     check_profile_document(doc, source)
-    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
-        raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')", source=source)
-    rows = []
-    for k, p in enumerate(doc.get("profiles") or []):
-        try:
-            batch = int(p["batch_size"])
-            times = {str(n): float(v) for n, v in p["time_us"].items()}
-            mems = {str(n): float(v) for n, v in p["memory_bytes"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise CeleritasInputError(f"profiles[{k}]: needs batch_size, time_us and memory_bytes",
-                                      source=source) from None
-        rows.append((batch, times, mems))
-    if len(rows) < 2:
-        raise CeleritasInputError("field 'profiles': need at least two batch sizes to fit", source=source)
-    return rows
+    return [(p["batch_size"], {str(n): float(v) for n, v in p["time_us"].items()},
+             {str(n): float(v) for n, v in p["memory_bytes"].items()}) for p in doc["profiles"]]
 
 
 def sequential_placement(graph: Graph, cluster: Cluster, order: str = "cpd") -> np.ndarray:
@@ -161,10 +147,9 @@ class Remeasurement:
 
         result = simulate(self.estimated, cluster, self.assignment)
         predicted = memory_profile(self.estimated, cluster.num_devices, self.assignment, result).peak_bytes
-        measured = peak_metrics(self.trace.peak_bytes, None)
+        measured = _peaks_by_index(self.trace.peak_bytes)
         return {"predicted_bytes": [float(x) for x in predicted],
-                "measured_bytes": [measured.get(f"measured_peak_memory_bytes_dev{k}", 0.0)
-                                   for k in range(cluster.num_devices)]}
+                "measured_bytes": [measured.get(k, 0.0) for k in range(cluster.num_devices)]}
 
 
 def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluster, *, order: str = "cpd",
@@ -279,27 +264,25 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
     check_devices(num_devices)
     tf = tensorflow()
     tf1 = tf.compat.v1
-    from celeritas_tf.profile import measured_peak_bytes, place_ops, resident_bytes
-
     step = build_training_step(model, batch_size)
     check_assignment(step.step_op_names(), assignment, num_devices, source)
     place_ops(step, assignment)
     rng = np.random.default_rng(seed)
     feeds = [step.feed_dict(rng) for _ in range(4)]  # reused: input generation is not timed
     fetches = [step.train_op, step.loss]
+    options = run_options(num_devices)  # one device: every op on the caller's thread, as when profiled
     seconds: list[float] = []
     with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
         session.run(step.init_op)
         metadata = tf1.RunMetadata()
-        session.run(fetches, feeds[0], options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
-                    run_metadata=metadata)
+        session.run(fetches, feeds[0], options=run_options(num_devices, trace=True), run_metadata=metadata)
         used = sorted({d.device for d in metadata.step_stats.dev_stats})
         peaks = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
         for i in range(warmup_steps):
-            session.run(fetches, feeds[i % len(feeds)])
+            session.run(fetches, feeds[i % len(feeds)], options=options)
         for i in range(steps):
             start = time.perf_counter()
-            session.run(fetches, feeds[i % len(feeds)])
+            session.run(fetches, feeds[i % len(feeds)], options=options)
             seconds.append(time.perf_counter() - start)
             if progress is not None and (i + 1) % 10 == 0:
                 progress(f"timed step {i + 1}/{steps}")
@@ -319,11 +302,7 @@ def peak_metrics(measured: Mapping[str, float] | None, predicted: Sequence[float
     """Predicted (the placement's replay) and measured (TensorFlow's allocation records) peak
     memory per device index and of the fullest device (bytes), and the relative error
     ``predicted / measured − 1`` of the fullest."""
-    by_index: dict[int, float] = {}
-    for name, value in (measured or {}).items():
-        index = str(name).rsplit(":", 1)[-1]
-        if index.isdigit():
-            by_index[int(index)] = float(value)
+    by_index = _peaks_by_index(measured or {})
     out = {f"measured_peak_memory_bytes_dev{k}": v for k, v in sorted(by_index.items())}
     out.update({f"predicted_peak_memory_bytes_dev{k}": float(v) for k, v in enumerate(predicted or [])})
     if by_index:
@@ -333,4 +312,15 @@ def peak_metrics(measured: Mapping[str, float] | None, predicted: Sequence[float
     if by_index and predicted and out["measured_peak_memory_bytes"] > 0:
         ratio = out["predicted_peak_memory_bytes"] / out["measured_peak_memory_bytes"]
         out["peak_memory_relative_error"] = ratio - 1.0
+    return out
+
+
+def _peaks_by_index(measured: Mapping[str, float]) -> dict[int, float]:
+    """Measured peaks (TensorFlow device name → bytes) by device index
+    (:func:`celeritas_tf.profile.device_index`); names without an index are left out."""
+    out: dict[int, float] = {}
+    for name, value in measured.items():
+        index = device_index(str(name))
+        if index is not None:
+            out[index] = float(value)
     return out

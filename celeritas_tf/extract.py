@@ -75,7 +75,7 @@ def graph_from_step(
     nodes = _step_nodes(step, graph_def)
     edges = _step_edges(step, graph_def, nodes)
     data_inputs = set(zip(edges.dst, edges.src, edges.out_slot, strict=True))
-    alias_pairs = _apply_aliases(aliases or {}, nodes.index, nodes.outputs, data_inputs)
+    alias_pairs, dropped = _apply_aliases(aliases or {}, nodes.index, nodes.outputs, data_inputs)
     time_us, memory, scratch = _apply_costs(nodes, costs or {})
     # parallel edges (the same tensor used twice by one op) are kept: the simulator merges them
     return Graph.from_arrays(
@@ -91,7 +91,8 @@ def graph_from_step(
         edge_src_output=np.asarray(edges.out_slot, dtype=np.int64),
         liveness=Liveness.from_lists(nodes.persistent, scratch, nodes.outputs, alias_pairs),
         meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
-              "model_config": dict(step.model.config), **dict(meta or {})},
+              "model_config": dict(step.model.config),
+              **({"dropped_output_aliases": dropped} if dropped else {}), **dict(meta or {})},
     )
 
 
@@ -213,29 +214,33 @@ def view_aliases(step: TrainingStep) -> dict[str, list[Any]]:
 
 
 def _apply_aliases(aliases: Mapping[str, Sequence[Any]], index: Mapping[str, int],
-                   outputs: list[list[float]],
-                   data_inputs: set[tuple[int, int, int]]) -> list[list[tuple[int, int] | None] | None]:
+                   outputs: list[list[float]], data_inputs: set[tuple[int, int, int]]
+                   ) -> tuple[list[list[tuple[int, int] | None] | None], int]:
     """Per op: the ``(producer index, output)`` each output shares a buffer with; an ``"external"``
     output (a buffer outside the step, e.g. a variable read) gets 0 output bytes instead.
 
-    An alias that names no input of the op in this build is dropped: TensorFlow numbers some
-    gradient ops (``gradients/AddN_K``) in an order that differs between processes, so a profile
-    taken in another process can name another op's inputs. ``data_inputs`` holds
-    ``(consumer, producer, output)`` of every edge."""
+    An alias that names no input of the op in this graph is dropped, and counted (the second
+    value; the graph records it as ``meta["dropped_output_aliases"]``): aliases come from a
+    profile, and one taken of another configuration of the model (other layers, other image
+    size) names ops that are other ops here; that must show, not fail the graph. ``data_inputs``
+    holds ``(consumer, producer, output)`` of every edge."""
     pairs: list[list[tuple[int, int] | None] | None] = [None] * len(outputs)
+    dropped = 0
     for name, entries in aliases.items():
         i = index.get(name)
         if i is None:
             continue
         row: list[tuple[int, int] | None] = [None] * len(outputs[i])
-        for o, entry in enumerate(list(entries)[:len(outputs[i])]):
+        for o, entry in zip(range(len(row)), entries, strict=False):  # extra entries are ignored
             if entry == "external":
                 outputs[i][o] = 0.0
-            elif (isinstance(entry, list | tuple) and len(entry) == 2 and entry[0] in index
-                  and (i, index[entry[0]], int(entry[1])) in data_inputs):
-                row[o] = (index[entry[0]], int(entry[1]))
+            elif isinstance(entry, list | tuple) and len(entry) == 2:
+                if entry[0] in index and (i, index[entry[0]], int(entry[1])) in data_inputs:
+                    row[o] = (index[entry[0]], int(entry[1]))
+                else:
+                    dropped += 1
         pairs[i] = row if any(r is not None for r in row) else None
-    return pairs
+    return pairs, dropped
 
 
 def variable_bytes(op: Any) -> float:

@@ -110,8 +110,6 @@ register_model(ZooEntry("mlp", _mlp, "multi-layer perceptron (smoke tests)",
 def get_model(name: str, *, paper: bool = False, **knobs: Any) -> ModelSpec:
     """A zoo model by name (``paper=True``: the paper's configuration; ``knobs`` override), or a
     user model given as ``module:function`` or a path to a ``.keras`` file."""
-    import celeritas_tf.zoo  # noqa: F401  (registers the paper's models)
-
     if name in ZOO:
         entry = ZOO[name]
         config = {**(entry.paper_config if paper else entry.small_config), **knobs}
@@ -194,3 +192,9 @@ def _spec_from_keras(name: str, make: Callable[[], Any], model: Any, loss: Any, 
                             "int32" if sparse else "float32", high=out_shape[-1] if sparse else None)
     return ModelSpec(name=name, make_model=make, inputs=inputs, labels=labels, loss=loss,
                      config={"source": name}, description=f"user model {name}")
+
+
+# The paper's models register themselves into ZOO; importing them here, once everything above is
+# defined (celeritas_tf.zoo imports it), makes ZOO complete whenever it can be seen, so a caller
+# may ask ``name in ZOO`` before its first get_model (tasks.common.model_spec does).
+import celeritas_tf.zoo  # noqa: E402,F401

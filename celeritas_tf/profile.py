@@ -34,7 +34,7 @@ import numpy as np
 
 from celeritas_tf.extract import tensor_bytes, variable_bytes
 from celeritas_tf.step import TrainingStep
-from celeritas_tf.tf import cpu_device, session_config, tensorflow
+from celeritas_tf.tf import cpu_device, device_name, run_options, session_config, tensorflow
 
 _ARG = re.compile(r"^_arg_(.+)_0_\d+$")
 _RUNTIME_OPS = ("_SOURCE", "_SINK")
@@ -76,6 +76,7 @@ def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
                     target = device_of[anchor]
                     break
         op._set_device(cpu_device(int(target)))
+    step.forget_graph_def()  # its NodeDefs carry the old devices
 
 
 def trace_step(
@@ -95,19 +96,19 @@ def trace_step(
     place_ops(step, assignment)
     rng = np.random.default_rng(seed)
     fetches = [step.train_op, step.loss]
-    stats = _TraceStats(data_inputs(step))
+    stats = _TraceStats(_data_inputs(step))
     resident = resident_bytes(step)
     with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
         session.run(step.init_op)
         for _ in range(warmup_steps):
-            session.run(fetches, step.feed_dict(rng), options=_run_options(num_devices, tf1, trace=False))
+            session.run(fetches, step.feed_dict(rng), options=run_options(num_devices))
         for k in range(traced_steps):
             metadata = tf1.RunMetadata()
             start = time.perf_counter()
             session.run(fetches, step.feed_dict(rng),
-                        options=_run_options(num_devices, tf1, trace=True), run_metadata=metadata)
+                        options=run_options(num_devices, trace=True), run_metadata=metadata)
             stats.walls.append(time.perf_counter() - start)
-            stats.add(metadata.step_stats, resident)
+            stats.add(metadata.step_stats, resident, with_aliases=k == traced_steps - 1)
             if progress is not None:
                 progress(f"batch {step.batch_size}: traced step {k + 1}/{traced_steps}")
     for op in step.graph.get_operations():
@@ -124,18 +125,6 @@ def trace_step(
 OutputAlias = tuple[str, int] | str | None
 
 
-def _run_options(num_devices: int, tf1: Any, *, trace: bool) -> Any:
-    """``RunOptions`` of a profiling run: full tracing when ``trace``; on one device every op runs
-    on the caller's thread, one after another, as on one GPU stream. (TensorFlow's executor
-    otherwise runs cheap ops inline beside the pool thread, so the order, and with it the peak
-    memory, changed from process to process: Inception v3 at batch 8 measured 285 to 383 MiB;
-    sequentially it measures the same every time.)"""
-    options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE if trace else tf1.RunOptions.NO_TRACE)
-    if num_devices == 1:
-        options.inter_op_thread_pool = -1
-    return options
-
-
 @dataclass
 class _TraceStats:
     """Per-op figures gathered over the traced steps (µs, bytes)."""
@@ -149,11 +138,11 @@ class _TraceStats:
     aliases: dict[str, list[OutputAlias]] = field(default_factory=dict)
     walls: list[float] = field(default_factory=list)
 
-    def add(self, step_stats: Any, resident: Mapping[str, float]) -> None:
-        """Fold in one traced step's ``StepStats``."""
+    def add(self, step_stats: Any, resident: Mapping[str, float], *, with_aliases: bool = False) -> None:
+        """Fold in one traced step's ``StepStats``; ``with_aliases`` (the last traced step) also
+        records its output aliases, which the trace keeps."""
         nodes = {name: (dev.device, ns) for dev in step_stats.dev_stats for ns in dev.node_stats
                  if (name := _op_name(ns.node_name)) is not None}
-        aliases = output_aliases(nodes, self.inputs)
         for name, (device, ns) in nodes.items():
             self.times.setdefault(name, []).append(float(ns.op_end_rel_micros - ns.op_start_rel_micros))
             # every output counts, aliased or not: forwarding depends on the order ops ran in, and
@@ -167,7 +156,9 @@ class _TraceStats:
             if scratch > 0:
                 self.scratch[name] = max(self.scratch.get(name, 0.0), float(scratch))
             self.devices[name] = device
-        self.aliases = {n: a for n, a in aliases.items() if any(x is not None for x in a)}
+        if with_aliases:
+            self.aliases = {n: a for n, a in output_aliases(nodes, self.inputs).items()
+                            if any(x is not None for x in a)}
         for device, peak in measured_peak_bytes(step_stats, resident).items():
             self.peaks[device] = max(self.peaks.get(device, 0.0), peak)
 
@@ -195,7 +186,7 @@ def output_aliases(nodes: Mapping[str, tuple[str, Any]],
     return out
 
 
-def data_inputs(step: TrainingStep) -> dict[str, list[tuple[str, int]]]:
+def _data_inputs(step: TrainingStep) -> dict[str, list[tuple[str, int]]]:
     """Every op's data inputs as ``(producer, output index)``."""
     return {op.name: [(t.op.name, t.value_index) for t in op.inputs] for op in step.graph.get_operations()}
 
@@ -235,13 +226,26 @@ def measured_peak_bytes(step_stats: Any, resident: Mapping[str, float]) -> dict[
     return peaks
 
 
+def _device_parts(name: str) -> tuple[str, str]:
+    """``(kind, index)`` of a TensorFlow device name in any spelling (``/device:CPU:1``,
+    ``/job:localhost/replica:0/task:0/device:GPU:0``, ``CPU:1``; empty: CPU 0)."""
+    if not name:
+        return "CPU", "0"
+    kind, _, index = name.rsplit("device:", 1)[-1].upper().partition(":")
+    return kind, index or "0"
+
+
 def _canonical_device(name: str) -> str:
     """``/job:localhost/replica:0/task:0/device:CPU:0`` for any spelling TensorFlow uses (empty:
     device 0 of the CPU)."""
-    if not name:
-        return cpu_device(0)
-    kind, _, index = name.rsplit("device:", 1)[-1].upper().partition(":")
-    return f"/job:localhost/replica:0/task:0/device:{kind}:{index or 0}"
+    kind, index = _device_parts(name)
+    return device_name(index, kind)
+
+
+def device_index(name: str) -> int | None:
+    """The index of a TensorFlow device name in any spelling (None when it has none)."""
+    index = _device_parts(name)[1]
+    return int(index) if index.isdigit() else None
 
 
 def _op_name(node_name: str) -> str | None:

@@ -8,7 +8,7 @@ of the ``train_step`` op (the Adam update group); variable initialisers are not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ class TrainingStep:
     loss: Any
     init_op: Any
     placeholders: list[tuple[Any, TensorSpec]]
+    _graph_def: tuple[int, Any] | None = field(default=None, init=False, repr=False)
 
     def feed_dict(self, rng: np.random.Generator) -> dict[Any, np.ndarray]:
         """Synthetic inputs and labels of the right shapes and dtypes (no data is downloaded)."""
@@ -45,10 +46,22 @@ class TrainingStep:
         return feeds
 
     def step_graph_def(self) -> Any:
-        """The GraphDef of the ops one training step runs (initialisers excluded)."""
-        tf = tensorflow()
-        full = self.graph.as_graph_def(add_shapes=True)
-        return tf.compat.v1.graph_util.extract_sub_graph(full, [TRAIN_OP, self.loss.op.name])
+        """The GraphDef of the ops one training step runs (initialisers excluded).
+
+        Built once and shared by every caller (extraction, analytical costs, validation: treat it
+        as read-only); built again when ops were added to the graph or after
+        :meth:`forget_graph_def` (:func:`celeritas_tf.profile.place_ops` calls it when it pins
+        devices)."""
+        if self._graph_def is None or self._graph_def[0] != self.graph.version:
+            tf = tensorflow()
+            full = self.graph.as_graph_def(add_shapes=True)
+            self._graph_def = (self.graph.version,
+                               tf.compat.v1.graph_util.extract_sub_graph(full, [TRAIN_OP, self.loss.op.name]))
+        return self._graph_def[1]
+
+    def forget_graph_def(self) -> None:
+        """Drop the cached :meth:`step_graph_def` (after changing the graph's ops in place)."""
+        self._graph_def = None
 
     def step_op_names(self) -> list[str]:
         """Names of the ops of :meth:`step_graph_def`, in GraphDef order."""

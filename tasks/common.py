@@ -89,7 +89,6 @@ def load_graph_uri(uri: str) -> Any:
         raise exc.with_source(uri) from None
 
 
-
 def log_documents(run_id: str, documents: Mapping[str, Any], artifact_path: str | None = None) -> None:
     """Log JSON documents (file name → document) to the MLflow run ``run_id`` as artifacts."""
     import json

@@ -63,12 +63,13 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
         storage.upload_file(str(memory), artifact(run_dir, "memory_chart"))
         tracking.log_artifact(parent_run_id, str(gantt), "placement")
         tracking.log_artifact(parent_run_id, str(memory), "placement")
-    compare_uri = storage.write_json(artifact(run_dir, "compare"), comparison.to_json())
+    compare_doc = comparison.to_json()
+    compare_uri = storage.write_json(artifact(run_dir, "compare"), compare_doc)
     storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
-    log_documents(parent_run_id, {"compare.json": comparison.to_json()}, "placement")
+    log_documents(parent_run_id, {"compare.json": compare_doc}, "placement")
     tracking.log_metrics(parent_run_id, {
-                         "best_simulated_step_time_us": comparison.best.predicted_step_time_us,
-                                         "single_device_time_us": comparison.single_device_time_us})
+        "best_simulated_step_time_us": comparison.best.predicted_step_time_us,
+        "single_device_time_us": comparison.single_device_time_us})
     tracking.set_tags(parent_run_id, {"celeritas.best_simulated_placer": comparison.best.placer})
     return PlaceResult(placements=placements, child_runs=children, compare_uri=compare_uri,
                        best_simulated=comparison.best.placer,

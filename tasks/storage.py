@@ -4,10 +4,14 @@ Every pipeline task reads and writes its artifacts under one *run directory* URI
 path (``runs/2024-06-01``, ``/data/run``, ``file:///data/run``) or ``s3://bucket/prefix``. The
 functions here take such URIs and hide the difference:
 
-* writes are atomic: a local file is written to a temporary file in the same directory and
-  renamed into place with :func:`os.replace`; an S3 object is written with one ``PutObject``
-  (readers never see a partial object). JSON is serialized fully before anything is written,
-  so a document that cannot be serialized leaves the destination untouched.
+* local files go through the project's one hardened I/O layer, :mod:`celeritas_core.safe_io`:
+  a write is staged in a temporary file in the same directory, fsynced and renamed into place
+  (:class:`~celeritas_core.safe_io.OutputSet`, a set of one, so it lands at once even inside
+  ``staged_outputs``), and only ever replaces a regular file; a read
+  (:func:`~celeritas_core.safe_io.read_input_bytes`) refuses FIFOs, devices and files above the
+  input limit. An S3 object is written with one ``PutObject`` (readers never see a partial
+  object). JSON is serialized fully before anything is written, so a document that cannot be
+  serialized leaves the destination untouched.
 * errors are classified so the Airflow DAG can retry only what may succeed on a retry:
   :class:`ArtifactNotFound` (a missing file or object) and :class:`StorageConfigError` (bad
   bucket name, missing bucket, access denied, rejected credentials) derive from
@@ -37,18 +41,18 @@ import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.safe_io import OutputSet, read_input_bytes
 
 ENDPOINT_ENV = "CELERITAS_S3_ENDPOINT_URL"
 CONNECT_TIMEOUT_S = 3.0
 READ_TIMEOUT_S = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
 
-_TMP_SUFFIX = ".celeritas-tmp"
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
@@ -273,51 +277,55 @@ def _s3_errors(uri: str) -> Iterator[None]:
         raise _translate(exc, os.fspath(uri)) from exc
 
 
+def _classify(exc: OSError, uri: str) -> BaseException | None:
+    """The storage error an OSError on the local path ``uri`` stands for (None: keep it)."""
+    if isinstance(exc, FileNotFoundError):
+        return ArtifactNotFound(uri)
+    if isinstance(exc, IsADirectoryError):
+        return CeleritasInputError("is a directory, expected a file", source=uri)
+    if isinstance(exc, NotADirectoryError):
+        return CeleritasInputError("a parent of this path is a file, not a directory", source=uri)
+    if isinstance(exc, PermissionError):
+        return StorageConfigError(f"permission denied ({exc.strerror})", source=uri)
+    if isinstance(exc, ConnectionError | TimeoutError) or exc.errno in _TRANSIENT_ERRNOS:
+        return TransientStorageError(uri, f"{type(exc).__name__}: {_one_line(exc)}")
+    return None
+
+
 @contextmanager
 def _local_errors(uri: str) -> Iterator[None]:
+    """Classify the errors of a local read or write: missing, deterministic or transient."""
     s = os.fspath(uri)
     try:
         yield
-    except FileNotFoundError:
-        raise ArtifactNotFound(s) from None
-    except IsADirectoryError:
-        raise CeleritasInputError("is a directory, expected a file", source=s) from None
-    except NotADirectoryError:
-        raise CeleritasInputError("a parent of this path is a file, not a directory", source=s) from None
-    except PermissionError as exc:
-        raise StorageConfigError(f"permission denied ({exc.strerror})", source=s) from None
     except OSError as exc:
-        if isinstance(exc, ConnectionError | TimeoutError) or exc.errno in _TRANSIENT_ERRNOS:
-            raise TransientStorageError(s, f"{type(exc).__name__}: {_one_line(exc)}") from exc
-        raise
+        error = _classify(exc, s)
+        if error is None:
+            raise
+        raise error from (exc if isinstance(error, TransientStorageError) else None)
+    except CeleritasInputError as exc:
+        # safe_io reports an OSError it met as a one-line input error (raised in its except
+        # block, so the OSError is the context): classify the OSError itself, so that a transient
+        # one is retried and a missing file is ArtifactNotFound
+        cause = exc.__context__
+        flattened = type(exc) is CeleritasInputError and isinstance(cause, OSError)
+        error = _classify(cause, s) if flattened else None
+        if error is None:
+            raise
+        raise error from (cause if isinstance(error, TransientStorageError) else None)
 
 
 # ---------------------------------------------------------------------------- writing
-def _umask() -> int:
-    with suppress(OSError), open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _write_local_atomic(path: Path, fill: Callable[[IO[bytes]], object]) -> None:
-    """Write through a temporary file in ``path``'s directory, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp uses 0600; give the mode a plain open() would
-        with os.fdopen(fd, "wb") as fh:
-            fill(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``path`` through ``fill(fh)`` atomically (:class:`celeritas_core.safe_io.OutputSet`)."""
+    with OutputSet() as outputs:
+        outputs.add(path, fill, binary=True)
+
+
+def _staging(name: str) -> bool:
+    """Whether a file name is one of :class:`~celeritas_core.safe_io.OutputSet`'s temporary
+    files (``.NAME.XXXX.tmp``, or ``.NAME.XXXX.bak`` while a commit runs): a write in flight."""
+    return name.startswith(".") and name.endswith((".tmp", ".bak"))
 
 
 def _put(uri: str, data: bytes, content_type: str | None) -> str:
@@ -383,7 +391,7 @@ def read_bytes(uri: str) -> bytes:
             return response["Body"].read()
     path = _file(s)
     with _local_errors(s):
-        return path.read_bytes()
+        return read_input_bytes(path)
 
 
 def read_text(uri: str) -> str:
@@ -453,7 +461,7 @@ def list_uris(prefix_uri: str) -> list[str]:
         for dirpath, _dirs, files in os.walk(root):
             rel = Path(dirpath).relative_to(root).as_posix()
             for name in files:
-                if not name.endswith(_TMP_SUFFIX):  # a write in flight is not an artifact yet
+                if not _staging(name):  # a write in flight is not an artifact yet
                     found.append(join(s, rel, name) if rel != "." else join(s, name))
     return sorted(found)
 

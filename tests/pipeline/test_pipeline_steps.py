@@ -9,6 +9,8 @@ import dataclasses
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 import types
 import typing
 from typing import Any, Literal
@@ -222,6 +224,19 @@ def test_params_are_validated_with_one_line_errors():
         with pytest.raises(CeleritasInputError, match=f"parameter '{field}'") as err:
             resolve_params(bad)
         assert "\n" not in str(err.value)
+
+
+@needs_stack
+def test_the_first_step_in_a_fresh_process_keeps_the_knobs_of_a_paper_model():
+    """``model_spec`` asks whether the model is the zoo's before anything has called get_model: the
+    paper's models must be registered by then, or the profile (the first step of a worker) is of
+    the small default configuration while the later steps place the configured one."""
+    knobs = {"layers": 6, "filters": 8, "image_size": 24}
+    params = {"model": "tensor_holography", "model_knobs": knobs}
+    code = ("import json; from tasks.common import model_spec; "
+            f"print(json.dumps(model_spec({params!r}).config))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == knobs
 
 
 @needs_stack
