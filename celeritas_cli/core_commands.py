@@ -45,7 +45,7 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
     lines.append(f"lower bound            {format_us(placement.lower_bound_us):>12}   "
                  f"gap {placement.gap_to_lower_bound * 100:+.1f} %")
     lines.append("")
-    busy = placement.extra.get("device_busy_us")
+    busy = placement.device_busy_us if len(placement.device_busy_us) else None
     lines.append(f"{'device':<10} {'ops':>7} {'peak memory':>12} {'sum':>12} {'capacity':>12} {'peak %':>7} "
                  f"{'busy':>12}")
     counts = np.bincount(placement.assignment, minlength=cluster.num_devices)
@@ -124,8 +124,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             except CeleritasInputError as exc:
                 raise exc.with_source(args.placement) from None
     cluster = cluster_from_args(args, fallback)
-    placement = load_placement(args.placement, graph, cluster)
-    evaluate_placement(graph, cluster, placement)
+    placement = evaluate_placement(graph, cluster, load_placement(args.placement, graph, cluster))
     print(_summary(graph, cluster, placement))
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import check_colocation_fits, colocation_respected
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
-from celeritas_core.placement import Placement
+from celeritas_core.placement import Placement, PlacementEvaluation
 
 
 @dataclass
@@ -162,13 +162,13 @@ def place(
         coarse_nodes=out.coarse_nodes,
         extra=dict(out.extra, **({"headroom": float(headroom)} if headroom else {})),
     )
-    if evaluate:
-        evaluate_placement(graph, cluster, placement)
-    return placement
+    return evaluate_placement(graph, cluster, placement) if evaluate else placement
 
 
 def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
-    """Fill memory, OOM, simulated step time and the reference times of ``placement`` in place."""
+    """``placement`` with its :class:`~celeritas_core.placement.PlacementEvaluation` on ``cluster``:
+    simulated step time, memory sums and replayed peaks, OOM, and the reference times (a new
+    object; ``placement`` is unchanged)."""
     from celeritas_core.memory import memory_profile, one_device_peak_bytes
     from celeritas_core.simulator import simulate
 
@@ -180,22 +180,21 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
             f"{cluster.num_devices} devices"
         )
     result = simulate(graph, cluster, placement.assignment)
-    placement.device_memory_bytes = device_memory(graph, cluster, placement.assignment)
     peak = memory_profile(graph, cluster.num_devices, placement.assignment, result).peak_bytes
-    placement.device_peak_memory_bytes = peak
-    placement.single_device_peak_memory_bytes = one_device_peak_bytes(graph)
-    placement.device_capacity_bytes = cluster.memory_bytes.copy()
     over = np.flatnonzero(peak > cluster.memory_bytes)
-    placement.oom_devices = tuple(cluster.device_names[d] for d in over)
-    if len(over):
-        excess = peak - cluster.memory_bytes
-        placement.extra["oom_excess_bytes"] = {cluster.device_names[d]: float(excess[d]) for d in over}
-    placement.predicted_step_time_us = result.step_time_us
-    placement.single_device_time_us = single_device_time_us(graph, cluster)
-    placement.lower_bound_us = lower_bound_us(graph, cluster)
-    placement.devices = cluster.device_names
-    placement.extra["device_busy_us"] = [float(x) for x in result.device_busy_us]
-    return placement
+    evaluation = PlacementEvaluation(
+        predicted_step_time_us=result.step_time_us,
+        single_device_time_us=single_device_time_us(graph, cluster),
+        lower_bound_us=lower_bound_us(graph, cluster),
+        device_memory_bytes=device_memory(graph, cluster, placement.assignment),
+        device_peak_memory_bytes=peak,
+        single_device_peak_memory_bytes=one_device_peak_bytes(graph),
+        device_capacity_bytes=cluster.memory_bytes,
+        device_busy_us=result.device_busy_us,
+        oom_devices=tuple(cluster.device_names[d] for d in over),
+        oom_excess_bytes={cluster.device_names[d]: float(peak[d] - cluster.memory_bytes[d]) for d in over},
+    )
+    return replace(placement, devices=cluster.device_names, evaluation=evaluation)
 
 
 def device_memory(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import dataclasses
 import math
 import os
 import re
@@ -37,7 +38,7 @@ from celeritas_core.formats import (
     write_json_atomic,
 )
 from celeritas_core.graph import Graph
-from celeritas_core.placement import Placement
+from celeritas_core.placement import Placement, PlacementEvaluation
 from celeritas_core.units import parse_size
 from tests.documents import cluster_doc, graph_doc, placement_doc
 
@@ -555,6 +556,16 @@ def test_homogeneous_cluster_names(tmp_path: Path) -> None:
 
 
 def _evaluated_placement(graph: Graph, cluster: Cluster) -> Placement:
+    evaluation = PlacementEvaluation(
+        predicted_step_time_us=12.5,
+        single_device_time_us=6.5,
+        lower_bound_us=6.5,
+        device_memory_bytes=np.array([10.0, 50.5]),
+        device_peak_memory_bytes=np.array([10.0, 40.0]),
+        single_device_peak_memory_bytes=50.0,
+        device_capacity_bytes=cluster.memory_bytes.copy(),
+        device_busy_us=np.array([1.0, 5.5]),
+    )
     return Placement(
         placer="manual",
         params={"R": 3, "memory_fraction": 0.5},
@@ -562,15 +573,9 @@ def _evaluated_placement(graph: Graph, cluster: Cluster) -> Placement:
         node_names=graph.node_names,
         assignment=np.array([0, 1, 1, 1]),
         graph_name=graph.name,
-        predicted_step_time_us=12.5,
-        single_device_time_us=6.5,
-        lower_bound_us=6.5,
-        device_memory_bytes=np.array([10.0, 50.5]),
-        device_capacity_bytes=cluster.memory_bytes.copy(),
-        oom_devices=(),
         placement_seconds=0.125,
         coarse_nodes=3,
-        extra={"device_busy_us": [1.0, 5.5]},
+        evaluation=evaluation,
     )
 
 
@@ -588,6 +593,7 @@ def test_placement_round_trip(tmp_path: Path, graph: Graph, cluster: Cluster) ->
     assert written["gap_to_lower_bound"] == pytest.approx(12.5 / 6.5 - 1)
     assert written["device_memory_bytes"] == [10, 50]
     assert written["oom"] is False and written["oom_devices"] == []
+    assert written["extra"] == {"device_busy_us": [1.0, 5.5]}
 
 
 def test_unevaluated_placement_writes_null_figures(tmp_path: Path, graph: Graph) -> None:
@@ -606,8 +612,8 @@ def _files_in(folder: Path) -> list[str]:
 
 
 def test_failed_write_leaves_no_file(tmp_path: Path, graph: Graph, cluster: Cluster) -> None:
-    p = _evaluated_placement(graph, cluster)
-    p.params = {"R": math.nan}  # json.dump(allow_nan=False) fails on it
+    p = dataclasses.replace(_evaluated_placement(graph, cluster),
+                            params={"R": math.nan})  # json.dump(allow_nan=False) fails on it
     with pytest.raises(ValueError, match="JSON"):
         save_placement(p, tmp_path / "p.json")
     assert _files_in(tmp_path) == []
@@ -615,8 +621,7 @@ def test_failed_write_leaves_no_file(tmp_path: Path, graph: Graph, cluster: Clus
 
 def test_failed_write_keeps_existing_file(tmp_path: Path, graph: Graph, cluster: Cluster) -> None:
     dest = _write_text(tmp_path / "p.json", "previous content\n")
-    p = _evaluated_placement(graph, cluster)
-    p.extra = {"bad": float("inf")}
+    p = dataclasses.replace(_evaluated_placement(graph, cluster), extra={"bad": float("inf")})
     with pytest.raises(ValueError):
         save_placement(p, dest)
     assert dest.read_text() == "previous content\n"

@@ -297,7 +297,8 @@ def test_a_placement_that_cannot_fit_is_flagged_with_its_device_and_excess():
     assert p.oom and p.extra["memory_repair"]["excess_after_bytes"] > 0
     device = p.assignment[2]
     assert p.oom_devices == (cluster.device_names[device],)
-    excess = p.extra["oom_excess_bytes"]
+    excess = p.to_json()["extra"]["oom_excess_bytes"]  # what the placement file says
+    assert excess == p.evaluation.oom_excess_bytes
     assert set(excess) == {cluster.device_names[device]}
     assert excess[cluster.device_names[device]] == pytest.approx(p.device_peak_memory_bytes[device] - 4.5 * X)
     assert excess[cluster.device_names[device]] >= 10 * X + X - 4.5 * X

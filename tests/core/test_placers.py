@@ -139,3 +139,29 @@ def test_device_timeline_fills_gaps_between_touching_and_zero_length_intervals()
     assert tl.earliest_start(5.0, 0.0) == 10.0  # a zero-length op fits where two intervals touch
     tl.insert(17.0, 17.0)  # a zero-length interval splits the gap [15, 20)
     assert tl.earliest_start(15.0, 4.0) == 30.0
+
+
+def test_evaluation_is_a_separate_result_and_placements_stay_as_made():
+    """``evaluate_placement`` returns a new placement carrying its evaluation; the placement it
+    was given, its assignment and the evaluation itself cannot be changed afterwards."""
+    import dataclasses
+    import math
+
+    from celeritas_core.placers import evaluate_placement
+
+    g = _fork_join(100.0)
+    cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=5.0)
+    made = place(g, cluster, "celeritas", evaluate=False)
+    assert made.evaluation is None and math.isnan(made.predicted_step_time_us) and not made.oom
+    evaluated = evaluate_placement(g, cluster, made)
+    assert evaluated is not made and made.evaluation is None
+    assert evaluated.predicted_step_time_us == place(g, cluster, "celeritas").predicted_step_time_us
+    assert evaluated.assignment.tolist() == made.assignment.tolist()
+    assert evaluated.to_json()["extra"]["device_busy_us"] == evaluated.device_busy_us.tolist()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evaluated.placer = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evaluated.evaluation.predicted_step_time_us = 0.0  # type: ignore[misc,union-attr]
+    for frozen in (evaluated.assignment, evaluated.device_peak_memory_bytes):
+        with pytest.raises(ValueError):
+            frozen[0] = 1
