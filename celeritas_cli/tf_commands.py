@@ -127,7 +127,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
     import numpy as np
 
-    from celeritas_core.formats import check_predicted_costs, read_json, write_json_atomic
+    from celeritas_core.formats import check_predicted_costs, fits_to_json, read_json, write_json_atomic
 
     batch = _check_batch(args.batch) if args.batch is not None else None
     inputs = [args.profiles]
@@ -136,7 +136,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     # fits_from_profile checks the document strictly first (check_profile_document)
     fits = fits_from_profile(read_json(args.profiles), args.profiles)
-    out_doc = fits.to_json()
+    out_doc = fits_to_json(fits)
     predicted = None
     if batch is not None:  # computed before anything is written: a bad --batch writes nothing
         predicted = fits.predict(batch)
@@ -157,15 +157,20 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
-    from celeritas_core.formats import check_predicted_costs, read_json, save_graph, write_json_atomic
-    from celeritas_core.regression import CostFits
+    from celeritas_core.formats import (
+        check_predicted_costs,
+        fits_from_json,
+        read_json,
+        save_graph,
+        write_json_atomic,
+    )
 
     batch = _check_batch(args.batch)
     flags.count(args.steps, "--steps")
     check_cluster_flags(args)
     inputs = [args.fits, args.cluster, _model_input(args)]
     check_outputs([args.out, args.estimated_out, args.accuracy_out, args.cdf_out], inputs=inputs)
-    fits = CostFits.from_json(read_json(args.fits), source=args.fits)
+    fits = fits_from_json(read_json(args.fits), source=args.fits)
     check_predicted_costs(fits.names, *fits.predict(batch), what=f"{args.fits}: at --batch {batch}")
     cluster = cluster_from_args(args)
     from celeritas_tf.evaluation import accuracy_document, remeasure
@@ -201,7 +206,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
-    from celeritas_core.formats import read_json, write_json_atomic
+    from celeritas_core.formats import PLACEMENT_FORMAT, read_json, write_json_atomic
     from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
 
     batch = _check_batch(args.batch)
@@ -212,8 +217,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     inputs = [args.placement, _model_input(args)]
     check_outputs([args.out], inputs=inputs)
     doc = read_json(args.placement)
-    if not isinstance(doc, dict) or doc.get("format") != "celeritas-placement/1":
-        raise CeleritasInputError("not a celeritas-placement/1 document (field 'format')",
+    if not isinstance(doc, dict) or doc.get("format") != PLACEMENT_FORMAT:
+        raise CeleritasInputError(f"not a {PLACEMENT_FORMAT} document (field 'format')",
                                   source=args.placement)
     assignment = doc.get("assignment")
     if not isinstance(assignment, dict) or not all(

@@ -11,6 +11,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,19 @@ from celeritas_core.limits import (
     short_repr,
 )
 from celeritas_core.placement import Placement
+from celeritas_core.regression import CostFits
 from celeritas_core.safe_io import read_input_bytes, write_atomic
 
+# Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
 PLACEMENT_FORMAT = "celeritas-placement/1"
+COMPARE_FORMAT = "celeritas-compare/1"
+ACCURACY_FORMAT = "celeritas-accuracy/1"
+VALIDATION_FORMAT = "celeritas-validation/1"
+FUSION_FORMAT = "celeritas-fusion/1"
+VALIDATION_SUMMARY_FORMAT = "celeritas-validation-summary/1"
+PUBLISH_FORMAT = "celeritas-publish/1"
 
 
 # ---------------------------------------------------------------------------- file helpers
@@ -117,6 +126,32 @@ def _time(value: Any, where: str, field_name: str) -> float:
 # ---------------------------------------------------------------------------- graph
 def graph_from_json(doc: Any) -> Graph:
     """Validate a ``celeritas-graph/1`` document and build a :class:`Graph`."""
+    name, meta, raw_nodes, raw_edges = _graph_header(doc)
+    nodes = _read_nodes(raw_nodes)
+    src, dst, nbytes, out = _read_edges(raw_edges, nodes.index)
+    _check_graph_totals(nodes.time_us, nodes.memory, nbytes, nodes.persistent, nodes.scratch, nodes.outputs)
+    modelled = any(p is not None or s is not None or o is not None
+                   for p, s, o in zip(nodes.persistent, nodes.scratch, nodes.outputs, strict=True))
+    aliases = _alias_fields(raw_nodes, nodes.index, nodes.outputs)
+    return Graph.from_arrays(
+        name=name,
+        node_names=nodes.names,
+        ops=nodes.ops,
+        time_us=nodes.time_us,
+        memory_bytes=nodes.memory,
+        colocation=nodes.groups,
+        edge_src=src,
+        edge_dst=dst,
+        edge_bytes=nbytes,
+        edge_src_output=out,
+        meta=meta,
+        liveness=(Liveness.from_lists(nodes.persistent, nodes.scratch, nodes.outputs, aliases)
+                  if modelled else None),
+    )
+
+
+def _graph_header(doc: Any) -> tuple[str, dict[str, Any], list[Any], list[Any]]:
+    """``(name, meta, nodes, edges)`` of a graph document, each of the right JSON type."""
     _check_format(doc, GRAPH_FORMAT)
     name = doc.get("name")
     if not isinstance(name, str) or not name:
@@ -132,17 +167,35 @@ def graph_from_json(doc: Any) -> Graph:
     edges = doc.get("edges", None)
     if not isinstance(edges, list):
         raise CeleritasInputError("field 'edges' must be a list")
+    return name, meta, nodes, edges
 
-    n = len(nodes)
-    names: list[str] = [""] * n
-    ops: list[str] = [""] * n
-    groups: list[str | None] = [None] * n
-    time_us = np.empty(n, dtype=np.float64)
-    memory = np.empty(n, dtype=np.float64)
-    persistent: list[float | None] = [None] * n
-    scratch: list[float | None] = [None] * n
-    outputs: list[list[float] | None] = [None] * n
-    index: dict[str, int] = {}
+
+@dataclass
+class _NodeColumns:
+    """The node fields of a graph document, column by column (µs, bytes)."""
+
+    names: list[str]
+    ops: list[str]
+    groups: list[str | None]
+    time_us: np.ndarray
+    memory: np.ndarray
+    persistent: list[float | None]
+    scratch: list[float | None]
+    outputs: list[list[float] | None]
+    index: dict[str, int]
+
+    @classmethod
+    def empty(cls, n: int) -> _NodeColumns:
+        """Columns for ``n`` nodes, to be filled by :func:`_read_nodes`."""
+        return cls([""] * n, [""] * n, [None] * n, np.empty(n, dtype=np.float64),
+                   np.empty(n, dtype=np.float64), [None] * n, [None] * n, [None] * n, {})
+
+
+def _read_nodes(nodes: list[Any]) -> _NodeColumns:
+    """Check every node object (name unique, op, costs within the limits, liveness fields,
+    co-location group) and gather the columns."""
+    cols = _NodeColumns.empty(len(nodes))
+    index = cols.index
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):
             raise CeleritasInputError(f"nodes[{i}]: expected an object")
@@ -155,24 +208,30 @@ def graph_from_json(doc: Any) -> Graph:
                 f"{where}: duplicate node name (nodes[{index[node_name]}] and nodes[{i}])"
             )
         index[node_name] = i
-        names[i] = node_name
+        cols.names[i] = node_name
         op = node.get("op")
         if not isinstance(op, str):
             raise CeleritasInputError(f"{where}: field 'op' must be a string")
-        ops[i] = op
+        cols.ops[i] = op
         if "time_us" not in node:
             raise CeleritasInputError(f"{where}: missing field 'time_us'")
         if "memory_bytes" not in node:
             raise CeleritasInputError(f"{where}: missing field 'memory_bytes'")
-        time_us[i] = _time(node["time_us"], where, "time_us")
-        memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
-        persistent[i], scratch[i], outputs[i] = _liveness_fields(node, where)
+        cols.time_us[i] = _time(node["time_us"], where, "time_us")
+        cols.memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
+        cols.persistent[i], cols.scratch[i], cols.outputs[i] = _liveness_fields(node, where)
         group = node.get("colocation")
         if group is not None:
             if not isinstance(group, str) or not group:
                 raise CeleritasInputError(f"{where}: field 'colocation' must be a non-empty string")
-            groups[i] = group
+            cols.groups[i] = group
+    return cols
 
+
+def _read_edges(edges: list[Any], index: Mapping[str, int]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst, bytes, src_output)`` arrays of the edge objects, each checked (known
+    endpoints, no self-loop, bytes within the limits, ``src_output`` a small integer)."""
     m = len(edges)
     src = np.empty(m, dtype=np.int64)
     dst = np.empty(m, dtype=np.int64)
@@ -205,24 +264,7 @@ def graph_from_json(doc: Any) -> Graph:
                 f"< 2**31, got {short_repr(so)}"
             )
         out[k] = so
-    _check_graph_totals(time_us, memory, nbytes, persistent, scratch, outputs)
-    modelled = any(p is not None or s is not None or o is not None
-                   for p, s, o in zip(persistent, scratch, outputs, strict=True))
-    aliases = _alias_fields(nodes, index, outputs)
-    return Graph.from_arrays(
-        name=name,
-        node_names=names,
-        ops=ops,
-        time_us=time_us,
-        memory_bytes=memory,
-        colocation=groups,
-        edge_src=src,
-        edge_dst=dst,
-        edge_bytes=nbytes,
-        edge_src_output=out,
-        meta=meta,
-        liveness=Liveness.from_lists(persistent, scratch, outputs, aliases) if modelled else None,
-    )
+    return src, dst, nbytes, out
 
 
 def _alias_fields(nodes: list[Any], index: Mapping[str, int],
@@ -535,6 +577,46 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     )
 
 
+def placement_to_json(placement: Placement) -> dict[str, Any]:
+    """The ``celeritas-placement/1`` document of ``placement`` (evaluation figures null or empty
+    when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``)."""
+    p = placement
+    doc: dict[str, Any] = {
+        "format": PLACEMENT_FORMAT,
+        "graph": p.graph_name,
+        "placer": p.placer,
+        "params": p.params,
+        "devices": list(p.devices),
+        "assignment": dict(zip(p.node_names, p.assignment.tolist(), strict=True)),
+        "predicted_step_time_us": _finite_or_none(p.predicted_step_time_us),
+        "single_device_time_us": _finite_or_none(p.single_device_time_us),
+        "lower_bound_us": _finite_or_none(p.lower_bound_us),
+        "gap_to_lower_bound": _finite_or_none(p.gap_to_lower_bound),
+        "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
+        "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
+        "single_device_peak_memory_bytes": _finite_or_none(p.single_device_peak_memory_bytes),
+        "device_capacity_bytes": [int(x) for x in p.device_capacity_bytes],
+        "oom": p.oom,
+        "oom_devices": list(p.oom_devices),
+        "placement_seconds": p.placement_seconds,
+    }
+    if p.coarse_nodes is not None:
+        doc["coarse_nodes"] = p.coarse_nodes
+    extra = dict(p.extra)
+    if p.evaluation is not None:
+        if p.evaluation.oom_excess_bytes:
+            extra["oom_excess_bytes"] = dict(p.evaluation.oom_excess_bytes)
+        extra["device_busy_us"] = [float(x) for x in p.evaluation.device_busy_us]
+    if extra:
+        doc["extra"] = extra
+    return doc
+
+
+def _finite_or_none(x: float) -> float | None:
+    """``x`` as a JSON number, or null when it is not finite (not evaluated, no bound)."""
+    return float(x) if math.isfinite(x) else None
+
+
 def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster | None = None) -> Placement:
     """Read a placement file and check that it places exactly the nodes of ``graph``."""
     try:
@@ -546,7 +628,7 @@ def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster 
 def save_placement(placement: Placement, path: str | os.PathLike[str], *,
                    inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Write ``placement`` atomically as ``celeritas-placement/1``."""
-    return write_json_atomic(path, placement.to_json(), indent=1, inputs=inputs)
+    return write_json_atomic(path, placement_to_json(placement), indent=1, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- profiles and fits
@@ -642,6 +724,56 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
             raise CeleritasInputError("field 'output_aliases' must be an object")
     except CeleritasInputError as exc:
         raise exc.with_source(source) if source else exc from None
+
+
+def fits_to_json(fits: CostFits) -> dict[str, Any]:
+    """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined)."""
+    ops = {n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
+               "time_r2": _finite_or_none(e), "memory_r2": _finite_or_none(f)}
+           for n, a, b, c, d, e, f in zip(fits.names, fits.time_slope, fits.time_intercept,
+                                          fits.memory_slope, fits.memory_intercept, fits.time_r2,
+                                          fits.memory_r2, strict=True)}
+    doc: dict[str, Any] = {"format": FITS_FORMAT, "batch_sizes": list(fits.batch_sizes), "ops": ops}
+    if fits.output_aliases:
+        doc["output_aliases"] = {n: [list(e) if isinstance(e, tuple) else e for e in a]
+                                 for n, a in fits.output_aliases.items()}
+    return doc
+
+
+def fits_from_json(doc: Any, source: str | None = None) -> CostFits:
+    """Read a ``celeritas-fits/1`` document, checked by :func:`check_fits_document` (raises
+    CeleritasInputError naming the bad field)."""
+    check_fits_document(doc, source)
+    fits = doc["ops"].values()
+    coefficients = (np.array([float(fit[key][j]) for fit in fits], dtype=np.float64)
+                    for key, j in (("time_us", 0), ("time_us", 1), ("memory_bytes", 0), ("memory_bytes", 1)))
+    r2 = (np.array([math.nan if fit.get(key) is None else float(fit[key]) for fit in fits], dtype=np.float64)
+          for key in ("time_r2", "memory_r2"))
+    return CostFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2).with_aliases(
+        read_output_aliases(doc.get("output_aliases", {}), source))
+
+
+def read_output_aliases(raw: Any, source: str | None = None) -> dict[str, tuple[Any, ...]]:
+    """Check an ``output_aliases`` object (op → list of null, ``[producer, output]`` or
+    ``"external"``) and return it with pairs as tuples."""
+    if not isinstance(raw, dict):
+        raise CeleritasInputError("field 'output_aliases' must be an object", source=source)
+    out: dict[str, tuple[Any, ...]] = {}
+    for name, entries in raw.items():
+        if not isinstance(entries, list):
+            raise CeleritasInputError(f"output_aliases of op {name!r} must be a list", source=source)
+        row: list[Any] = []
+        for k, e in enumerate(entries):
+            if e is None or e == "external":
+                row.append(e)
+            elif (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
+                  and not isinstance(e[1], bool) and 0 <= e[1] < MAX_SRC_OUTPUT):
+                row.append((e[0], e[1]))
+            else:
+                raise CeleritasInputError(f"output_aliases of op {name!r}[{k}]: expected null, \"external\" "
+                                          f"or [producer, output], got {e!r}", source=source)
+        out[str(name)] = tuple(row)
+    return out
 
 
 def check_predicted_costs(names: Any, time_us: np.ndarray, memory_bytes: np.ndarray, what: str) -> None:

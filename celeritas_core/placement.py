@@ -3,7 +3,8 @@
 A :class:`Placement` is what a placer decided (and how long it took); a
 :class:`PlacementEvaluation` is what the simulator and the memory replay say of it (µs, bytes).
 :func:`celeritas_core.placers.evaluate_placement` returns a new placement carrying its evaluation;
-neither object changes after it is built.
+neither object changes after it is built. The ``celeritas-placement/1`` document is written by
+:func:`celeritas_core.formats.placement_to_json`.
 """
 
 from __future__ import annotations
@@ -186,37 +187,3 @@ class Placement:
     def device_of(self, node: str) -> int:
         """Device index of the node named ``node``."""
         return int(self.assignment[self.node_names.index(node)])
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``celeritas-placement/1`` document (see docs/formats.md)."""
-        from celeritas_core.formats import PLACEMENT_FORMAT
-
-        doc: dict[str, Any] = {
-            "format": PLACEMENT_FORMAT,
-            "graph": self.graph_name,
-            "placer": self.placer,
-            "params": self.params,
-            "devices": list(self.devices),
-            "assignment": dict(zip(self.node_names, self.assignment.tolist(), strict=True)),
-            "predicted_step_time_us": _num(self.predicted_step_time_us),
-            "single_device_time_us": _num(self.single_device_time_us),
-            "lower_bound_us": _num(self.lower_bound_us),
-            "gap_to_lower_bound": _num(self.gap_to_lower_bound),
-            "device_memory_bytes": [int(x) for x in self.device_memory_bytes],
-            "device_peak_memory_bytes": [int(x) for x in self.device_peak_memory_bytes],
-            "single_device_peak_memory_bytes": _num(self.single_device_peak_memory_bytes),
-            "device_capacity_bytes": [int(x) for x in self.device_capacity_bytes],
-            "oom": self.oom,
-            "oom_devices": list(self.oom_devices),
-            "placement_seconds": self.placement_seconds,
-        }
-        if self.coarse_nodes is not None:
-            doc["coarse_nodes"] = self.coarse_nodes
-        extra = {**self.extra, **(self.evaluation.extra_json() if self.evaluation is not None else {})}
-        if extra:
-            doc["extra"] = extra
-        return doc
-
-
-def _num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None

@@ -3,9 +3,9 @@
 The paper profiles a model at a few small batch sizes that fit on one device and fits, per op,
 ``cost = slope · batch + intercept``; the fit predicts the large batch (memory well, time
 roughly). Ops seen at a single batch size get slope 0. Predictions are clipped at 0. Fits are
-stored as ``celeritas-fits/1`` (docs/formats.md). Estimation accuracy follows the paper's
-"Estimation Accuracy": per op ``|estimate − actual| / actual``, over the ops whose actual value
-is positive.
+stored as ``celeritas-fits/1`` (docs/formats.md; :func:`celeritas_core.formats.fits_to_json`).
+Estimation accuracy follows the paper's "Estimation Accuracy": per op
+``|estimate − actual| / actual``, over the ops whose actual value is positive.
 """
 
 from __future__ import annotations
@@ -52,80 +52,6 @@ class CostFits:
         """``op → (time_us, memory_bytes)`` at ``batch_size``."""
         t, m = self.predict(batch_size)
         return {n: (float(a), float(b)) for n, a, b in zip(self.names, t, m, strict=True)}
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``celeritas-fits/1`` document."""
-        return {
-            "format": "celeritas-fits/1",
-            "batch_sizes": list(self.batch_sizes),
-            "ops": {
-                n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
-                    "time_r2": _num(e), "memory_r2": _num(f)}
-                for n, a, b, c, d, e, f in zip(self.names, self.time_slope, self.time_intercept,
-                                               self.memory_slope, self.memory_intercept, self.time_r2,
-                                               self.memory_r2, strict=True)
-            },
-            **({"output_aliases": {n: [list(e) if isinstance(e, tuple) else e for e in a]
-                                   for n, a in self.output_aliases.items()}} if self.output_aliases else {}),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Any, source: str | None = None) -> CostFits:
-        """Read a ``celeritas-fits/1`` document (raises CeleritasInputError naming the bad field)."""
-        from celeritas_core.formats import check_fits_document
-
-        def bad(msg: str) -> CeleritasInputError:
-            return CeleritasInputError(msg, source=source)
-
-        check_fits_document(doc, source)  # types, finiteness and magnitudes (docs/formats.md, "Limits")
-        if not isinstance(doc, dict) or doc.get("format") != "celeritas-fits/1":
-            raise bad("not a celeritas-fits/1 document (field 'format')")
-        ops = doc.get("ops")
-        if not isinstance(ops, dict) or not ops:
-            raise bad("field 'ops' must be a non-empty object")
-        batches = doc.get("batch_sizes")
-        if not isinstance(batches, list) or not all(isinstance(b, int) and b > 0 for b in batches):
-            raise bad("field 'batch_sizes' must be a list of positive integers")
-        arrays: dict[str, list[float]] = {k: [] for k in ("ts", "ti", "ms", "mi", "tr", "mr")}
-        for name, fit in ops.items():
-            try:
-                (ts, ti), (ms, mi) = fit["time_us"], fit["memory_bytes"]
-                values = [float(ts), float(ti), float(ms), float(mi)]
-            except (KeyError, TypeError, ValueError):
-                raise bad(f"op {name!r}: fields 'time_us' and 'memory_bytes' must be "
-                          "[slope, intercept]") from None
-            if not all(np.isfinite(values)):
-                raise bad(f"op {name!r}: fit values must be finite")
-            for key, v in zip(("ts", "ti", "ms", "mi"), values, strict=True):
-                arrays[key].append(v)
-            arrays["tr"].append(_float_or_nan(fit.get("time_r2")))
-            arrays["mr"].append(_float_or_nan(fit.get("memory_r2")))
-        columns = (np.asarray(arrays[k]) for k in ("ts", "ti", "ms", "mi", "tr", "mr"))
-        fits = cls(tuple(ops), tuple(batches), *columns)
-        return fits.with_aliases(read_output_aliases(doc.get("output_aliases", {}), source))
-
-
-def read_output_aliases(raw: Any, source: str | None = None) -> dict[str, tuple[Any, ...]]:
-    """Check an ``output_aliases`` object (op → list of null, ``[producer, output]`` or
-    ``"external"``) and return it with pairs as tuples."""
-    if not isinstance(raw, dict):
-        raise CeleritasInputError("field 'output_aliases' must be an object", source=source)
-    out: dict[str, tuple[Any, ...]] = {}
-    for name, entries in raw.items():
-        if not isinstance(entries, list):
-            raise CeleritasInputError(f"output_aliases of op {name!r} must be a list", source=source)
-        row: list[Any] = []
-        for k, e in enumerate(entries):
-            if e is None or e == "external":
-                row.append(e)
-            elif (isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and isinstance(e[1], int)
-                  and not isinstance(e[1], bool) and 0 <= e[1] < 2**31):
-                row.append((e[0], e[1]))
-            else:
-                raise CeleritasInputError(f"output_aliases of op {name!r}[{k}]: expected null, \"external\" "
-                                          f"or [producer, output], got {e!r}", source=source)
-        out[str(name)] = tuple(row)
-    return out
 
 
 def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]]) -> CostFits:
@@ -204,13 +130,3 @@ def relative_deviation(quantity: str, estimate: Mapping[str, float], actual: Map
     a = np.asarray([actual[n] for n in names], dtype=np.float64)
     return Deviation(quantity, names, np.abs(e - a) / a if len(names) else np.zeros(0))
 
-
-def _num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
-
-
-def _float_or_nan(x: Any) -> float:
-    try:
-        return float(x) if x is not None else float("nan")
-    except (TypeError, ValueError):
-        return float("nan")

@@ -23,11 +23,12 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT, read_output_aliases
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, read_output_aliases, relative_deviation
+from celeritas_core.regression import CostFits, Deviation, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import ModelSpec
 from celeritas_tf.profile import (
@@ -75,7 +76,6 @@ def profile_small_batches(model: ModelSpec, batch_sizes: Sequence[int], *, trace
     return traces
 
 
-PROFILE_FORMAT = "celeritas-profile/1"
 
 
 def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str, Any]:
@@ -188,7 +188,7 @@ def accuracy_document(model: str, batch: int, memory: Deviation, timing: Deviati
     def part(d: Deviation) -> dict[str, Any]:
         return {"mean": d.mean, "ops": len(d.names), "cdf": {str(k): v for k, v in d.cdf().items()}}
 
-    doc = {"format": "celeritas-accuracy/1", "model": model, "batch_size": batch,
+    doc = {"format": ACCURACY_FORMAT, "model": model, "batch_size": batch,
            "memory": part(memory), "time": part(timing)}
     if peaks is not None:
         doc["peak_memory"] = {k: list(v) for k, v in peaks.items()}
@@ -227,7 +227,7 @@ class Validation:
     def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The ``celeritas-validation/1`` document."""
         return {
-            "format": "celeritas-validation/1", "model": self.model, "batch_size": self.batch_size,
+            "format": VALIDATION_FORMAT, "model": self.model, "batch_size": self.batch_size,
             "devices": self.num_devices, "warmup_steps": self.warmup_steps, "steps": len(self.step_seconds),
             "mean_s": self.mean_s, "median_s": self.median_s, "p90_s": self.p90_s,
             "step_seconds": list(self.step_seconds), "devices_used": self.devices_used,

@@ -29,7 +29,6 @@ from typing import Any, Literal, Self
 from celeritas_core.errors import CeleritasInputError
 
 #: ``publish.json``'s format tag.
-PUBLISH_FORMAT = "celeritas-publish/1"
 
 
 @dataclass(frozen=True)
@@ -198,6 +197,8 @@ class PublishResult(Contract):
 
     def document(self) -> dict[str, Any]:
         """The ``publish.json`` document (``celeritas-publish/1``): every field but ``publish_uri``."""
+        from celeritas_core.formats import PUBLISH_FORMAT
+
         return {"format": PUBLISH_FORMAT, **{k: v for k, v in self.to_xcom().items() if k != "publish_uri"}}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from celeritas_core.formats import fits_to_json
 from tasks import storage, tracking
 from tasks.common import artifact
 from tasks.contracts import FitResult, Job, ProfileResult
@@ -14,7 +15,7 @@ def fit_regression(job: Job, profile: ProfileResult) -> FitResult:
     from celeritas_tf.evaluation import fits_from_profile
 
     fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri)
-    uri = storage.write_json(artifact(job.run_dir, "fits"), fits.to_json())
+    uri = storage.write_json(artifact(job.run_dir, "fits"), fits_to_json(fits))
     time_us, memory = fits.predict(int(job.params["batch_size"]))
     metrics = {"predicted_total_time_us": float(time_us.sum()),
                "predicted_total_memory_bytes": float(memory.sum()),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from celeritas_core.formats import graph_to_json
+from celeritas_core.formats import FUSION_FORMAT, graph_to_json
 from celeritas_core.fusion import optimal_operation_fusion
 from celeritas_core.levels import ccr
 from tasks import storage, tracking
@@ -22,7 +22,7 @@ def fuse(job: Job, measured: RemeasureResult, calibration: CalibrationResult) ->
                "ccr_before": ccr(graph, cluster), "ccr_after": ccr(fusion.coarse, cluster),
                "cut_cost_us": fusion.cut_cost_us}
     coarse_uri = storage.write_json(artifact(run_dir, "coarse_graph"), graph_to_json(fusion.coarse))
-    uri = storage.write_json(artifact(run_dir, "fusion"), {"format": "celeritas-fusion/1", **figures,
+    uri = storage.write_json(artifact(run_dir, "fusion"), {"format": FUSION_FORMAT, **figures,
                                                             "R": params["R"],
                                                             "memory_fraction": params["memory_fraction"]})
     finite = {k: float(v) for k, v in figures.items() if v == v and v != float("inf")}

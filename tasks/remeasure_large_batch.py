@@ -5,8 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from celeritas_core.formats import graph_to_json
-from celeritas_core.regression import CostFits
+from celeritas_core.formats import fits_from_json, fits_to_json, graph_to_json
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, log_documents, model_spec
 from tasks.contracts import CalibrationResult, FitResult, Job, RemeasureResult
@@ -20,7 +19,7 @@ def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationR
 
     params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     model = model_spec(params)
-    fits = CostFits.from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)
+    fits = fits_from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)
     cluster = cluster_from(params, calibration.cluster_uri)
     batch = int(params["batch_size"])
     result = remeasure(model, batch, fits, cluster)
@@ -36,7 +35,7 @@ def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationR
                                                  documents["graph.measured.json"]),
         "accuracy_uri": storage.write_json(artifact(run_dir, "accuracy"), documents["accuracy.json"]),
     }
-    log_documents(parent_run_id, {**documents, "fits.json": fits.to_json()}, "standard_evaluation")
+    log_documents(parent_run_id, {**documents, "fits.json": fits_to_json(fits)}, "standard_evaluation")
     with tempfile.TemporaryDirectory() as tmp:
         png = deviation_cdf_chart([(model.name, memory, timing)], Path(tmp) / "cdf.png",
                                   title=f"{model.name}: estimated vs re-measured at batch {batch}")

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
 from tasks.common import artifact, model_spec, validation_uri
 from tasks.contracts import Job, PlaceResult, ValidateResult
@@ -56,7 +57,7 @@ def validate(job: Job, placed: PlaceResult) -> ValidateResult:
             child = _log_child(parent_run_id, placer, body, single, best_baseline, str(local))
         tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
     best = min(results, key=lambda p: results[p]["mean_s"])
-    summary = {"format": "celeritas-validation-summary/1", "best_measured": best,
+    summary = {"format": VALIDATION_SUMMARY_FORMAT, "best_measured": best,
                "best_measured_step_time_s": results[best]["mean_s"],
                "placers": {p: {k: r[k] for k in ("mean_s", "median_s", "p90_s", "predicted_step_time_us")}
                            for p, r in results.items()},

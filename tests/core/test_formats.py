@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import dataclasses
+import json
 import math
 import os
 import re
@@ -31,6 +31,7 @@ from celeritas_core.formats import (
     load_graph,
     load_placement,
     placement_from_json,
+    placement_to_json,
     read_json,
     save_cluster,
     save_graph,
@@ -589,7 +590,7 @@ def test_placement_round_trip(tmp_path: Path, graph: Graph, cluster: Cluster) ->
     assert (again.placer, again.params, again.placement_seconds, again.coarse_nodes) == (
         p.placer, p.params, p.placement_seconds, p.coarse_nodes)
     written = read_json(path)
-    assert written == json.loads(json.dumps(p.to_json()))
+    assert written == json.loads(json.dumps(placement_to_json(p)))
     assert written["gap_to_lower_bound"] == pytest.approx(12.5 / 6.5 - 1)
     assert written["device_memory_bytes"] == [10, 50]
     assert written["oom"] is False and written["oom_devices"] == []
@@ -830,7 +831,7 @@ def test_docs_placement_example_is_what_the_celeritas_placer_writes() -> None:
     ex = _doc_examples()
     g = graph_from_json(ex[GRAPH_FORMAT])
     c = cluster_from_json(ex[CLUSTER_FORMAT])
-    written = json.loads(json.dumps(place(g, c, "celeritas").to_json()))
+    written = json.loads(json.dumps(placement_to_json(place(g, c, "celeritas"))))
     shown = dict(ex[PLACEMENT_FORMAT])
     assert written.pop("placement_seconds") >= 0
     shown.pop("placement_seconds")
@@ -839,7 +840,7 @@ def test_docs_placement_example_is_what_the_celeritas_placer_writes() -> None:
 
 def test_docs_list_every_placement_field(graph: Graph, cluster: Cluster) -> None:
     text = DOCS.read_text(encoding="utf-8")
-    keys = set(_evaluated_placement(graph, cluster).to_json())
+    keys = set(placement_to_json(_evaluated_placement(graph, cluster)))
     assert {"coarse_nodes", "extra"} <= keys
     missing = sorted(k for k in keys if f"`{k}`" not in text)
     assert not missing, f"docs/formats.md does not describe {missing}"

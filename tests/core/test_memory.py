@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from celeritas_core.cluster import Cluster
-from celeritas_core.formats import graph_from_json, graph_to_json
+from celeritas_core.formats import graph_from_json, graph_to_json, placement_to_json
 from celeritas_core.graph import Graph, Liveness
 from celeritas_core.memory import memory_profile
 from celeritas_core.placers import place
@@ -87,7 +87,7 @@ def test_fits_by_peak_but_not_by_sum_is_accepted_and_over_peak_is_oom():
     assert fits.single_device_peak_memory_bytes == pytest.approx(2 * X)
     tight = place(g, Cluster.homogeneous(1, 1.5 * X), "single")
     assert tight.oom and tight.oom_devices == ("gpu:0",)
-    doc = tight.to_json()
+    doc = placement_to_json(tight)
     assert doc["device_peak_memory_bytes"] == [200] and doc["single_device_peak_memory_bytes"] == 200.0
 
 
@@ -297,7 +297,7 @@ def test_a_placement_that_cannot_fit_is_flagged_with_its_device_and_excess():
     assert p.oom and p.extra["memory_repair"]["excess_after_bytes"] > 0
     device = p.assignment[2]
     assert p.oom_devices == (cluster.device_names[device],)
-    excess = p.to_json()["extra"]["oom_excess_bytes"]  # what the placement file says
+    excess = placement_to_json(p)["extra"]["oom_excess_bytes"]  # what the placement file says
     assert excess == p.evaluation.oom_excess_bytes
     assert set(excess) == {cluster.device_names[device]}
     assert excess[cluster.device_names[device]] == pytest.approx(p.device_peak_memory_bytes[device] - 4.5 * X)

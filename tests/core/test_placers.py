@@ -9,6 +9,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
 from celeritas_core.compare import params_for
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import placement_to_json
 from celeritas_core.placers import PLACERS, get_placer, place
 from celeritas_core.placers.celeritas import adjusting_placement, order_place
 from celeritas_core.timeline import DeviceTimeline
@@ -111,7 +112,7 @@ def test_placement_reports_figures_consistently(rng):
     assert p.predicted_step_time_us >= p.lower_bound_us - 1e-9
     assert np.bincount(p.assignment, minlength=3).sum() == g.num_nodes
     assert p.device_memory_bytes.sum() == pytest.approx(g.total_memory_bytes)
-    doc = p.to_json()
+    doc = placement_to_json(p)
     assert set(doc["assignment"]) == set(g.node_names)
     assert doc["coarse_nodes"] == p.coarse_nodes and doc["oom"] is False
 
@@ -157,7 +158,7 @@ def test_evaluation_is_a_separate_result_and_placements_stay_as_made():
     assert evaluated is not made and made.evaluation is None
     assert evaluated.predicted_step_time_us == place(g, cluster, "celeritas").predicted_step_time_us
     assert evaluated.assignment.tolist() == made.assignment.tolist()
-    assert evaluated.to_json()["extra"]["device_busy_us"] == evaluated.device_busy_us.tolist()
+    assert placement_to_json(evaluated)["extra"]["device_busy_us"] == evaluated.device_busy_us.tolist()
     with pytest.raises(dataclasses.FrozenInstanceError):
         evaluated.placer = "other"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):

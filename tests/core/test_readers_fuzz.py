@@ -22,13 +22,14 @@ from celeritas_core.formats import (
     check_fits_document,
     check_profile_document,
     cluster_from_json,
+    fits_from_json,
+    fits_to_json,
     graph_from_json,
     load_graph,
     placement_from_json,
 )
 from celeritas_core.graph import Graph
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
-from celeritas_core.regression import CostFits
 from tests.documents import cluster_doc, graph_doc_with_liveness, placement_doc
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
@@ -148,7 +149,7 @@ def test_the_valid_documents_read() -> None:
     graph = graph_from_json(copy.deepcopy(GRAPH))
     cluster = cluster_from_json(copy.deepcopy(CLUSTER))
     placement_from_json(copy.deepcopy(PLACEMENT), graph, cluster)
-    CostFits.from_json(copy.deepcopy(FITS))
+    fits_from_json(copy.deepcopy(FITS))
     check_profile_document(copy.deepcopy(PROFILE))
     from celeritas_tf.evaluation import fits_from_profile
 
@@ -184,7 +185,7 @@ def test_placement_reader(doc: Any, with_cluster: bool) -> None:
 @FUZZ
 @given(documents(FITS), st.integers(1, 10**6))
 def test_fits_reader(doc: Any, batch: int) -> None:
-    fits = _only_input_errors(lambda: CostFits.from_json(doc, source="fits.json"))
+    fits = _only_input_errors(lambda: fits_from_json(doc, source="fits.json"))
     if fits is not None:
         t, m = fits.predict(batch)
         assert np.isfinite(t).all() and np.isfinite(m).all()
@@ -206,7 +207,7 @@ def test_profile_reader_as_the_cli_calls_it(doc: Any) -> None:
         assert all(isinstance(b, int) and 1 <= b <= 10**6 for b in fits.batch_sizes)
         for column in (fits.time_slope, fits.time_intercept, fits.memory_slope, fits.memory_intercept):
             assert np.isfinite(column).all()
-        _only_input_errors(lambda: check_fits_document(fits.to_json()))  # what `fit` writes reads back
+        _only_input_errors(lambda: check_fits_document(fits_to_json(fits)))  # what `fit` writes reads back
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

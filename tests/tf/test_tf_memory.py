@@ -11,9 +11,8 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from celeritas_core.cluster import Cluster
-from celeritas_core.formats import graph_from_json, graph_to_json
+from celeritas_core.formats import fits_from_json, fits_to_json, graph_from_json, graph_to_json
 from celeritas_core.memory import one_device_peak_bytes
-from celeritas_core.regression import CostFits
 from celeritas_tf.evaluation import (
     fits_from_profile,
     peak_metrics,
@@ -84,7 +83,7 @@ def test_fits_carry_the_profiled_aliases_to_the_predicted_graph(tmp_path):
     traces = profile_small_batches(model, [4, 8], traced_steps=1)
     doc = json.loads(json.dumps(profile_document(model, traces)))
     fits = fits_from_profile(doc)
-    assert fits.output_aliases and fits.output_aliases == CostFits.from_json(fits.to_json()).output_aliases
+    assert fits.output_aliases and fits.output_aliases == fits_from_json(fits_to_json(fits)).output_aliases
     step = build_training_step(model, 32)
     graph = graph_from_step(step, fits.predict_costs(32), aliases=fits.output_aliases)
     assert graph.liveness is not None and graph.liveness.alias_node is not None
