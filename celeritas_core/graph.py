@@ -198,6 +198,11 @@ class TensorView:
         return ptr
 
     @property
+    def consumer_tensor(self) -> np.ndarray:
+        """The tensor of each consumer slot (slots are sorted by tensor, then consumer)."""
+        return self._consumer_pairs[0]
+
+    @property
     def consumer(self) -> np.ndarray:
         """Distinct consumer nodes of each tensor, ascending (CSR slots of :attr:`consumer_ptr`)."""
         return self._consumer_pairs[1]

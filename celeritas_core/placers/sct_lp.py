@@ -59,18 +59,16 @@ class _Pairs:
 
 
 def collapse_pairs(graph: Graph, cluster: Cluster) -> _Pairs:
-    """One pair per distinct (src, dst); cost = Σ over distinct src_output of k·max_bytes + b (µs)."""
+    """One pair per distinct (src, dst); cost = Σ over the distinct tensors ``src`` sends ``dst``
+    (:attr:`Graph.tensors` consumer slots, each sized by its largest edge) of k·bytes + b (µs)."""
     if graph.num_edges == 0:
         empty = np.zeros(0, dtype=np.int64)
         return _Pairs(empty, empty, np.zeros(0))
-    trip = np.stack([graph.edge_src, graph.edge_dst, graph.edge_src_output], axis=1)
-    uniq, inverse = np.unique(trip, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    tensor_bytes = np.zeros(len(uniq))
-    np.maximum.at(tensor_bytes, inverse, graph.edge_bytes)
-    tensor_comm = np.asarray(cluster.comm_time_us(tensor_bytes), dtype=np.float64)
-    pairs, pair_of_tensor = np.unique(uniq[:, :2], axis=0, return_inverse=True)
-    comm = np.bincount(pair_of_tensor.reshape(-1), weights=tensor_comm, minlength=len(pairs))
+    view = graph.tensors
+    slot_comm = np.asarray(cluster.comm_time_us(view.consumer_bytes), dtype=np.float64)
+    slot_pairs = np.stack([view.producer[view.consumer_tensor], view.consumer], axis=1)
+    pairs, pair_of_slot = np.unique(slot_pairs, axis=0, return_inverse=True)
+    comm = np.bincount(pair_of_slot.reshape(-1), weights=slot_comm, minlength=len(pairs))
     return _Pairs(pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64), comm)
 
 
