@@ -71,15 +71,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolve_params(given)  # bad parameters fail here, before any step starts
     out = run_pipeline(given, job_id=args.job_id,
                        progress=lambda step: print(f"  {step}", file=sys.stderr, flush=True))
-    prepared, decision = out["prepare"], out["publish"]
-    validation = out["validate"]
-    print(f"model {prepared['params']['model']}: best measured {validation['best_measured']} "
-          f"{validation['best_measured_step_time_s'] * 1e3:.3f} ms per step; publish: {decision['decision']} "
-          f"({decision['reason']})")
-    print(f"artifacts: {prepared['run_dir']}")
+    prepared, validation, decision = out.prepare, out.validate, out.publish
+    print(f"model {prepared.params['model']}: best measured {validation.best_measured} "
+          f"{validation.best_measured_step_time_s * 1e3:.3f} ms per step; publish: {decision.decision} "
+          f"({decision.reason})")
+    print(f"artifacts: {prepared.run_dir}")
     from tasks import tracking
 
-    print(f"MLflow run {prepared['parent_run_id']} in {tracking.tracking_uri()}")
+    print(f"MLflow run {prepared.parent_run_id} in {tracking.tracking_uri()}")
     return 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Self
 
@@ -206,8 +206,7 @@ class PublishResult(Contract):
 class PipelineResult(Contract):
     """:func:`tasks.pipeline.run_pipeline`: every step's result, by step name.
 
-    ``result["validate"]`` (and :meth:`to_dict`) give a step's result as its JSON dict, for
-    callers that want plain JSON (the CLI prints from it).
+    Each step's result is a typed field; :meth:`to_dict` gives them all as JSON dicts.
     """
 
     prepare: PrepareResult
@@ -223,15 +222,6 @@ class PipelineResult(Contract):
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Step name → the step's result as a JSON dict."""
         return self.to_xcom()
-
-    def __getitem__(self, step: str) -> dict[str, Any]:
-        if step not in self.steps():
-            raise KeyError(step)
-        result: Contract = getattr(self, step)
-        return result.to_xcom()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.steps())
 
     @classmethod
     def steps(cls) -> tuple[str, ...]:
