@@ -11,6 +11,7 @@ dispatches. TensorFlow, MLflow and boto3 load when a command that needs them run
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import typing
 from collections.abc import Sequence
@@ -51,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CeleritasInputError as exc:
         print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except BrokenPipeError:  # the reader went away (`celeritas placers | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except OSError as exc:
         print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
