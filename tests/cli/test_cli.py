@@ -41,8 +41,9 @@ def test_place_prints_summary_and_writes_placement(graph_file, tmp_path, capsys)
         assert text in out
     doc = json.loads(out_file.read_text())
     assert doc["format"] == "celeritas-placement/1" and doc["placer"] == "celeritas"
-    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": 1, "search_seconds": 1.0,
+    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": True, "search_seconds": 1.0,
                              "search_budget": 300_000}
+    assert doc["params"]["refine"] is True  # a real boolean, not 1
     assert len(doc["assignment"]) == 41 and doc["oom"] is False
     assert doc["assignment"]["w0"] == doc["assignment"]["n29"]
 
@@ -139,7 +140,7 @@ def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                            "--placer", "m-sct", "--param", "threshold=0.3", "--out", str(out_file)], capsys)
     assert code == 0, err
-    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": 1}
+    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": True}
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                          "--refine", "0", "--out", str(out_file)], capsys)
     assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0
@@ -185,3 +186,18 @@ def test_loaded_placement_matches_written(graph_file, tmp_path, capsys):
     loaded = load_placement(out_file, graph)
     doc = json.loads(out_file.read_text())
     assert [doc["assignment"][n] for n in graph.node_names] == loaded.assignment.tolist()
+
+
+def test_a_reader_that_goes_away_is_not_an_error(monkeypatch, capsys):
+    """``celeritas placers | head -2``: the pipe closes early; exit 0 and no error message."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stdout = os.fdopen(write_end, "w", buffering=1)  # line-buffered: the first print hits the closed pipe
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert main(["placers"]) == 0
+    finally:
+        stdout.close()
+    assert "error" not in capsys.readouterr().err
