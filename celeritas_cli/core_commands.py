@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from celeritas_cli import flags
 from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
@@ -94,8 +93,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
         value = getattr(args, p.name.replace("-", "_"), None)
         if value is not None:
             params[p.name] = value
-    flags.placer_params(params, spec.params)
-    spec.resolve_params(params)
+    spec.resolve_params(params)  # types and ranges (docs/algorithms.md), before any file is read
     out = Path(args.out) if args.out is not None else \
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
     graph, cluster, inputs = _placing_inputs(args, [out])
@@ -158,7 +156,8 @@ def _cmd_placers(args: argparse.Namespace) -> int:
     for spec in PLACERS.values():
         print(f"{spec.name:<14} {spec.summary}")
         for p in spec.params:
-            print(f"{'':<14}   {p.name}={p.default}: {p.description}")
+            default = str(p.default).lower() if p.kind is bool else p.default
+            print(f"{'':<14}   {p.name}={default}: {p.description}")
     print("\nSet a parameter with --param NAME=VALUE on `place` and `compare` (R, memory_fraction and "
           "refine also have their own flags).")
     return 0
@@ -204,7 +203,6 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 def _cmd_compare(args: argparse.Namespace) -> int:
     from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
     from celeritas_core.formats import write_json_atomic, write_text_atomic
-    from celeritas_core.placers import get_placer
     from celeritas_core.safe_io import staged_outputs
 
     placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
@@ -212,8 +210,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for flag in ("R", "memory_fraction", "refine"):
         if getattr(args, flag) is not None:
             params[flag] = getattr(args, flag)
-    for name in placers:
-        flags.placer_params(params, get_placer(name).params)
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path(f"{Path(args.graph).stem}.compare")
     names = _COMPARE_FILES + (() if args.no_figures else _COMPARE_FIGURES)
     graph, cluster, inputs = _placing_inputs(args, [out_dir / name for name in names])

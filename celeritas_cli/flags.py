@@ -7,7 +7,6 @@ error naming the flag (exit 2). The limits are :mod:`celeritas_core.limits` (doc
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
@@ -21,9 +20,6 @@ from celeritas_core.limits import (
 )
 from celeritas_core.units import parse_size
 
-#: Largest integer a placer parameter given on the command line may take (``--R``, ``--param
-#: seed=…``), unless the placer documents a larger maximum.
-MAX_INT_PARAM = 2**31 - 1
 #: Largest tensor ``calibrate-comm --sizes`` allocates (bytes): 1 GiB.
 MAX_CALIBRATION_BYTES = 2**30
 #: Most runs ``runs compare --last`` lists.
@@ -80,18 +76,3 @@ def number(value: Any, flag: str, *, low: float = 0.0, high: float) -> float:
     return float(value)
 
 
-def placer_params(params: dict[str, Any], specs: Sequence[Any]) -> None:
-    """Integer-valued placer parameters from the command line stay below :data:`MAX_INT_PARAM`
-    (or the parameter's own documented maximum, when larger); the placers check the rest."""
-    for spec in specs:
-        if spec.name not in params or spec.kind is not int:
-            continue
-        value = params[spec.name]
-        try:
-            num = float(value)
-        except (TypeError, ValueError):
-            continue  # the placer names the bad value
-        high = max(MAX_INT_PARAM, spec.maximum if spec.maximum is not None else 0)
-        if math.isfinite(num) and abs(num) > high:
-            flag = "--R" if spec.name == "R" else f"--param {spec.name}"
-            raise CeleritasInputError(f"{flag}: must be at most {high:,}, got {short_repr(value)}")

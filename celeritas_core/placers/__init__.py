@@ -2,22 +2,28 @@
 
 from celeritas_core.placers.base import (
     PLACERS,
+    NoParams,
     ParamSpec,
     PlacerOutput,
     PlacerSpec,
     evaluate_placement,
     get_placer,
+    param,
+    param_specs,
     place,
     register_placer,
 )
 
 __all__ = [
     "PLACERS",
+    "NoParams",
     "ParamSpec",
     "PlacerOutput",
     "PlacerSpec",
     "evaluate_placement",
     "get_placer",
+    "param",
+    "param_specs",
     "place",
     "register_placer",
 ]

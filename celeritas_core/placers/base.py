@@ -1,17 +1,20 @@
 """The one placer interface: ``(graph, cluster, params) -> Placement``, a registry and evaluation.
 
 Every placer is a plain function ``fn(graph, cluster, params) -> PlacerOutput`` registered with
-its parameters (name, default, description), so the CLI, the comparison and the pipeline's form
-treat all placers alike. :func:`place` validates the parameters, times the placer, checks its
-output and fills the evaluation figures (simulated step time, memory, OOM, bounds).
+a frozen dataclass of its parameters (typed fields with defaults, descriptions and ranges, made
+with :func:`param`); the :class:`ParamSpec` list the CLI, the comparison and the pipeline's form
+read is derived from those fields, so all placers are treated alike. :func:`place` validates the
+parameters, times the placer, checks its output and evaluates it (simulated step time, memory,
+OOM, bounds).
 """
 
 from __future__ import annotations
 
 import math
 import time
+import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -33,21 +36,30 @@ class PlacerOutput:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
 @dataclass(frozen=True)
 class ParamSpec:
-    """One tunable parameter of a placer, with its default and allowed range."""
+    """One tunable parameter of a placer, with its default and allowed range, derived from a field
+    of the placer's parameter dataclass (:func:`param_specs`)."""
 
     name: str
-    default: float | int
+    default: float | int | bool
     description: str
     kind: type = float
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
 
-    def coerce(self, value: Any, placer: str) -> float | int:
-        """Check ``value`` against type and range; raise CeleritasInputError naming the parameter."""
+    def coerce(self, value: Any, placer: str) -> float | int | bool:
+        """Check ``value`` against type and range; raise CeleritasInputError naming the parameter.
+
+        A boolean parameter takes ``true``/``false`` and, as the flags and older placement files
+        spell it, ``1``/``0``."""
         where = f"placer {placer!r}: parameter {self.name!r}"
+        if self.kind is bool:
+            return _coerce_bool(value, where)
         if isinstance(value, bool) or not isinstance(value, int | float | str):
             raise CeleritasInputError(f"{where}: expected a number, got {value!r}")
         try:
@@ -66,24 +78,66 @@ class ParamSpec:
             op = ">" if self.exclusive_minimum else ">="
             raise CeleritasInputError(f"{where}: must be {op} {self.minimum:g}, got {value!r}")
         if self.maximum is not None and num > self.maximum:
-            raise CeleritasInputError(f"{where}: must be <= {self.maximum:g}, got {value!r}")
+            limit = f"{int(self.maximum):,}" if self.kind is int else f"{self.maximum:g}"
+            raise CeleritasInputError(f"{where}: must be <= {limit}, got {value!r}")
         return num
 
 
-PlacerFn = Callable[[Graph, Cluster, Mapping[str, Any]], PlacerOutput]
+def _coerce_bool(value: Any, where: str) -> bool:
+    """``value`` as a boolean: a bool, 0/1, or one of "true", "false", "1", "0" (any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise CeleritasInputError(f"{where}: expected true or false (or 1 or 0), got {value!r}")
+
+
+def param(default: float | int | bool, description: str, *, minimum: float | None = None,
+          maximum: float | None = None, exclusive_minimum: bool = False) -> Any:
+    """A field of a placer's parameter dataclass: its default, a one-line description and its
+    range (what :func:`param_specs` turns into a :class:`ParamSpec`)."""
+    return field(default=default, metadata={"description": description, "minimum": minimum,
+                                            "maximum": maximum, "exclusive_minimum": exclusive_minimum})
+
+
+@dataclass(frozen=True)
+class NoParams:
+    """The parameters of a placer that has none."""
+
+
+def param_specs(params_type: type) -> tuple[ParamSpec, ...]:
+    """The :class:`ParamSpec` of every field of a placer's parameter dataclass, in field order
+    (as scikit-learn derives a model's parameters from its constructor)."""
+    hints = typing.get_type_hints(params_type)
+    return tuple(ParamSpec(f.name, f.default, f.metadata["description"], hints[f.name],
+                           f.metadata["minimum"], f.metadata["maximum"], f.metadata["exclusive_minimum"])
+                 for f in fields(params_type))
+
+
+PlacerFn = Callable[[Graph, Cluster, Any], PlacerOutput]
 
 
 @dataclass(frozen=True)
 class PlacerSpec:
-    """A registered placer: its name, function, one-line summary and parameters."""
+    """A registered placer: its name, function, one-line summary and its parameter dataclass
+    (the function takes an instance of it)."""
 
     name: str
     func: PlacerFn
     summary: str
-    params: tuple[ParamSpec, ...] = ()
+    params_type: type = NoParams
+
+    @property
+    def params(self) -> tuple[ParamSpec, ...]:
+        """The placer's parameters, from the fields of :attr:`params_type`."""
+        return param_specs(self.params_type)
 
     def resolve_params(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Defaults overlaid with ``params``; unknown names and bad values are input errors."""
+        """Defaults overlaid with ``params`` (the JSON form written to a placement); unknown
+        names and bad values are input errors."""
         given = dict(params or {})
         known = {p.name: p for p in self.params}
         unknown = sorted(set(given) - set(known))
@@ -96,6 +150,11 @@ class PlacerSpec:
             name: spec.coerce(given[name], self.name) if name in given else spec.default
             for name, spec in known.items()
         }
+
+    def typed_params(self, params: Mapping[str, Any] | None) -> Any:
+        """The placer's parameter dataclass built from ``params`` (checked as by
+        :meth:`resolve_params`)."""
+        return self.params_type(**self.resolve_params(params))
 
 
 PLACERS: dict[str, PlacerSpec] = {}
@@ -138,11 +197,12 @@ def place(
 
     spec = get_placer(placer)
     resolved = spec.resolve_params(params)
+    typed = spec.params_type(**resolved)
     planning_cluster = cluster.with_headroom(headroom)
     check_colocation_fits(graph, cluster)
     start = time.perf_counter()
     planning = graph if graph.liveness is None else graph.with_memory(planning_memory_bytes(graph))
-    out = spec.func(planning, planning_cluster, resolved)
+    out = spec.func(planning, planning_cluster, typed)
     seconds = time.perf_counter() - start
     assignment = np.asarray(out.assignment, dtype=np.int64)
     if assignment.shape != (graph.num_nodes,) or (

@@ -8,7 +8,7 @@ to their anchor's device.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.local_search import CandidatePool, critical_path_search, peak_memory_repair
 from celeritas_core.orders import cpd_topo_order
-from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.timeline import DeviceTimeline
 
 
@@ -238,11 +238,11 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool
     from celeritas_core.placers.base import get_placer
 
     schedules = (("heft", "heft", {}, 10), ("etf/fused", "m-etf", {}, 10),
-                 ("sct/fused", "m-sct", {}, 100), ("etf", "m-etf", {"fusion": 0}, 12))
+                 ("sct/fused", "m-sct", {}, 100), ("etf", "m-etf", {"fusion": False}, 12))
     for name, placer, params, cost_in_replays in schedules:
         if time.perf_counter() + cost_in_replays * pool.replay_seconds <= deadline:
             spec = get_placer(placer)
-            pool.add(name, spec.func(graph, cluster, spec.resolve_params(params)).assignment)
+            pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
 
 
 def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float,
@@ -271,92 +271,97 @@ def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline:
     return {"excess_before_bytes": before, "excess_after_bytes": pool.best.excess_bytes, **report}
 
 
-def _fused(graph: Graph, cluster: Cluster, params: Mapping[str, Any], *, adjust: bool) -> PlacerOutput:
-    started = time.perf_counter()
-    fusion = optimal_operation_fusion(
-        graph, cluster, R=int(params["R"]), memory_fraction=float(params["memory_fraction"])
-    )
+@dataclass(frozen=True)
+class FusionParams:
+    """Order-Place's parameters: those of Optimal Operation Fusion."""
+
+    R: int = param(DEFAULT_R, "exploration range: at most R ops per fused cluster", minimum=1,
+                   maximum=2**31 - 1)
+    memory_fraction: float = param(
+        DEFAULT_MEMORY_FRACTION, "per-cluster memory cap M as a fraction of the smallest device memory",
+        minimum=0.0, maximum=1.0, exclusive_minimum=True)
+
+
+@dataclass(frozen=True)
+class CeleritasParams(FusionParams):
+    """The celeritas placer's parameters: fusion's, and the candidates and search beyond the paper."""
+
+    refine: bool = param(
+        True, "true: also try min-cut and multilevel partitions, list schedules and one device, keep "
+        "the fastest replay and improve it by a critical-path search; false: the paper's Adjusting "
+        "Placement alone")
+    search_seconds: float = param(
+        1.0, "refine: wall-clock budget (s) of the whole placer after which the optional stages "
+        "(multilevel partitions, list schedules, critical-path search) stop; fusion, Adjusting "
+        "Placement, min-cut and its op-level refinement always run", minimum=0.0, maximum=3600.0)
+    search_budget: int = param(
+        300_000, "refine: work budget of the critical-path search in replayed ops (at most "
+        "ceil(budget / ops) replays), so results do not depend on machine speed; the peak-memory "
+        "repair, which runs first when the best candidate's replayed peak exceeds a device, has a "
+        "budget of its own of the same size", minimum=0, maximum=10**12)
+
+
+def _fused(graph: Graph, cluster: Cluster, params: FusionParams) -> tuple[Fusion, np.ndarray, dict[str, Any]]:
+    """Optimal Operation Fusion of ``graph``, the CPD-TOPO order of its coarse graph, and the
+    fusion's figures for ``extra``."""
+    fusion = optimal_operation_fusion(graph, cluster, R=params.R, memory_fraction=params.memory_fraction)
     coarse = fusion.coarse
     comm = edge_comm_us(coarse, cluster)
     coarse_order = cpd_topo_order(coarse, comm, cpath=cpath(coarse, comm))
-    extra: dict[str, Any] = {"coarse_edges": coarse.num_edges, "cut_cost_us": fusion.cut_cost_us}
-    if not adjust:
-        assignment = fusion.to_fine(order_place(coarse, cluster, coarse_order))
-    elif not int(params.get("refine", 0)):
-        assignment = fusion.to_fine(adjusting_placement(coarse, cluster, coarse_order))
+    return fusion, coarse_order, {"coarse_edges": coarse.num_edges, "cut_cost_us": fusion.cut_cost_us}
+
+
+def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
+             params: CeleritasParams, started: float, extra: dict[str, Any]) -> np.ndarray:
+    """The fastest replay among Adjusting Placement and the other candidates, repaired when none
+    fits and improved by the critical-path search, within the placer's time and work budgets."""
+    pool = CandidatePool(graph, cluster)
+    pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
+    communication_refinement(graph, fusion, cluster, coarse_order, pool)
+    single_device_candidate(graph, cluster, pool)
+    deadline = started + params.search_seconds
+    multilevel_candidates(graph, cluster, pool, deadline)
+    list_schedule_candidates(graph, cluster, pool, deadline)
+    refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+    budget = params.search_budget
+    if graph.liveness is not None and not pool.best.fits:
+        extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
+    best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
+                                replay_seconds=pool.replay_seconds,
+                                max_replays=-(-budget // graph.num_nodes))
+    extra.update(chosen=best.name, candidates=pool.summary())
+    return best.assignment
+
+
+def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) -> PlacerOutput:
+    """Celeritas: Optimal Operation Fusion and Adjusting Placement (``refine`` false: the paper), or
+    (``refine``) the fastest replay among Adjusting Placement, min-cut partitions, list
+    schedules and one device (repaired by moves when, on a graph with liveness fields, none fits
+    by its replayed peak), improved by the simulator-guided critical-path search."""
+    started = time.perf_counter()
+    fusion, coarse_order, extra = _fused(graph, cluster, params)
+    if params.refine:
+        assignment = _refined(graph, cluster, fusion, coarse_order, params, started, extra)
     else:
-        pool = CandidatePool(graph, cluster)
-        pool.add("adjusting", fusion.to_fine(adjusting_placement(coarse, cluster, coarse_order)))
-        communication_refinement(graph, fusion, cluster, coarse_order, pool)
-        single_device_candidate(graph, cluster, pool)
-        deadline = started + float(params["search_seconds"])
-        multilevel_candidates(graph, cluster, pool, deadline)
-        list_schedule_candidates(graph, cluster, pool, deadline)
-        refine_best_on_ops(graph, fusion.anchor, cluster, pool)
-        budget = int(params["search_budget"])
-        if graph.liveness is not None and not pool.best.fits:
-            extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
-        best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
-                                    replay_seconds=pool.replay_seconds,
-                                    max_replays=-(-budget // graph.num_nodes))
-        assignment = best.assignment
-        extra.update(chosen=best.name, candidates=pool.summary())
+        assignment = fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order))
     return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
 
 
-def celeritas_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """Celeritas: Optimal Operation Fusion and Adjusting Placement (``refine=0``: the paper), or
-    (``refine=1``) the fastest replay among Adjusting Placement, min-cut partitions, list
-    schedules and one device (repaired by moves when, on a graph with liveness fields, none fits
-    by its replayed peak), improved by the simulator-guided critical-path search."""
-    return _fused(graph, cluster, params, adjust=True)
-
-
-def order_place_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+def order_place_placer(graph: Graph, cluster: Cluster, params: FusionParams) -> PlacerOutput:
     """Order-Place: Optimal Operation Fusion, then fill devices in CPD-TOPO order."""
-    return _fused(graph, cluster, params, adjust=False)
+    fusion, coarse_order, extra = _fused(graph, cluster, params)
+    return PlacerOutput(assignment=fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order)),
+                        coarse_nodes=fusion.num_clusters, extra=extra)
 
-
-FUSION_PARAMS = (
-    ParamSpec("R", DEFAULT_R, "exploration range: at most R ops per fused cluster", int, minimum=1,
-              maximum=2**31 - 1),
-    ParamSpec("memory_fraction", DEFAULT_MEMORY_FRACTION,
-              "per-cluster memory cap M as a fraction of the smallest device memory",
-              float, minimum=0.0, maximum=1.0, exclusive_minimum=True),
-)
-
-REFINE_PARAM = ParamSpec(
-    "refine", 1,
-    "1: also try min-cut and multilevel partitions, list schedules and one device, keep the "
-    "fastest replay and improve it by a critical-path search; 0: the paper's Adjusting Placement alone",
-    int, minimum=0, maximum=1,
-)
-
-SEARCH_PARAM = ParamSpec(
-    "search_seconds", 1.0,
-    "refine=1: wall-clock budget (s) of the whole placer after which the optional stages "
-    "(multilevel partitions, list schedules, critical-path search) stop; fusion, Adjusting "
-    "Placement, min-cut and its op-level refinement always run",
-    float, minimum=0.0, maximum=3600.0,
-)
-
-BUDGET_PARAM = ParamSpec(
-    "search_budget", 300_000,
-    "refine=1: work budget of the critical-path search in replayed ops (at most "
-    "ceil(budget / ops) replays), so results do not depend on machine speed; the peak-memory "
-    "repair, which runs first when the best candidate's replayed peak exceeds a device, has a "
-    "budget of its own of the same size",
-    int, minimum=0, maximum=10**12,
-)
 
 register_placer(PlacerSpec(
     "celeritas", celeritas_placer,
     "Optimal Operation Fusion over CPD-TOPO and Adjusting Placement, then the fastest of min-cut, "
     "multilevel, list-schedule and one-device candidates, improved by a critical-path search",
-    (*FUSION_PARAMS, REFINE_PARAM, SEARCH_PARAM, BUDGET_PARAM),
+    CeleritasParams,
 ))
 register_placer(PlacerSpec(
     "order-place", order_place_placer,
     "Optimal Operation Fusion, then fill devices one after another in CPD-TOPO order",
-    FUSION_PARAMS,
+    FusionParams,
 ))

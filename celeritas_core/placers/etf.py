@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +56,7 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
 from celeritas_core.grouping import FusedGraph, baechi_fusion
-from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.sct_lp import solve_favourite_children
 
 _DEAD = -2.0  # (op, device) not a candidate
@@ -502,9 +501,29 @@ def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
     }
 
 
-def _target(graph: Graph, params: Mapping[str, Any]) -> tuple[Graph, FusedGraph | None, float]:
-    """The graph to schedule: Baechi's fused co-placement graph (``fusion=1``) or the ops; seconds."""
-    if not int(params["fusion"]):
+_FUSION_DOC = ("true: Baechi co-placement grouping and operator fusion before scheduling (Baechi's "
+               "--placer_type=fusion --grouper=coplace); false: schedule the ops")
+
+
+@dataclass(frozen=True)
+class ETFParams:
+    """m-ETF's parameters."""
+
+    fusion: bool = param(True, _FUSION_DOC)
+
+
+@dataclass(frozen=True)
+class SCTParams:
+    """m-SCT's parameters: the favourite-child threshold of the LP, and fusion as m-ETF's."""
+
+    threshold: float = param(0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
+                             minimum=0.0, maximum=1.0)
+    fusion: bool = param(True, _FUSION_DOC)
+
+
+def _target(graph: Graph, fusion: bool) -> tuple[Graph, FusedGraph | None, float]:
+    """The graph to schedule: Baechi's fused co-placement graph (``fusion``) or the ops; seconds."""
+    if not fusion:
         return graph, None, 0.0
     t0 = time.perf_counter()
     fused = baechi_fusion(graph)
@@ -522,18 +541,18 @@ def _output(result: ScheduleResult, fused: FusedGraph | None, seconds: float,
                         extra=extra)
 
 
-def m_etf_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOutput:
     """m-ETF: memory-constrained earliest-task-first list scheduling (Baechi); times in µs."""
-    target, fused, fuse_seconds = _target(graph, params)
+    target, fused, fuse_seconds = _target(graph, params.fusion)
     t0 = time.perf_counter()
     result = list_schedule(target, cluster)
     return _output(result, fused, fuse_seconds, _extra(result, time.perf_counter() - t0))
 
 
-def m_sct_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+def m_sct_placer(graph: Graph, cluster: Cluster, params: SCTParams) -> PlacerOutput:
     """m-SCT: favourite children from the SCT LP, then m-ETF that waits for them (Baechi); µs."""
-    target, fused, fuse_seconds = _target(graph, params)
-    fc = solve_favourite_children(target, cluster, float(params["threshold"]))
+    target, fused, fuse_seconds = _target(graph, params.fusion)
+    fc = solve_favourite_children(target, cluster, params.threshold)
     t0 = time.perf_counter()
     result = list_schedule(target, cluster, fc.favourite)
     extra = _extra(result, time.perf_counter() - t0)
@@ -550,18 +569,13 @@ def m_sct_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> P
     return _output(result, fused, fuse_seconds, extra)
 
 
-_FUSION = ParamSpec("fusion", 1, "1: Baechi co-placement grouping and operator fusion before scheduling "
-                    "(Baechi's --placer_type=fusion --grouper=coplace); 0: schedule the ops",
-                    int, minimum=0, maximum=1)
-
 register_placer(PlacerSpec(
     "m-etf", m_etf_placer,
     "Baechi m-ETF: memory-constrained earliest-task-first list scheduling with FIFO transfer channels",
-    (_FUSION,),
+    ETFParams,
 ))
 register_placer(PlacerSpec(
     "m-sct", m_sct_placer,
     "Baechi m-SCT: m-ETF that keeps a device waiting for the op's favourite child from the SCT LP",
-    (ParamSpec("threshold", 0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
-               float, minimum=0.0, maximum=1.0), _FUSION),
+    SCTParams,
 ))

@@ -30,7 +30,6 @@ local finish and the two largest remote arrivals).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +39,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
 from celeritas_core.grouping import baechi_fusion
 from celeritas_core.levels import blevel, edge_comm_us
-from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.timeline import DeviceTimeline
 
 
@@ -184,12 +183,20 @@ def heft_schedule(graph: Graph, cluster: Cluster, node_memory: np.ndarray | None
     )
 
 
-def heft_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """HEFT on the ops (``fusion=0``) or on Baechi's fused co-placement graph (``fusion=1``); µs."""
+@dataclass(frozen=True)
+class HEFTParams:
+    """HEFT's parameters."""
+
+    fusion: bool = param(False, "true: Baechi co-placement grouping and operator fusion first; false: "
+                         "the op graph")
+
+
+def heft_placer(graph: Graph, cluster: Cluster, params: HEFTParams) -> PlacerOutput:
+    """HEFT on the ops (``fusion`` false) or on Baechi's fused co-placement graph (``fusion``); µs."""
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     coarse_nodes = None
-    if int(params["fusion"]):
+    if params.fusion:
         fused = baechi_fusion(graph)
         result = heft_schedule(fused.graph, cluster)
         assignment = fused.to_ops(result.assignment)
@@ -209,6 +216,5 @@ def heft_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> Pl
 register_placer(PlacerSpec(
     "heft", heft_placer,
     "HEFT (Topcuoglu et al. 2002): upward-rank order, earliest finish time with insertion, memory-capped",
-    (ParamSpec("fusion", 0, "1: Baechi co-placement grouping and operator fusion first; 0: the op graph",
-               int, minimum=0, maximum=1),),
+    HEFTParams,
 ))

@@ -10,7 +10,6 @@ devices, cheapest cut increase per byte first. pymetis is imported lazily: the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +19,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
-from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 
 #: METIS weights are integers: vertex and edge weights are each scaled so that their total is
 #: about this much (then rounded, at least 1), which fits a 32-bit ``idx_t`` with room to spare.
@@ -231,11 +230,20 @@ def metis_partition(units: UnitGraph, cluster: Cluster, devices: np.ndarray, *,
     return devices[map_parts_to_devices(part_size, device_size, first_unit)[part]]
 
 
-def metis_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+@dataclass(frozen=True)
+class MetisParams:
+    """The metis placer's parameters."""
+
+    balance_time: bool = param(False, "true: balance op time (µs) across devices by speed; false: "
+                               "balance memory (bytes) by device memory")
+    seed: int = param(0, "METIS random seed (same seed, same partition)", minimum=0, maximum=2**31 - 1)
+
+
+def metis_placer(graph: Graph, cluster: Cluster, params: MetisParams) -> PlacerOutput:
     """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair."""
     units = unit_graph(graph)
     device = metis_partition(units, cluster, np.arange(cluster.num_devices),
-                             balance_time=bool(params["balance_time"]), seed=int(params["seed"]))
+                             balance_time=params.balance_time, seed=params.seed)
     cut_before = _cut_bytes(units, device)
     moves = repair_memory(units, device, cluster.memory_bytes.astype(np.float64))
     return PlacerOutput(
@@ -248,10 +256,5 @@ def metis_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> P
 register_placer(PlacerSpec(
     "metis", metis_placer,
     "METIS k-way partition (co-location groups contracted), then move ops off over-full devices",
-    (
-        ParamSpec("balance_time", 0, "1: balance op time (µs) across devices by speed; "
-                  "0: balance memory (bytes) by device memory", int, minimum=0, maximum=1),
-        ParamSpec("seed", 0, "METIS random seed (same seed, same partition)", int, minimum=0,
-                  maximum=2**31 - 1),
-    ),
+    MetisParams,
 ))

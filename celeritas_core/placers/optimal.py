@@ -72,7 +72,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.levels import blevel, tlevel
-from celeritas_core.placers.base import ParamSpec, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.etf import list_schedule
 from celeritas_core.simulator import simulate
 
@@ -886,17 +886,29 @@ MILP_MODELS = {
 }
 
 
-def optimal_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
-    """Minimum-makespan placement (µs) from the MILP, without or with (``channels=1``) channel
+@dataclass(frozen=True)
+class OptimalParams:
+    """The optimal placer's parameters."""
+
+    time_limit: float = param(60.0, "HiGHS wall-clock limit in seconds; the best solution found is used",
+                              minimum=0.0, exclusive_minimum=True, maximum=86_400.0)
+    max_ops: int = param(40, "refuse graphs with more ops (the MILP grows quadratically)", minimum=1,
+                         maximum=200)
+    channels: bool = param(False, "true: model send/receive channel contention, so the optimum is a lower "
+                           "bound on every placement's simulated step time (a much larger MILP)")
+
+
+def optimal_placer(graph: Graph, cluster: Cluster, params: OptimalParams) -> PlacerOutput:
+    """Minimum-makespan placement (µs) from the MILP, without or with (``channels``) channel
     contention; see the module doc.
 
     If no assignment fits memory, the memory constraint is dropped (``milp_status``
     ``"infeasible_memory"``; the evaluation then reports OOM). If HiGHS finds no solution within
     ``time_limit`` seconds, every op goes to device 0 and ``extra["fallback"]`` says so.
     """
-    check_size(graph, cluster, int(params["max_ops"]))
-    time_limit = float(params["time_limit"])
-    channels = int(params.get("channels", 0)) == 1
+    check_size(graph, cluster, params.max_ops)
+    time_limit = params.time_limit
+    channels = params.channels
     start = time.perf_counter()
     problem = build_problem(graph, cluster)
     extra: dict[str, Any] = {"milp_model": MILP_MODELS[int(channels)]}
@@ -986,10 +998,5 @@ register_placer(PlacerSpec(
     "optimal", optimal_placer,
     "exact reference for small graphs: MILP (HiGHS) minimising makespan, without channel contention "
     "or (channels=1) with it",
-    (ParamSpec("time_limit", 60.0, "HiGHS wall-clock limit in seconds; the best solution found is used",
-               float, minimum=0.0, exclusive_minimum=True),
-     ParamSpec("max_ops", 40, "refuse graphs with more ops (the MILP grows quadratically)",
-               int, minimum=1, maximum=200),
-     ParamSpec("channels", 0, "1: model send/receive channel contention, so the optimum is a lower bound "
-               "on every placement's simulated step time (a much larger MILP)", int, minimum=0, maximum=1)),
+    OptimalParams,
 ))

@@ -8,19 +8,16 @@ reports the over-full devices as OOM.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.graph import Graph
 from celeritas_core.orders import m_topo_order
-from celeritas_core.placers.base import PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
 
 
-def single_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+def single_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
     """Every op on device 0: the one-device reference (OOM when the model exceeds its bytes)."""
     return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64))
 
@@ -61,7 +58,7 @@ def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
     return device
 
 
-def m_topo_placer(graph: Graph, cluster: Cluster, params: Mapping[str, Any]) -> PlacerOutput:
+def m_topo_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
     """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each."""
     order = m_topo_order(graph)
     anchor = colocation_anchor(graph, order)

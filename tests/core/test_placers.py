@@ -166,3 +166,28 @@ def test_evaluation_is_a_separate_result_and_placements_stay_as_made():
     for frozen in (evaluated.assignment, evaluated.device_peak_memory_bytes):
         with pytest.raises(ValueError):
             frozen[0] = 1
+
+
+def test_placer_parameters_are_typed_dataclasses_and_the_specs_come_from_their_fields():
+    import dataclasses
+
+    from celeritas_core.placers.celeritas import CeleritasParams
+
+    spec = get_placer("celeritas")
+    assert spec.params_type is CeleritasParams
+    assert [p.name for p in spec.params] == [f.name for f in dataclasses.fields(CeleritasParams)]
+    assert {p.name: p.kind for p in spec.params}["refine"] is bool
+    typed = spec.typed_params({"refine": "false", "R": "7"})
+    assert typed == CeleritasParams(R=7, refine=False) and typed.refine is False and typed.R == 7
+    for spelt, value in ((1, True), (0, False), ("TRUE", True), ("0", False), (True, True)):
+        assert spec.resolve_params({"refine": spelt})["refine"] is value
+    for bad in (2, "yes", 0.5, None):
+        with pytest.raises(CeleritasInputError, match="'refine': expected true or false"):
+            spec.resolve_params({"refine": bad})
+    with pytest.raises(CeleritasInputError, match=r"'R': must be <= 2,147,483,647"):
+        spec.resolve_params({"R": 2**31})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.R = 3  # type: ignore[misc]
+    every_int_has_a_maximum = [(s.name, p.name) for s in PLACERS.values() for p in s.params
+                               if p.kind is int and p.maximum is None]
+    assert every_int_has_a_maximum == []
