@@ -202,7 +202,7 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
-    from celeritas_core.formats import write_json_atomic, write_text_atomic
+    from celeritas_core.formats import compare_to_json, write_json_atomic, write_text_atomic
     from celeritas_core.safe_io import staged_outputs
 
     placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
@@ -225,7 +225,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     fits = "" if not best.oom else " (every placement is OOM: best effort)"
     print(f"best: {best.placer}, {format_us(best.predicted_step_time_us)} per step{fits}")
     with staged_outputs(inputs=inputs) as outputs:  # all four files land, or none
-        write_json_atomic(out_dir / "compare.json", comparison.to_json(), indent=1)
+        write_json_atomic(out_dir / "compare.json", compare_to_json(comparison), indent=1)
         write_text_atomic(out_dir / "compare.csv", comparison.to_csv())
         if not args.no_figures:
             from celeritas_core.plots import gantt_chart, memory_chart

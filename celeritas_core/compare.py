@@ -4,14 +4,14 @@ The comparison answers "which placement should I run, and what does it cost me t
 per placer the simulated step time (µs), speed-up over one device, gap to the lower bound,
 placement seconds, peak device memory (bytes and fraction of capacity) and OOM. The *best*
 placement is the fastest one that fits in memory (the fastest overall when none fits).
-Formats written: ``celeritas-compare/1`` JSON and a CSV with the same rows (docs/formats.md).
+Formats written: ``celeritas-compare/1`` JSON (:func:`celeritas_core.formats.compare_to_json`) and a
+CSV with the same rows (docs/formats.md).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,6 @@ from celeritas_core.bounds import lower_bound_us, single_device_time_us
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
-from celeritas_core.levels import ccr
 from celeritas_core.placement import Placement
 from celeritas_core.units import format_bytes, format_us
 
@@ -97,31 +96,6 @@ class Comparison:
                 "best": i == best,
             })
         return out
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``celeritas-compare/1`` document (see docs/formats.md)."""
-        return {
-            "format": "celeritas-compare/1",
-            "graph": self.graph.name,
-            "nodes": self.graph.num_nodes,
-            "edges": self.graph.num_edges,
-            "ccr": _finite(ccr(self.graph, self.cluster)),
-            "devices": list(self.cluster.device_names),
-            "device_capacity_bytes": [int(x) for x in self.cluster.memory_bytes],
-            "comm": {"slope_us_per_byte": self.cluster.slope_us_per_byte,
-                     "intercept_us": self.cluster.intercept_us},
-            "single_device_time_us": _finite(self.single_device_time_us),
-            "lower_bound_us": _finite(self.lower_bound_us),
-            "best": self.best.placer,
-            "placers": [
-                {**{k: _finite(v) if isinstance(v, float) else v for k, v in row.items()},
-                 "params": p.params,
-                 "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
-                 "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
-                 "oom_devices": list(p.oom_devices)}
-                for row, p in zip(self.rows(), self.placements, strict=True)
-            ],
-        }
 
     def to_csv(self) -> str:
         """The rows as CSV text (header :data:`CSV_COLUMNS`; empty cells for missing values)."""
@@ -218,7 +192,3 @@ def compare_placers(
     if progress is not None:
         progress(len(placers), len(placers), "")
     return Comparison(graph, cluster, placements)
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from celeritas_core.limits import (
 from celeritas_core.placement import Placement
 from celeritas_core.regression import CostFits
 from celeritas_core.safe_io import read_input_bytes, write_atomic
+
+if TYPE_CHECKING:
+    from celeritas_core.compare import Comparison
 
 # Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
@@ -615,6 +618,36 @@ def placement_to_json(placement: Placement) -> dict[str, Any]:
 def _finite_or_none(x: float) -> float | None:
     """``x`` as a JSON number, or null when it is not finite (not evaluated, no bound)."""
     return float(x) if math.isfinite(x) else None
+
+
+def compare_to_json(comparison: Comparison) -> dict[str, Any]:
+    """The ``celeritas-compare/1`` document of a comparison: the graph and cluster, the reference
+    times, and one row per placer (:meth:`~celeritas_core.compare.Comparison.rows`, null where
+    not finite) with its parameters and per-device memory."""
+    from celeritas_core.levels import ccr
+
+    c = comparison
+    return {
+        "format": COMPARE_FORMAT,
+        "graph": c.graph.name,
+        "nodes": c.graph.num_nodes,
+        "edges": c.graph.num_edges,
+        "ccr": _finite_or_none(ccr(c.graph, c.cluster)),
+        "devices": list(c.cluster.device_names),
+        "device_capacity_bytes": [int(x) for x in c.cluster.memory_bytes],
+        "comm": {"slope_us_per_byte": c.cluster.slope_us_per_byte, "intercept_us": c.cluster.intercept_us},
+        "single_device_time_us": _finite_or_none(c.single_device_time_us),
+        "lower_bound_us": _finite_or_none(c.lower_bound_us),
+        "best": c.best.placer,
+        "placers": [
+            {**{k: _finite_or_none(v) if isinstance(v, float) else v for k, v in row.items()},
+             "params": p.params,
+             "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
+             "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
+             "oom_devices": list(p.oom_devices)}
+            for row, p in zip(c.rows(), c.placements, strict=True)
+        ],
+    }
 
 
 def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster | None = None) -> Placement:

@@ -16,7 +16,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     write each placement, ``compare.json``/``.csv`` and the Gantt and memory charts, and log one
     MLflow child run per placer. Fails (not retried) when no placement fits in memory."""
     from celeritas_core.compare import compare_placers
-    from celeritas_core.formats import save_placement
+    from celeritas_core.formats import compare_to_json, save_placement
     from celeritas_core.plots import gantt_chart, memory_chart
 
     params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
@@ -63,7 +63,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
         storage.upload_file(str(memory), artifact(run_dir, "memory_chart"))
         tracking.log_artifact(parent_run_id, str(gantt), "placement")
         tracking.log_artifact(parent_run_id, str(memory), "placement")
-    compare_doc = comparison.to_json()
+    compare_doc = compare_to_json(comparison)
     compare_uri = storage.write_json(artifact(run_dir, "compare"), compare_doc)
     storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
     log_documents(parent_run_id, {"compare.json": compare_doc}, "placement")
