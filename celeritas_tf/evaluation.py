@@ -289,6 +289,64 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
     return Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds, used, peaks)
 
 
+def block_sizes(steps: int, blocks: int) -> list[int]:
+    """``steps`` timed steps split into ``min(blocks, steps)`` blocks as evenly as possible."""
+    blocks = max(1, min(blocks, steps))
+    return [steps // blocks + (1 if i < steps % blocks else 0) for i in range(blocks)]
+
+
+def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping[str, Mapping[str, int]],
+                         num_devices: int, *, warmup_steps: int = 5, steps: int = 50, blocks: int = 5,
+                         seed: int = 0, progress: Progress | None = None,
+                         sources: Mapping[str, str] | None = None) -> dict[str, Validation]:
+    """Time several placements of one model in interleaved blocks, so that drift over time (heat,
+    other tenants) hits each alike: block b runs every placement in turn (the order rotates by
+    one each block), each in a fresh session with ``warmup_steps`` untimed steps, then its share
+    of the ``steps`` timed steps. Sessions never overlap, so the devices hold one placement at a
+    time. Returns each placement's :class:`Validation` (all its timed steps, block by block)."""
+    if warmup_steps < 0 or steps < 1 or blocks < 1:
+        raise CeleritasInputError(f"need warm-up >= 0, steps >= 1 and blocks >= 1, got {warmup_steps}, "
+                                  f"{steps} and {blocks}")
+    check_devices(num_devices)
+    tf = tensorflow()
+    tf1 = tf.compat.v1
+    names = list(assignments)
+    built = {}
+    for name in names:
+        step = build_training_step(model, batch_size)
+        check_assignment(step.step_op_names(), assignments[name], num_devices, (sources or {}).get(name))
+        place_ops(step, assignments[name])
+        built[name] = step
+    rng = np.random.default_rng(seed)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    used: dict[str, list[str]] = {}
+    peaks: dict[str, dict[str, float]] = {}
+    options = run_options(num_devices)
+    for b, count in enumerate(block_sizes(steps, blocks)):
+        for name in names[b % len(names):] + names[:b % len(names)]:
+            step = built[name]
+            feeds = [step.feed_dict(rng) for _ in range(4)]  # input generation is not timed
+            fetches = [step.train_op, step.loss]
+            with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
+                session.run(step.init_op)
+                if name not in peaks:
+                    metadata = tf1.RunMetadata()
+                    session.run(fetches, feeds[0], options=run_options(num_devices, trace=True),
+                                run_metadata=metadata)
+                    used[name] = sorted({d.device for d in metadata.step_stats.dev_stats})
+                    peaks[name] = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
+                for i in range(warmup_steps):
+                    session.run(fetches, feeds[i % len(feeds)], options=options)
+                for i in range(count):
+                    start = time.perf_counter()
+                    session.run(fetches, feeds[i % len(feeds)], options=options)
+                    seconds[name].append(time.perf_counter() - start)
+            if progress is not None:
+                progress(f"block {b + 1}: {name} {len(seconds[name])}/{steps} timed steps")
+    return {name: Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds[name],
+                             used[name], peaks[name]) for name in names}
+
+
 def predicted_peaks(placement_doc: Mapping[str, Any]) -> list[float] | None:
     """A ``celeritas-placement/1`` document's replayed peak per device index (bytes), if recorded."""
     peaks = placement_doc.get("device_peak_memory_bytes")

@@ -17,6 +17,7 @@ from tasks import storage
 #: Artifact names relative to the run directory.
 ARTIFACTS = {
     "params": "params.json",
+    "configuration": "configuration.json",
     "cluster": "cluster.json",
     "profile": "profile.json",
     "fits": "fits.json",

@@ -28,8 +28,6 @@ from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
 
-#: ``publish.json``'s format tag.
-
 
 @dataclass(frozen=True)
 class Contract:
@@ -65,11 +63,18 @@ class Contract:
 @dataclass(frozen=True)
 class Job(Contract):
     """What every step takes: the resolved parameters (:func:`tasks.params.resolve_params`, with
-    ``run_dir`` filled in), the run directory (a folder or ``s3://``) and the MLflow parent run."""
+    ``run_dir`` filled in), the run directory (a folder or ``s3://``), the MLflow parent run and
+    the configuration the placement is for (:func:`tasks.configuration.configuration_to_json`)."""
 
     params: dict[str, Any]
     run_dir: str
     parent_run_id: str
+    configuration: dict[str, Any]
+
+    @property
+    def config_key(self) -> str:
+        """The configuration's key (runs are only compared within one)."""
+        return str(self.configuration["key"])
 
 
 @dataclass(frozen=True)
@@ -80,11 +85,13 @@ class PrepareResult(Contract):
     run_dir: str
     params_uri: str
     parent_run_id: str
+    configuration: dict[str, Any]
 
     @property
     def job(self) -> Job:
         """The :class:`Job` the other steps take."""
-        return Job(params=self.params, run_dir=self.run_dir, parent_run_id=self.parent_run_id)
+        return Job(params=self.params, run_dir=self.run_dir, parent_run_id=self.parent_run_id,
+                   configuration=self.configuration)
 
 
 @dataclass(frozen=True)
@@ -163,31 +170,70 @@ class PlaceResult(Contract):
 
 
 @dataclass(frozen=True)
-class ValidateResult(Contract):
-    """``validate``: ``validation.json``, the fastest measured placer, its mean step time and
-    placement, and every validated placer's mean step time (s)."""
+class ValidationItem(Contract):
+    """One GPU validation task: a placement to time, against the configuration's champion (its
+    model version and published placement) when there is one. ``plan_validation`` makes one per
+    placement that fits; the DAG maps ``validate`` over them."""
 
-    validation_summary_uri: str
-    best_measured: str
-    best_measured_step_time_s: float
-    best_placement_uri: str
-    measured_mean_s: dict[str, float]
+    placer: str
+    placement_uri: str
+    champion_version: str | None
+    champion_placement_uri: str | None
+
+
+@dataclass(frozen=True)
+class ValidationPlan(Contract):
+    """``plan_validation``: the placements to validate and the champion they are measured
+    against (version None: the configuration has none yet)."""
+
+    items: tuple[ValidationItem, ...]
+    registered_model: str
+    champion_version: str | None
+    champion_placer: str | None
+    champion_run_id: str | None
+
+
+@dataclass(frozen=True)
+class PlacementValidation(Contract):
+    """``validate`` of one placement: its timed steps and, interleaved with them in blocks on the
+    same devices, the champion's (empty when there is none, or when it could not run:
+    ``champion_error`` says why); ``validation/PLACER.json`` and the summary figures (s)."""
+
+    placer: str
+    placement_uri: str
+    validation_uri: str
+    step_seconds: tuple[float, ...]
+    champion_version: str | None
+    champion_step_seconds: tuple[float, ...]
+    champion_error: str | None
+    mean_s: float
+    median_s: float
+    p90_s: float
+    blocks: int
 
 
 @dataclass(frozen=True)
 class PublishResult(Contract):
-    """``publish``: the champion/challenger decision and the placement in production after it
-    (``placement_uri`` and ``production_run_id`` are None when a kept production run has none);
+    """``publish``: the champion/challenger decision for the job's configuration. ``placer``,
+    ``step_time_s`` (median, s) and ``challenger_placement_uri`` are the run's best; the
+    ``champion_*`` fields and ``placement_uri`` describe production *after* the decision (None
+    when a kept configuration has no champion); ``comparison`` holds the statistical test
+    (:class:`celeritas_core.ab_test.StepTimeComparison`, empty without a champion to compare).
     :meth:`document` is ``publish.json``."""
 
     model: str
+    config_key: str
     decision: Literal["promoted", "kept"]
     reason: str
-    placement_uri: str | None
     placer: str
     step_time_s: float
+    challenger_placement_uri: str
+    placement_uri: str | None
+    champion_version: str | None
     production_run_id: str | None
     previous_step_time_s: float | None
+    comparison: dict[str, Any]
+    validation_summary_uri: str
     publish_uri: str
 
     @property
@@ -216,7 +262,8 @@ class PipelineResult(Contract):
     remeasure_large_batch: RemeasureResult
     fuse: FuseResult
     place: PlaceResult
-    validate: ValidateResult
+    plan_validation: ValidationPlan
+    validate: tuple[PlacementValidation, ...]
     publish: PublishResult
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
@@ -232,8 +279,8 @@ class PipelineResult(Contract):
 #: Every contract, by name (the tests round-trip each).
 CONTRACTS: dict[str, type[Contract]] = {
     cls.__name__: cls for cls in (Job, PrepareResult, CalibrationResult, ProfileResult, FitResult,
-                                  RemeasureResult, FuseResult, PlaceResult, ValidateResult, PublishResult,
-                                  PipelineResult)
+                                  RemeasureResult, FuseResult, PlaceResult, ValidationItem, ValidationPlan,
+                                  PlacementValidation, PublishResult, PipelineResult)
 }
 
 

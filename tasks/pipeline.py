@@ -17,7 +17,7 @@ from tasks.prepare import prepare
 from tasks.profile_small_batches import profile_small_batches
 from tasks.publish import publish
 from tasks.remeasure_large_batch import remeasure_large_batch
-from tasks.validate import validate
+from tasks.validate import plan_validation, validate
 
 #: The steps in the order they run (the fields of :class:`~tasks.contracts.PipelineResult`).
 STEPS = PipelineResult.steps()
@@ -47,14 +47,18 @@ def run_pipeline(params: Mapping[str, Any], *, job_id: str | None = None,
         fusion = fuse(job, measured, calibration)
         say("place")
         placed = place(job, measured, calibration)
-        say("validate")
-        validation = validate(job, placed)
+        say("plan_validation")
+        plan = plan_validation(job, placed)
+        validations = []
+        for item in plan.items:
+            say(f"validate {item.placer}")
+            validations.append(validate(job, item))
         say("publish")
-        decision = publish(job, validation)
+        decision = publish(job, plan, validations)
     except BaseException:
         tracking.end_run(job.parent_run_id, "FAILED")
         raise
     tracking.end_run(job.parent_run_id, "FINISHED")
     return PipelineResult(prepare=prepared, calibrate_comm=calibration, profile_small_batches=profile,
                           fit_regression=fits, remeasure_large_batch=measured, fuse=fusion, place=placed,
-                          validate=validation, publish=decision)
+                          plan_validation=plan, validate=tuple(validations), publish=decision)

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from celeritas_core.errors import CeleritasInputError
 from tasks import storage, tracking
 from tasks.common import artifact
+from tasks.configuration import configuration_of, configuration_to_json, model_identity
 from tasks.contracts import Job, PrepareResult, PublishResult
 from tasks.params import resolve_params
 
@@ -46,13 +48,41 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
     resolved = resolve_params(params)
     run_dir = resolved["run_dir"] or default_run_dir(resolved["model"], job_id)
     resolved["run_dir"] = run_dir
-    params_uri = storage.write_json(artifact(run_dir, "params"), resolved)
+    config = configuration_to_json(configuration_of(resolved, _identity(resolved)))
+    _claim_run_dir(run_dir, job_id)
     all_tags = {"celeritas.batch_size": str(resolved["batch_size"]),
                 "celeritas.devices": str(resolved["num_devices"]), "celeritas.run_dir": run_dir,
-                "celeritas.git_commit": git_commit(), **dict(tags or {})}
+                "celeritas.git_commit": git_commit(), tracking.TAG_CONFIG_KEY: config["key"],
+                tracking.TAG_REGISTERED_MODEL: config["registered_model"], **dict(tags or {})}
     parent = tracking.start_parent_run(model=resolved["model"], run_name=f"{resolved['model']} {job_id}",
                                        job_id=job_id, tags=all_tags, params=resolved, reopen=reopen)
-    return PrepareResult(params=resolved, run_dir=run_dir, params_uri=params_uri, parent_run_id=parent)
+    params_uri = storage.write_json(artifact(run_dir, "params"), resolved)
+    storage.write_json(artifact(run_dir, "configuration"), config)
+    return PrepareResult(params=resolved, run_dir=run_dir, params_uri=params_uri, parent_run_id=parent,
+                         configuration=config)
+
+
+def _identity(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The model identity of resolved ``params`` (see :func:`tasks.configuration.model_identity`)."""
+    return model_identity("zoo", params["model"], knobs=params.get("model_knobs"),
+                          paper=bool(params.get("paper_config")))
+
+
+def _claim_run_dir(run_dir: str, job_id: str) -> None:
+    """Mark ``run_dir`` as the job's (``job.json``); refuse one that holds another job's artifacts,
+    so that no run ever rewrites files another run published or points to."""
+    marker = storage.join(run_dir, "job.json")
+    if storage.exists(marker):
+        owner = storage.read_json(marker)
+        if not isinstance(owner, dict) or owner.get("job_id") != job_id:
+            other = owner.get("job_id") if isinstance(owner, dict) else "?"
+            raise CeleritasInputError(f"parameter 'run_dir': {run_dir} already holds the artifacts of job "
+                                      f"{other!r}; choose another run directory (or leave it empty)")
+        return
+    if storage.list_uris(run_dir):
+        raise CeleritasInputError(f"parameter 'run_dir': {run_dir} is not empty and belongs to no job; "
+                                  "choose another run directory (or leave it empty)")
+    storage.write_json(marker, {"job_id": job_id})
 
 
 def close_run(job: Job, decision: PublishResult | None) -> str:

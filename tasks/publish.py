@@ -1,53 +1,165 @@
-"""Pipeline step (light): champion/challenger: promote the new placement only if it is faster enough."""
+"""Pipeline step (light): champion/challenger. Promote the run's best placement to production for
+its configuration only when it beats the champion, measured in the same tasks, with confidence
+and by the threshold; the promotion itself is a compare-and-set in MLflow's Model Registry."""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from celeritas_core.ab_test import StepTimeComparison, compare_step_times
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
 from tasks.common import artifact
-from tasks.contracts import Job, PublishResult, ValidateResult
+from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan
+
+log = logging.getLogger(__name__)
+
+#: Family-wise significance level of the promotion test (split over the challengers compared).
+ALPHA = 0.05
 
 
-def publish(job: Job, validation: ValidateResult) -> PublishResult:
-    """Compare the run's best measured step time with the model's production placement (the MLflow
-    run tagged ``celeritas.production=true``) and promote the new one only if it is faster by at
-    least ``improvement_threshold``; record the decision and the reason either way.
+def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValidation]) -> PublishResult:
+    """Decide, record and (if promoted) register the run's best placement as the champion.
 
-    Returns the decision (``promoted`` or ``kept``), the reason and the placement in production
-    after it, and writes ``publish.json``. Never replaces a faster production placement with a
-    slower one.
+    The best challenger is the validated placement with the lowest median step time. Without a
+    champion (or with one that cannot run any more) it is promoted; otherwise
+    :func:`~celeritas_core.ab_test.compare_step_times` on its steps and the champion's steps from
+    the same task decides, at level ``ALPHA`` split over the challengers that were compared. A
+    promotion goes through only if the champion is still the one measured (compare-and-set).
+    Writes ``validation.json`` and ``publish.json``; records the decision, reason and figures on
+    the MLflow parent run and in the task log.
     """
-    parent_run_id = job.parent_run_id
-    model = job.params["model"]
+    if not validations:
+        raise CeleritasInputError("publish: no placement was validated")
     threshold = float(job.params["improvement_threshold"])
-    new_time = validation.best_measured_step_time_s
-    new_uri = validation.best_placement_uri
-    champion = tracking.production_run(model)
-    champion_time = None if champion is None else champion.get("measured_step_time_s")
-    if champion is None or champion_time is None:
-        decision = "promoted"
-        reason = f"no production placement for {model!r} yet; {validation.best_measured} measured " \
-                 f"{new_time * 1e3:.3f} ms per step"
-    elif champion.get("run_id") == parent_run_id:
-        decision = "promoted"
-        reason = "this run is already the production placement (a retried publish)"
-    else:
-        gain = champion_time / new_time - 1.0
-        if gain >= threshold:
-            decision = "promoted"
-            reason = (f"{new_time * 1e3:.3f} ms per step beats production {champion_time * 1e3:.3f} ms by "
-                      f"{gain * 100:.1f} % (threshold {threshold * 100:.1f} %)")
-        else:
-            decision = "kept"
-            reason = (f"{new_time * 1e3:.3f} ms per step vs production {champion_time * 1e3:.3f} ms: "
-                      f"{gain * 100:+.1f} %, below the {threshold * 100:.1f} % threshold; production kept")
+    best = min(validations, key=lambda v: v.median_s)
+    compared = [v for v in validations if v.champion_step_seconds]
+    comparison = None
+    if best.champion_step_seconds:
+        comparison = compare_step_times(best.champion_step_seconds, best.step_seconds, threshold=threshold,
+                                        alpha=ALPHA, comparisons=len(compared))
+    summary_uri = _write_summary(job, plan, validations, best, comparison)
+    wants, reason = _verdict(job, plan, best, comparison)
+    log.info("publish: %s %s", "promote" if wants else "keep production:", reason)
+    champion, previous = None, None
+    if plan.champion_version is not None:
+        champion = tracking.champion(plan.registered_model)
+        previous = float(comparison.champion_median_s) if comparison else None
+    if wants:
+        outcome = _promote(job, plan, best, reason, comparison)
+        wants, reason, champion = outcome.promoted, outcome.reason, outcome.champion
+    decision = "promoted" if wants else "kept"
     result = PublishResult(
-        model=model, decision=decision, reason=reason,
-        placement_uri=new_uri if decision == "promoted" else (champion or {}).get("placement_uri"),
-        placer=validation.best_measured, step_time_s=new_time,
-        production_run_id=parent_run_id if decision == "promoted" else (champion or {}).get("run_id"),
-        previous_step_time_s=champion_time, publish_uri=artifact(job.run_dir, "publish"))
-    if result.promoted:
-        tracking.promote(parent_run_id, model, placement_uri=new_uri, reason=reason)
-    tracking.record_decision(parent_run_id, decision, reason)
-    storage.write_json(result.publish_uri, result.document())
+        model=str(job.params["model"]), config_key=job.config_key, decision=decision, reason=reason,
+        placer=best.placer, step_time_s=best.median_s, challenger_placement_uri=best.placement_uri,
+        placement_uri=champion.placement_uri if champion else None,
+        champion_version=champion.version if champion else None,
+        production_run_id=champion.run_id if champion else None, previous_step_time_s=previous,
+        comparison=comparison.to_json() if comparison else {}, validation_summary_uri=summary_uri,
+        publish_uri=artifact(job.run_dir, "publish"))
+    tracking.record_decision(job.parent_run_id, decision, reason, config_key=job.config_key,
+                             metrics=_decision_metrics(best, comparison))
+    storage.write_json(result.publish_uri, _finite(result.document()))
+    log.info("publish: %s; production for configuration %s: version %s (%s)", decision, job.config_key,
+             result.champion_version, result.placement_uri)
     return result
+
+
+def _verdict(job: Job, plan: ValidationPlan, best: PlacementValidation,
+             comparison: StepTimeComparison | None) -> tuple[bool, str]:
+    """Whether to try promoting ``best``, and why (one sentence with the figures)."""
+    head = f"{best.placer}: {best.median_s * 1e3:.3f} ms per step (median of {len(best.step_seconds)})"
+    if plan.champion_version is None:
+        return True, f"{head}; no champion for configuration {job.config_key} yet"
+    if comparison is None:
+        return True, f"{head}; champion version {plan.champion_version} could not run ({best.champion_error})"
+    return comparison.promote, f"{head} vs champion version {plan.champion_version}: {comparison.reason}"
+
+
+def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: str,
+             comparison: StepTimeComparison | None) -> tracking.Promotion:
+    """Register ``best`` as the configuration's champion if the champion is still the one measured."""
+    config = job.configuration
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {"placement.json": best.placement_uri, "validation.json": best.validation_uri,
+                 "configuration.json": None}
+        local: dict[str, str] = {}
+        for name, uri in files.items():
+            path = Path(tmp) / name
+            if uri is None:
+                path.write_text(json.dumps(config, indent=1, sort_keys=True))
+            else:
+                path.write_bytes(storage.read_bytes(uri))
+            local[name] = str(path)
+        tags = {tracking.TAG_PLACER: best.placer, "celeritas.step_time_s": repr(best.median_s),
+                tracking.TAG_CONFIG_KEY: job.config_key, "celeritas.batch_size": config["batch_size"],
+                "celeritas.previous_version": plan.champion_version or "none"}
+        if comparison is not None:
+            tags.update({"celeritas.gain": f"{comparison.gain:.6f}",
+                         "celeritas.p_value": f"{comparison.p_value:.3g}"})
+        return tracking.promote_if_current(
+            registered_model=plan.registered_model, model=str(job.params["model"]), config_key=job.config_key,
+            configuration=json.dumps(config, sort_keys=True), run_id=job.parent_run_id,
+            expected_version=plan.champion_version, published=local, tags=tags, reason=reason)
+
+
+def _decision_metrics(best: PlacementValidation, comparison: StepTimeComparison | None) -> dict[str, float]:
+    out = {"challenger_median_step_time_s": best.median_s, "best_measured_step_time_s": best.mean_s}
+    if comparison is not None:
+        out.update({"champion_median_step_time_s": comparison.champion_median_s,
+                    "gain_vs_champion": comparison.gain, "gain_vs_champion_lower_bound": comparison.gain_low,
+                    "ab_p_value": comparison.p_value})
+    return out
+
+
+def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValidation],
+                   best: PlacementValidation, comparison: StepTimeComparison | None) -> str:
+    """``validation.json``: every placer's figures, the champion and the test; speed-ups logged to
+    the placers' child runs."""
+    placers = {v.placer: {"mean_s": v.mean_s, "median_s": v.median_s, "p90_s": v.p90_s,
+                          "champion_median_s": _median(v.champion_step_seconds),
+                          "validation": v.validation_uri}
+               for v in validations}
+    single = placers.get("single", {}).get("median_s")
+    baselines = [p["median_s"] for name, p in placers.items() if name not in ("celeritas", "single")]
+    for name, figures in placers.items():
+        metrics = {}
+        if single:
+            metrics["measured_speedup_vs_single"] = single / figures["median_s"]
+        if baselines:
+            metrics["measured_speedup_vs_best_baseline"] = min(baselines) / figures["median_s"]
+        if metrics:
+            tracking.child_run(job.parent_run_id, name, metrics=metrics)
+    summary = {"format": VALIDATION_SUMMARY_FORMAT, "configuration": job.config_key,
+               "best_measured": best.placer, "best_measured_step_time_s": best.median_s,
+               "champion_version": plan.champion_version, "champion_placer": plan.champion_placer,
+               "comparison": comparison.to_json() if comparison else None, "placers": placers}
+    tracking.set_tags(job.parent_run_id, {tracking.TAG_BEST_MEASURED: best.placer})
+    tracking.log_series(job.parent_run_id, "best_validation_step_time_s", best.step_seconds)
+    return storage.write_json(artifact(job.run_dir, "validation_summary"), _finite(summary))
+
+
+def _median(values: Sequence[float]) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with non-finite floats as None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

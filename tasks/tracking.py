@@ -37,14 +37,21 @@ from __future__ import annotations
 
 import functools
 import getpass
+import hashlib
 import json
 import logging
 import math
 import numbers
 import os
+import random
+import shutil
+import socket
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -414,11 +421,16 @@ def experiment_id(name: str = EXPERIMENT) -> str:
 def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[str, object] | None = None,
                      params: Mapping[str, object] | None = None, experiment: str = EXPERIMENT,
                      reopen: bool = False) -> str:
-    """Start the job's parent run, or return the unfinished parent run of the same ``job_id`` (retries).
+    """Start the job's parent run, or take over the same ``job_id``'s earlier one: one parent run
+    per job, however often it is started.
 
-    With ``reopen``, the job's newest parent run is reused even when it has ended, and is set
-    RUNNING again: clearing a task of an Airflow DAG run re-runs its setup task (``prepare``), whose
-    job id is the same DAG run id, and the cleared tasks go on logging to the same run.
+    Without ``reopen`` (``celeritas run``): a job whose run ended FAILED or KILLED is retried in
+    that run; a job that FINISHED, or whose run is RUNNING under a live process (the same job
+    started twice at once), is refused with one line. A RUNNING run whose owner process on this
+    host has died is taken over. With ``reopen`` (the DAG: Airflow runs a task instance once at a
+    time, and clearing a task re-runs its setup task ``prepare`` with the same DAG run id), the
+    job's newest parent run is reused whatever its status and set RUNNING again. The check and
+    the creation happen under the job's store-wide lock, so two starts at once make one run.
     """
     _text(model, "model")
     _text(job_id, "job_id")
@@ -429,24 +441,52 @@ def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[st
     for key, value in reserved.items():
         if key in extra and extra[key] != value:
             raise CeleritasInputError(f"tag {key}: set by start_parent_run to {value!r}, got {extra[key]!r}")
-    all_tags = {**extra, **reserved}
+    all_tags = {**extra, **reserved, TAG_OWNER: f"{socket.gethostname()}:{os.getpid()}"}
     client = _client()
     exp = experiment_id(experiment)
-    existing = _search(client, [exp], f"tags.`{TAG_JOB}` = {_quote(job_id)} and tags.`{TAG_ROLE}` = 'parent' "
-                                      f"and tags.`{TAG_MODEL}` = {_quote(model)}")
-    live = [r for r in existing if r.info.status in LIVE_STATUSES] or (existing[:1] if reopen else [])
-    if live:
-        run = live[0]
-        log.info("reusing parent run %s of job %s", run.info.run_id, job_id)
-        if run.info.status not in LIVE_STATUSES:
-            client.update_run(run.info.run_id, status="RUNNING")
-        _set_tag_dict(client, run.info.run_id, all_tags)
-    else:
-        with suppress(Exception):
-            all_tags.setdefault("mlflow.user", getpass.getuser())
-        run = client.create_run(exp, run_name=run_name, tags=all_tags)
+    with _registry_lock(client, f"job\n{exp}\n{model}\n{job_id}"):
+        existing = _search(client, [exp], f"tags.`{TAG_JOB}` = {_quote(job_id)} and "
+                                          f"tags.`{TAG_ROLE}` = 'parent' and "
+                                          f"tags.`{TAG_MODEL}` = {_quote(model)}")
+        run = existing[0] if existing else None
+        if run is not None and not reopen:
+            _refuse_duplicate_job(run, job_id)
+        if run is not None:
+            log.info("reusing parent run %s of job %s", run.info.run_id, job_id)
+            if run.info.status not in LIVE_STATUSES:
+                client.update_run(run.info.run_id, status="RUNNING")
+            _set_tag_dict(client, run.info.run_id, all_tags)
+        else:
+            with suppress(Exception):
+                all_tags.setdefault("mlflow.user", getpass.getuser())
+            run = client.create_run(exp, run_name=run_name, tags=all_tags)
     _log_params(client, run, params)
     return run.info.run_id
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """Whether the process ``host:pid`` that owns a run may still be running (other hosts: assumed)."""
+    host, _, pid = (owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return bool(owner)
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _refuse_duplicate_job(run: Run, job_id: str) -> None:
+    """Refuse to start ``job_id`` again when its run finished or runs under a live process."""
+    status, owner = run.info.status, run.data.tags.get(TAG_OWNER)
+    if status == "FINISHED":
+        raise CeleritasInputError(f"job {job_id!r} already finished (MLflow run {run.info.run_id}); "
+                                  "use another job id")
+    if status in LIVE_STATUSES and _owner_alive(owner) and owner != f"{socket.gethostname()}:{os.getpid()}":
+        raise CeleritasInputError(f"job {job_id!r} is already running (MLflow run {run.info.run_id}, "
+                                  f"process {owner}); wait for it to end or use another job id")
 
 
 @_tracked
@@ -548,69 +588,295 @@ def _run_dict(run: Run) -> dict[str, Any]:
             "params": dict(data.params), "metrics": dict(data.metrics), "tags": dict(data.tags)}
 
 
-# ---------------------------------------------------------------------------- champion / challenger
-def _production_runs(client: MlflowClient, experiment_ids: list[str], model: str) -> list[Run]:
-    """Runs of ``model`` tagged production=true, most recently promoted first."""
-    if not experiment_ids:
-        return []
-    runs = _search(client, experiment_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} "
-                                           f"and tags.`{TAG_PRODUCTION}` = 'true'")
-    # by promotion time (stable sort: ties stay newest-started first), so a re-promoted older run wins
-    return sorted(runs, key=lambda r: r.data.tags.get(TAG_PROMOTED_AT, ""), reverse=True)
+# ---------------------------------------------------------------------------- champions (Model Registry)
+# One registered model per configuration (tasks/configuration.py); its versions are the placements
+# ever promoted for it and its alias ``champion`` the one in production. Promotion is a
+# compare-and-set under a lock the tracking store provides: registering a model name is atomic
+# (names are unique in every MLflow store), so creating ``celeritas-lock-<name>`` takes the lock and
+# deleting it releases it. A lock whose holder's lease has expired (a killed process) is broken.
+ALIAS_CHAMPION = "champion"
+LOCK_PREFIX = "celeritas-lock-"
+LOCK_LEASE_S = 120.0
+LOCK_WAIT_S = 60.0
+PUBLISHED_FOLDER = "published"
+TAG_CONFIG_KEY = "celeritas.config_key"
+TAG_CONFIG = "celeritas.configuration"
+TAG_REGISTERED_MODEL = "celeritas.registered_model"
+TAG_MODEL_VERSION = "celeritas.model_version"
+TAG_DECIDED_AT = "celeritas.decided_at"
+TAG_OWNER = "celeritas.owner"
+TAG_ERROR = "celeritas.error"
+_LOCK_OWNER = "celeritas.lock_owner"
+_LOCK_EXPIRES = "celeritas.lock_expires"
 
 
-@_tracked
-def production_run(model: str, *, experiment: str = EXPERIMENT) -> dict[str, Any] | None:
-    """The current production placement run of ``model``, or None.
+@dataclass(frozen=True)
+class Champion:
+    """The production placement of one configuration: a version of its registered model."""
 
-    Returns :func:`get_run`'s dict plus ``measured_step_time_s`` (metric
-    ``best_measured_step_time_s``), ``simulated_step_time_us``, ``placement_uri``, ``placer``,
-    ``promoted_at`` and ``promote_reason``.
+    model: str
+    config_key: str
+    configuration: str
+    registered_model: str
+    version: str
+    run_id: str
+    job_id: str
+    placer: str
+    placement_uri: str
+    placement_sha256: str
+    step_time_s: float
+    promoted_at: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The champion as a JSON object (``celeritas production show --json``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The outcome of :func:`promote_if_current`: promoted or not, why, and the champion after it."""
+
+    promoted: bool
+    reason: str
+    champion: Champion | None
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _owner_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _lock_expired(client: MlflowClient, lock: str) -> bool:
+    """Whether the lock ``lock`` exists with an expired lease (its holder died)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        tags = client.get_registered_model(lock).tags
+    except MlflowException:
+        return False
+    try:
+        return float(tags.get(_LOCK_EXPIRES, "inf")) < time.time()
+    except ValueError:
+        return True
+
+
+@contextmanager
+def _registry_lock(client: MlflowClient, name: str, *, lease_s: float = LOCK_LEASE_S,
+                   wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold the store-wide lock ``name`` during the block (see the section's comment).
+
+    Waits up to ``wait_s`` (then :class:`TransientTrackingError`: a retry may find it free); a
+    lock older than its lease ``lease_s`` is taken to belong to a killed process and broken.
     """
-    _text(model, "model")
-    client = _client()
-    runs = _production_runs(client, _experiment_ids(client, experiment), model)
-    if not runs:
-        return None
-    row = _run_dict(runs[0])
-    metrics, tags = row["metrics"], row["tags"]
-    row.update({
-        "measured_step_time_s": metrics.get("best_measured_step_time_s", metrics.get("measured_step_time_s")),
-        "simulated_step_time_us": metrics.get("best_simulated_step_time_us"),
-        "placement_uri": tags.get(TAG_PLACEMENT_URI),
-        "placer": tags.get(TAG_BEST_MEASURED) or tags.get(TAG_BEST_SIMULATED),
-        "promoted_at": tags.get(TAG_PROMOTED_AT), "promote_reason": tags.get(TAG_PROMOTE_REASON)})
-    return row
+    from mlflow.exceptions import MlflowException
+
+    lock = LOCK_PREFIX + hashlib.sha256(name.encode()).hexdigest()[:24]
+    token = _owner_token()
+    deadline, delay = time.monotonic() + wait_s, 0.02
+    while True:
+        try:
+            lease = {_LOCK_OWNER: token, _LOCK_EXPIRES: str(time.time() + lease_s)}
+            client.create_registered_model(lock, tags=lease,
+                                           description=f"celeritas lock for {name} (deleted when released)")
+            break
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        if _lock_expired(client, lock):
+            log.warning("breaking the expired lock %s (for %s)", lock, name)
+            with suppress(MlflowException):
+                client.delete_registered_model(lock)
+            continue
+        if time.monotonic() > deadline:
+            raise TransientTrackingError(tracking_uri(), f"lock for {name} still held after {wait_s:.0f} s")
+        time.sleep(delay * (1.0 + random.random()))
+        delay = min(delay * 2.0, 0.5)
+    try:
+        yield
+    finally:
+        with suppress(MlflowException):
+            if client.get_registered_model(lock).tags.get(_LOCK_OWNER) == token:
+                client.delete_registered_model(lock)
+
+
+def _ensure_registered_model(client: MlflowClient, name: str, model: str, config_key: str,
+                             configuration: str) -> None:
+    """Create the configuration's registered model if it does not exist yet (concurrency-safe)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+        return
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+    with suppress(MlflowException):  # created concurrently: fine
+        client.create_registered_model(
+            name, tags={TAG_MODEL: model, TAG_CONFIG_KEY: config_key,
+                        TAG_CONFIG: _truncate(configuration, MAX_TAG_VALUE)},
+            description=f"Celeritas placements of {model} for configuration {config_key}; alias "
+                        f"'{ALIAS_CHAMPION}' is the one in production.")
+
+
+def _champion_of(client: MlflowClient, name: str) -> Champion | None:
+    """The version the alias ``champion`` of ``name`` points to, or None."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        version = client.get_model_version_by_alias(name, ALIAS_CHAMPION)
+        registered = client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+    t = version.tags
+    try:
+        step = float(t.get("celeritas.step_time_s", "nan"))
+    except ValueError:
+        step = float("nan")
+    return Champion(model=registered.tags.get(TAG_MODEL, ""),
+                    config_key=registered.tags.get(TAG_CONFIG_KEY, ""),
+                    configuration=registered.tags.get(TAG_CONFIG, ""), registered_model=name,
+                    version=str(version.version), run_id=version.run_id or "", job_id=t.get(TAG_JOB, ""),
+                    placer=t.get(TAG_PLACER, ""), placement_uri=f"{version.source}/placement.json",
+                    placement_sha256=t.get("celeritas.placement_sha256", ""), step_time_s=step,
+                    promoted_at=t.get(TAG_PROMOTED_AT, ""), reason=t.get(TAG_PROMOTE_REASON, ""))
 
 
 @_tracked
-def promote(run_id: str, model: str, *, placement_uri: str, reason: str) -> None:
-    """Make ``run_id`` the production run of ``model``; previous ones get production=false + superseded_by."""
-    _text(run_id, "run id")
-    _text(model, "model")
-    if not isinstance(placement_uri, str) or not placement_uri.strip():
-        raise CeleritasInputError(f"placement_uri: expected a non-empty string, got {placement_uri!r}")
+def champion(registered_model: str) -> Champion | None:
+    """The champion of the configuration whose registered model is ``registered_model``, or None."""
+    _text(registered_model, "registered model")
+    return _champion_of(_client(), registered_model)
+
+
+@_tracked
+def download_published(placement_uri: str, dest_dir: str | os.PathLike[str]) -> Path:
+    """Download a champion's published file (:attr:`Champion.placement_uri`) into ``dest_dir``."""
+    import mlflow.artifacts
+
+    _text(placement_uri, "placement URI")
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=placement_uri, dst_path=str(dest_dir),
+                                                    tracking_uri=tracking_uri()))
+
+
+@_tracked
+def promote_if_current(*, registered_model: str, model: str, config_key: str, configuration: str,
+                       run_id: str, expected_version: str | None, published: Mapping[str, str],
+                       tags: Mapping[str, object], reason: str) -> Promotion:
+    """Make the run's placement the configuration's champion if the champion is still
+    ``expected_version`` (None: there was none): compare-and-set under the configuration's lock.
+
+    ``published`` maps file names (``placement.json`` must be one) to local files, logged once to
+    the run under ``published/``: the version's immutable artifacts. A retry of a promotion that
+    went through returns it again instead of creating a second version.
+    """
+    for key in (registered_model, model, config_key, run_id):
+        _text(key, "promotion field")
+    if "placement.json" not in published:
+        raise CeleritasInputError("promote_if_current: published files must include placement.json")
     client = _client()
     run = client.get_run(run_id)
-    tags = run.data.tags
-    if tags.get(TAG_ROLE) != "parent" or tags.get(TAG_MODEL) != model:
-        raise CeleritasInputError(f"run {run_id} is not a parent run of model {model!r} "
-                                  f"(role {tags.get(TAG_ROLE)!r}, model {tags.get(TAG_MODEL)!r})")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    _set_tag_dict(client, run_id, {
-        TAG_PRODUCTION: "true", TAG_PLACEMENT_URI: placement_uri, TAG_PROMOTED_AT: now,
-        TAG_PROMOTE_REASON: _truncate(str(reason), MAX_TAG_VALUE)})
-    for old in _production_runs(client, [run.info.experiment_id], model):
-        if old.info.run_id != run_id:
-            _set_tag_dict(client, old.info.run_id, {TAG_PRODUCTION: "false", TAG_SUPERSEDED_BY: run_id,
-                                                    TAG_SUPERSEDED_AT: now})
+    _ensure_registered_model(client, registered_model, model, config_key, configuration)
+    with _registry_lock(client, registered_model):
+        current = _champion_of(client, registered_model)
+        if current is not None and current.run_id == run_id:
+            return Promotion(True, "this run is already the champion (a retried publish)", current)
+        if (current.version if current else None) != expected_version:
+            now = current.version if current else "none"
+            return Promotion(False, "the champion changed while this run measured it (measured against "
+                                    f"version {expected_version or 'none'}, now {now}); production kept",
+                             current)
+        mine = [v for v in client.search_model_versions(f"name = {_quote(registered_model)}")
+                if v.run_id == run_id]
+        if mine:
+            version = mine[0]
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                for filename, local in published.items():
+                    shutil.copyfile(_local_path(local), Path(tmp) / filename)
+                client.log_artifacts(run_id, tmp, PUBLISHED_FOLDER)
+            version_tags = {**_tag_values(tags), TAG_PROMOTED_AT: _now_iso(),
+                            TAG_PROMOTE_REASON: _truncate(reason, MAX_TAG_VALUE),
+                            TAG_JOB: run.data.tags.get(TAG_JOB, ""),
+                            "celeritas.placement_sha256": _sha256(published["placement.json"])}
+            source = f"{run.info.artifact_uri}/{PUBLISHED_FOLDER}"
+            version = client.create_model_version(registered_model, source, run_id=run_id, tags=version_tags,
+                                                  description=reason)
+        client.set_registered_model_alias(registered_model, ALIAS_CHAMPION, str(version.version))
+        promoted = _champion_of(client, registered_model)
+    _set_tag_dict(client, run_id, {TAG_MODEL_VERSION: str(version.version),
+                                   TAG_REGISTERED_MODEL: registered_model,
+                                   TAG_PRODUCTION: "true", TAG_PROMOTED_AT: _now_iso()})
+    if current is not None:
+        with suppress(Exception):
+            _set_tag_dict(client, current.run_id, {TAG_PRODUCTION: "false", TAG_SUPERSEDED_BY: run_id,
+                                                   TAG_SUPERSEDED_AT: _now_iso()})
+    return Promotion(True, reason, promoted)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @_tracked
-def record_decision(run_id: str, decision: str, reason: str) -> None:
-    """Record the publish decision (e.g. ``promoted``/``kept``) and its reason as run tags."""
+def record_decision(run_id: str, decision: str, reason: str, *, config_key: str | None = None,
+                    metrics: Mapping[str, float] | None = None) -> None:
+    """Record the publish decision (``promoted``/``kept``), its reason, the configuration and the
+    statistics' figures on the parent run (tags and metrics)."""
     _text(decision, "decision")
-    set_tags(run_id, {TAG_DECISION: decision, TAG_REASON: str(reason)})
+    tags: dict[str, object] = {TAG_DECISION: decision, TAG_REASON: str(reason), TAG_DECIDED_AT: _now_iso()}
+    if config_key:
+        tags[TAG_CONFIG_KEY] = config_key
+    set_tags(run_id, tags)
+    if metrics:
+        log_metrics(run_id, metrics)
+
+
+@_tracked
+def champions(model: str) -> list[Champion]:
+    """The champion of every configuration of ``model`` (configurations without one are left out)."""
+    _text(model, "model")
+    client = _client()
+    found = client.search_registered_models(f"tags.`{TAG_MODEL}` = {_quote(model)}")
+    names = [r.name for r in found if not r.name.startswith(LOCK_PREFIX)]
+    out = [c for c in (_champion_of(client, name) for name in names) if c]
+    return sorted(out, key=lambda c: (c.configuration, c.config_key))
+
+
+@_tracked
+def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1000) -> list[dict[str, Any]]:
+    """Every publish decision about ``model``, oldest first: when, configuration, decision, placer,
+    step times, the test's figures, the version promoted, the run and the reason."""
+    _text(model, "model")
+    client = _client()
+    exp_ids = _experiment_ids(client, experiment)
+    if not exp_ids:
+        return []
+    runs = _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
+                   max_results=limit)
+    rows = []
+    for run in runs:
+        t, m = run.data.tags, run.data.metrics
+        if TAG_DECISION not in t:
+            continue
+        rows.append({"decided_at": t.get(TAG_DECIDED_AT) or _iso(run.info.end_time or run.info.start_time),
+                     "config_key": t.get(TAG_CONFIG_KEY), "decision": t.get(TAG_DECISION),
+                     "placer": t.get(TAG_BEST_MEASURED),
+                     "step_time_s": m.get("challenger_median_step_time_s"),
+                     "champion_step_time_s": m.get("champion_median_step_time_s"),
+                     "gain": m.get("gain_vs_champion"), "p_value": m.get("ab_p_value"),
+                     "version": t.get(TAG_MODEL_VERSION), "run_id": run.info.run_id, "job_id": t.get(TAG_JOB),
+                     "reason": t.get(TAG_REASON)})
+    return sorted(rows, key=lambda r: r["decided_at"] or "")
 
 
 # ---------------------------------------------------------------------------- comparing runs

@@ -1,88 +1,132 @@
-"""Pipeline step (GPU node): run each placement, warm-up then timed steps; log step times to MLflow."""
+"""Pipeline steps around the GPU validation: plan it (light), then time one placement against the
+champion, interleaved in blocks on the same devices (GPU node; the DAG maps it over the plan)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
-from tasks.common import artifact, model_spec, validation_uri
-from tasks.contracts import Job, PlaceResult, ValidateResult
+from tasks.common import model_spec, validation_uri
+from tasks.contracts import Job, PlacementValidation, PlaceResult, ValidationItem, ValidationPlan
+
+log = logging.getLogger(__name__)
+
+#: Timed steps are spread over this many interleaved blocks (fewer when there are fewer steps).
+BLOCKS = 5
 
 
-def validate(job: Job, placed: PlaceResult) -> ValidateResult:
-    """Validate every placement of the place step that fits in memory: ``warmup_steps``
-    untimed and ``validation_steps`` timed steps each; write ``validation/PLACER.json`` and
-    ``validation.json``, log mean/median/p90 and every step time (``step=``) to the placer's child
-    run, speed-ups over one device and over the best baseline, and predicted vs measured peak
-    memory per device (bytes)."""
-    from celeritas_tf.evaluation import predicted_peaks
-    from celeritas_tf.evaluation import validate as run_placement
+def plan_validation(job: Job, placed: PlaceResult) -> ValidationPlan:
+    """One validation item per placement that fits in memory, each against the configuration's
+    current champion (read once here, so every item measures the same one and ``publish`` can
+    promote only if it is still the champion)."""
+    name = str(job.configuration["registered_model"])
+    current = tracking.champion(name)
+    items = tuple(ValidationItem(placer=placer, placement_uri=uri,
+                                 champion_version=current.version if current else None,
+                                 champion_placement_uri=current.placement_uri if current else None)
+                  for placer, uri in placed.placements.items() if not placed.oom.get(placer))
+    if not items:
+        raise CeleritasInputError("no placement fits in memory: nothing to validate")
+    who = f"version {current.version} ({current.placer}, run {current.run_id})" if current else "none yet"
+    log.info("validating %d placements of configuration %s; champion: %s", len(items), job.config_key, who)
+    return ValidationPlan(items=items, registered_model=name,
+                          champion_version=current.version if current else None,
+                          champion_placer=current.placer if current else None,
+                          champion_run_id=current.run_id if current else None)
 
-    params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
+
+def _assignment(doc: Any, source: str) -> dict[str, int]:
+    assignment = doc.get("assignment") if isinstance(doc, dict) else None
+    if not isinstance(assignment, dict):
+        raise CeleritasInputError("field 'assignment' missing", source=source)
+    return assignment
+
+
+def _champion_assignment(item: ValidationItem) -> dict[str, int] | None:
+    """The champion's published assignment, downloaded from MLflow (None without a champion)."""
+    if item.champion_placement_uri is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        local = tracking.download_published(item.champion_placement_uri, tmp)
+        return _assignment(json.loads(Path(local).read_text()), item.champion_placement_uri)
+
+
+def validate(job: Job, item: ValidationItem) -> PlacementValidation:
+    """Time ``item``'s placement (``warmup_steps`` untimed, then ``validation_steps`` timed steps)
+    and the champion's, interleaved in blocks; write ``validation/PLACER.json`` and log the
+    placer's child run: mean/median/p90, every step time (``step=``), predicted vs measured peak
+    memory per device (bytes), and the champion's median measured alongside."""
+    from celeritas_tf.evaluation import predicted_peaks, validate_interleaved
+
+    params = job.params
+    doc = storage.read_json(item.placement_uri)
+    arms = {"challenger": _assignment(doc, item.placement_uri)}
+    champion_error = None
+    try:
+        champion = _champion_assignment(item)
+    except CeleritasInputError as exc:
+        champion, champion_error = None, f"the champion's placement cannot be read: {exc}"
+    if champion is not None:
+        arms["champion"] = champion
+    devices = len(doc.get("devices") or []) or int(params["num_devices"])
+    kwargs = {"warmup_steps": int(params["warmup_steps"]), "steps": int(params["validation_steps"]),
+              "blocks": BLOCKS, "progress": log.info}
+    sources = {"challenger": item.placement_uri, "champion": item.champion_placement_uri or ""}
     model = model_spec(params)
     batch = int(params["batch_size"])
-    results: dict[str, dict[str, Any]] = {}
-    for placer, uri in placed.placements.items():
-        if placed.oom.get(placer):
-            continue  # an over-full placement would not run on real devices
-        doc = storage.read_json(uri)
-        assignment = doc.get("assignment") if isinstance(doc, dict) else None
-        if not isinstance(assignment, dict):
-            raise CeleritasInputError("field 'assignment' missing", source=uri)
-        devices = len(doc.get("devices") or []) or int(params["num_devices"])
-        run = run_placement(model, batch, assignment, devices, warmup_steps=int(params["warmup_steps"]),
-                            steps=int(params["validation_steps"]), source=uri)
-        body = run.to_json({"placer": placer, "placement": uri,
-                            "predicted_step_time_us": doc.get("predicted_step_time_us"),
-                            "predicted_peak_bytes": predicted_peaks(doc)})
-        storage.write_json(validation_uri(run_dir, placer), body)
-        results[placer] = body
-    if not results:
-        raise CeleritasInputError("no placement fits in memory: nothing to validate")
-    single = results.get("single", {}).get("mean_s")
-    baselines = [r["mean_s"] for p, r in results.items() if p not in ("celeritas", "single")]
-    best_baseline = min(baselines) if baselines else float("nan")
-    for placer, body in results.items():
-        with tempfile.TemporaryDirectory() as tmp:
-            local = Path(tmp) / f"{placer}.validation.json"
-            local.write_text(json.dumps(body, indent=1))
-            child = _log_child(parent_run_id, placer, body, single, best_baseline, str(local))
-        tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
-    best = min(results, key=lambda p: results[p]["mean_s"])
-    summary = {"format": VALIDATION_SUMMARY_FORMAT, "best_measured": best,
-               "best_measured_step_time_s": results[best]["mean_s"],
-               "placers": {p: {k: r[k] for k in ("mean_s", "median_s", "p90_s", "predicted_step_time_us")}
-                           for p, r in results.items()},
-               "validations": {p: validation_uri(run_dir, p) for p in results}}
-    uri = storage.write_json(artifact(run_dir, "validation_summary"), summary)
-    tracking.log_metrics(parent_run_id, {"best_measured_step_time_s": results[best]["mean_s"]})
-    tracking.log_series(parent_run_id, "best_validation_step_time_s", results[best]["step_seconds"])
-    tracking.set_tags(parent_run_id, {"celeritas.best_measured_placer": best})
-    return ValidateResult(validation_summary_uri=uri, best_measured=best,
-                          best_measured_step_time_s=results[best]["mean_s"],
-                          best_placement_uri=placed.placements[best],
-                          measured_mean_s={p: r["mean_s"] for p, r in results.items()})
+    try:
+        runs = validate_interleaved(model, batch, arms, devices, sources=sources, **kwargs)
+    except CeleritasInputError as exc:
+        if "champion" not in arms:
+            raise
+        # e.g. the model's ops were renamed since the champion was placed: it cannot run any more
+        champion_error = f"the champion's placement does not run on this model: {exc}"
+        del arms["champion"]
+        runs = validate_interleaved(model, batch, arms, devices, sources=sources, **kwargs)
+    mine = runs["challenger"]
+    theirs = runs.get("champion")
+    body = mine.to_json({"placer": item.placer, "placement": item.placement_uri,
+                         "predicted_step_time_us": doc.get("predicted_step_time_us"),
+                         "predicted_peak_bytes": predicted_peaks(doc), "blocks": BLOCKS,
+                         "champion": None if theirs is None else {
+                             "version": item.champion_version, "placement": item.champion_placement_uri,
+                             "median_s": theirs.median_s, "mean_s": theirs.mean_s,
+                             "step_seconds": list(theirs.step_seconds)},
+                         "champion_error": champion_error})
+    uri = storage.write_json(validation_uri(job.run_dir, item.placer), body)
+    _log_child(job.parent_run_id, item.placer, body, uri)
+    if champion_error:
+        log.warning("%s: %s", item.placer, champion_error)
+    log.info("%s: median %.3f ms over %d timed steps%s", item.placer, mine.median_s * 1e3,
+             len(mine.step_seconds),
+             "" if theirs is None else f"; champion v{item.champion_version} {theirs.median_s * 1e3:.3f} ms")
+    return PlacementValidation(
+        placer=item.placer, placement_uri=item.placement_uri, validation_uri=uri,
+        step_seconds=tuple(mine.step_seconds), champion_version=item.champion_version if theirs else None,
+        champion_step_seconds=tuple(theirs.step_seconds) if theirs else (), champion_error=champion_error,
+        mean_s=mine.mean_s, median_s=mine.median_s, p90_s=mine.p90_s, blocks=BLOCKS)
 
 
-def _log_child(parent_run_id: str, placer: str, body: Mapping[str, Any], single: float | None,
-               best_baseline: float, validation_file: str) -> str:
-    """Log one placer's measured figures and its validation JSON to its MLflow child run."""
+def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> None:
+    """Log one placer's measured figures, step times and validation JSON to its MLflow child run."""
     from celeritas_tf.evaluation import peak_metrics
 
-    metrics = {"measured_mean_step_time_s": body["mean_s"],
-               "measured_median_step_time_s": body["median_s"], "measured_p90_step_time_s": body["p90_s"],
+    metrics = {"measured_mean_step_time_s": body["mean_s"], "measured_median_step_time_s": body["median_s"],
+               "measured_p90_step_time_s": body["p90_s"],
                **peak_metrics(body.get("measured_peak_bytes"), body.get("predicted_peak_bytes"))}
-    if single:
-        metrics["measured_speedup_vs_single"] = single / body["mean_s"]
-    if np.isfinite(best_baseline):
-        metrics["measured_speedup_vs_best_baseline"] = best_baseline / body["mean_s"]
-    return tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics=metrics,
-                              artifacts={"validation": validation_file})
+    if body.get("champion"):
+        metrics["champion_median_step_time_s"] = body["champion"]["median_s"]
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / f"{placer}.validation.json"
+        local.write_text(json.dumps(body, indent=1))
+        child = tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics=metrics,
+                                   artifacts={"validation": str(local)},
+                                   tags={"celeritas.validation_uri": uri})
+    tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
+    if body.get("champion"):
+        tracking.log_series(child, "champion_step_time_s", body["champion"]["step_seconds"])
