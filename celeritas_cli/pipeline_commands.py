@@ -1,5 +1,6 @@
-"""The pipeline's commands of the ``celeritas`` CLI: ``run`` (the whole pipeline without Airflow)
-and ``runs compare`` (the last runs of a model from MLflow).
+"""The pipeline's commands of the ``celeritas`` CLI: ``run`` (the whole pipeline without Airflow),
+``runs compare`` (the last runs of a model from MLflow) and ``production show|history`` (the
+champion of each configuration in MLflow's Model Registry, and the decisions).
 
 ``run``'s flags are generated from :data:`tasks.params.FIELDS`, the same schema the Airflow trigger
 form uses, so the CLI and the form accept the same parameters. Heavy imports happen when a
@@ -71,10 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     resolve_params(given)  # bad parameters fail here, before any step starts
     out = run_pipeline(given, job_id=args.job_id,
                        progress=lambda step: print(f"  {step}", file=sys.stderr, flush=True))
-    prepared, validation, decision = out.prepare, out.validate, out.publish
-    print(f"model {prepared.params['model']}: best measured {validation.best_measured} "
-          f"{validation.best_measured_step_time_s * 1e3:.3f} ms per step; publish: {decision.decision} "
-          f"({decision.reason})")
+    prepared, decision = out.prepare, out.publish
+    print(f"model {prepared.params['model']}, configuration {decision.config_key}: best measured "
+          f"{decision.placer} {decision.step_time_s * 1e3:.3f} ms per step (median); {decision.decision}: "
+          f"{decision.reason}")
+    if decision.champion_version is not None:
+        print(f"champion: version {decision.champion_version} of "
+              f"{prepared.configuration['registered_model']}, {decision.placement_uri}")
     print(f"artifacts: {prepared.run_dir}")
     from tasks import tracking
 
@@ -94,6 +98,69 @@ def cmd_runs_compare(args: argparse.Namespace) -> int:
         print(f"no runs of model {args.model!r} in {tracking.tracking_uri()}")
         return 0
     print(tracking.format_runs_table(rows))
+    return 0
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: set[int]) -> str:
+    """A plain-text table: a header, then one line per row; ``numeric`` columns right-aligned."""
+    lines = [header, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
+                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+                     for line in lines)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _described(configuration: str) -> str:
+    """The one-line description inside a champion's configuration JSON (empty if unreadable)."""
+    try:
+        doc = json.loads(configuration)
+    except ValueError:
+        return ""
+    return str(doc.get("description", "")) if isinstance(doc, dict) else ""
+
+
+def cmd_production_show(args: argparse.Namespace) -> int:
+    """Print the champion of every configuration of a model (MLflow Model Registry)."""
+    from tasks import tracking
+
+    found = tracking.champions(args.model)
+    if args.json:
+        print(json.dumps([c.to_json() for c in found], indent=1, allow_nan=False))
+        return 0
+    if not found:
+        print(f"no champion for model {args.model!r} in {tracking.tracking_uri()}")
+        return 0
+    header = ("configuration", "version", "placer", "step_ms", "promoted (UTC)", "run_id", "placement")
+    rows = [(c.config_key, c.version, c.placer, _num(c.step_time_s * 1e3, ".3f"),
+             c.promoted_at.replace("T", " ")[:19], c.run_id, c.placement_uri) for c in found]
+    print(_table(header, rows, {1, 3}))
+    for c in found:
+        print(f"{c.config_key}: {_described(c.configuration)}")
+    return 0
+
+
+def cmd_production_history(args: argparse.Namespace) -> int:
+    """Print every publish decision about a model, oldest first."""
+    from tasks import tracking
+
+    decisions = tracking.decision_history(args.model)
+    if args.json:
+        print(json.dumps([d.to_json() for d in decisions], indent=1, allow_nan=False))
+        return 0
+    if not decisions:
+        print(f"no decisions about model {args.model!r} in {tracking.tracking_uri()}")
+        return 0
+    header = ("decided (UTC)", "configuration", "decision", "version", "placer", "step_ms", "champion_ms",
+              "gain", "p_value", "run_id")
+    rows = [(d.decided_at.replace("T", " ")[:19], d.config_key, d.decision, d.version or "-", d.placer,
+             _num(None if d.step_time_s is None else d.step_time_s * 1e3, ".3f"),
+             _num(None if d.champion_step_time_s is None else d.champion_step_time_s * 1e3, ".3f"),
+             _num(d.gain, "+.1%"), _num(d.p_value, ".2g"), d.run_id) for d in decisions]
+    print(_table(header, rows, {5, 6, 7, 8}))
     return 0
 
 
@@ -124,3 +191,23 @@ def add_commands(sub: Any) -> None:
     c.add_argument("--model", required=True, help="model name as given to the pipeline")
     c.add_argument("--last", type=int, default=10, help="how many runs (default 10)")
     c.set_defaults(func=cmd_runs_compare)
+
+    prod = sub.add_parser("production", help="the production placements (champions) in MLflow's registry",
+                          description="The champion placement of each configuration of a model (model "
+                                      "identity, batch size and cluster), and the decisions that made it.")
+    prod_sub = prod.add_subparsers(dest="production_command", metavar="SUBCOMMAND", required=True)
+    show = prod_sub.add_parser("show", help="the champion of each configuration of a model",
+                               description="Print the champion of each configuration of MODEL: configuration "
+                                           "key, model version, placer, measured median step time, when it "
+                                           "was promoted, its run and its placement's URI.")
+    show.add_argument("--model", required=True, help="model name as given to the pipeline")
+    show.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    show.set_defaults(func=cmd_production_show)
+    hist = prod_sub.add_parser("history", help="every publish decision about a model, oldest first",
+                               description="Print every publish decision about MODEL, oldest first: when, "
+                                           "configuration, promoted or kept, the version promoted, the best "
+                                           "placer, its and the champion's median step time, the gain and "
+                                           "the test's p-value, and the run.")
+    hist.add_argument("--model", required=True, help="model name as given to the pipeline")
+    hist.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    hist.set_defaults(func=cmd_production_history)

@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([*airflow, "pools", "set", "gpu", "1", "GPU workers: one placement job per GPU node"],
                    check=True, env=os.environ, stdout=subprocess.DEVNULL)
     sys.path.insert(0, str(ROOT))
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow.dag_processing.dagbag import BundleDagBag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = BundleDagBag(dag_folder=str(ROOT / "dags"), bundle_path=ROOT / "dags")
     if bag.import_errors:
         for path, error in bag.import_errors.items():
             print(f"{path}: {error}", file=sys.stderr)

@@ -85,9 +85,11 @@ def _claim_run_dir(run_dir: str, job_id: str) -> None:
     storage.write_json(marker, {"job_id": job_id})
 
 
-def close_run(job: Job, decision: PublishResult | None) -> str:
+def close_run(job: Job | None, decision: PublishResult | None) -> str:
     """End the job's MLflow parent run: FINISHED once ``publish`` has decided, else FAILED (a step
     failed for good; the run is tagged ``celeritas.publish_decision=failed``). Returns the status."""
+    if job is None:  # prepare itself failed: there is no parent run to close
+        return "FAILED"
     if decision is None:
         tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})
         tracking.end_run(job.parent_run_id, "FAILED")

@@ -629,7 +629,37 @@ class Champion:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        """The champion as a JSON object (``celeritas production show --json``)."""
+        """The champion as a JSON object (``celeritas production show --json``), its configuration
+        parsed (``configuration.json`` of the version)."""
+        try:
+            configuration: Any = json.loads(self.configuration)
+        except ValueError:
+            configuration = self.configuration
+        return {**asdict(self), "configuration": configuration}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One publish decision about a model (``celeritas production history``): when (ISO UTC), the
+    configuration, promoted or kept, the run's best placer and its median step time (s), the
+    champion's measured alongside, the relative gain and the test's p-value (None without a
+    champion), the version promoted (None when kept), the parent run, the job and the reason."""
+
+    decided_at: str
+    config_key: str
+    decision: str
+    placer: str
+    step_time_s: float | None
+    champion_step_time_s: float | None
+    gain: float | None
+    p_value: float | None
+    version: str | None
+    run_id: str
+    job_id: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The decision as a JSON object (``celeritas production history --json``)."""
         return asdict(self)
 
 
@@ -853,9 +883,8 @@ def champions(model: str) -> list[Champion]:
 
 
 @_tracked
-def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1000) -> list[dict[str, Any]]:
-    """Every publish decision about ``model``, oldest first: when, configuration, decision, placer,
-    step times, the test's figures, the version promoted, the run and the reason."""
+def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1000) -> list[Decision]:
+    """Every publish decision about ``model`` (all its configurations), oldest first."""
     _text(model, "model")
     client = _client()
     exp_ids = _experiment_ids(client, experiment)
@@ -863,20 +892,20 @@ def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1
         return []
     runs = _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
                    max_results=limit)
-    rows = []
-    for run in runs:
-        t, m = run.data.tags, run.data.metrics
-        if TAG_DECISION not in t:
-            continue
-        rows.append({"decided_at": t.get(TAG_DECIDED_AT) or _iso(run.info.end_time or run.info.start_time),
-                     "config_key": t.get(TAG_CONFIG_KEY), "decision": t.get(TAG_DECISION),
-                     "placer": t.get(TAG_BEST_MEASURED),
-                     "step_time_s": m.get("challenger_median_step_time_s"),
-                     "champion_step_time_s": m.get("champion_median_step_time_s"),
-                     "gain": m.get("gain_vs_champion"), "p_value": m.get("ab_p_value"),
-                     "version": t.get(TAG_MODEL_VERSION), "run_id": run.info.run_id, "job_id": t.get(TAG_JOB),
-                     "reason": t.get(TAG_REASON)})
-    return sorted(rows, key=lambda r: r["decided_at"] or "")
+    rows = [_decision_of(run) for run in runs if TAG_DECISION in run.data.tags]
+    return sorted(rows, key=lambda d: d.decided_at)
+
+
+def _decision_of(run: Run) -> Decision:
+    """The :class:`Decision` recorded on a parent run by :func:`record_decision`."""
+    t, m = run.data.tags, run.data.metrics
+    return Decision(decided_at=t.get(TAG_DECIDED_AT) or _iso(run.info.end_time or run.info.start_time) or "",
+                    config_key=t.get(TAG_CONFIG_KEY, ""), decision=t.get(TAG_DECISION, ""),
+                    placer=t.get(TAG_BEST_MEASURED, ""), step_time_s=m.get("challenger_median_step_time_s"),
+                    champion_step_time_s=m.get("champion_median_step_time_s"), gain=m.get("gain_vs_champion"),
+                    p_value=m.get("ab_p_value"), version=t.get(TAG_MODEL_VERSION) if t.get(TAG_DECISION)
+                    == "promoted" else None, run_id=run.info.run_id, job_id=t.get(TAG_JOB, ""),
+                    reason=t.get(TAG_REASON, ""))
 
 
 # ---------------------------------------------------------------------------- comparing runs

@@ -32,18 +32,19 @@ TINY = {
     "calibrate_comm": False, "placers": ["celeritas", "m-topo", "single"],
     "validation_steps": 50, "warmup_steps": 5,
 }
-GPU_TASKS = {"calibrate_comm", "profile_small_batches", "remeasure_large_batch", "validate"}
-# data flow: every step reads prepare's job; the cluster and the measured graph feed fuse and place
+GPU_TASKS = {"calibrate_comm", "profile_small_batches", "remeasure_large_batch", "validate", "validate_all"}
+STEP_TASKS = ("calibrate_comm", "profile_small_batches", "fit_regression", "remeasure_large_batch", "fuse",
+              "place", "plan_validation", "validate", "publish")
+# data flow: every step reads prepare's job; the cluster and the measured graph feed fuse and place;
+# plan_validation's items feed the mapped validate, its plan (XCom key "plan") publish
 EDGES = {
-    *{("prepare", t) for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
-                               "remeasure_large_batch", "fuse", "place", "validate", "publish")},
+    *{("prepare", t) for t in STEP_TASKS},
     ("profile_small_batches", "fit_regression"), ("fit_regression", "remeasure_large_batch"),
     ("calibrate_comm", "remeasure_large_batch"), ("calibrate_comm", "fuse"), ("calibrate_comm", "place"),
     ("remeasure_large_batch", "fuse"), ("remeasure_large_batch", "place"), ("fuse", "place"),
-    ("place", "validate"), ("validate", "publish"), ("publish", "promoted"), ("publish", "announce"),
-    ("promoted", "announce"), ("prepare", "close_run"),
-    *{(t, "close_run") for t in ("calibrate_comm", "profile_small_batches", "fit_regression",
-                                  "remeasure_large_batch", "fuse", "place", "validate", "publish")},
+    ("place", "plan_validation"), ("plan_validation", "validate"), ("plan_validation", "publish"),
+    ("validate", "publish"), ("publish", "promoted"), ("publish", "announce"),
+    ("promoted", "announce"), ("prepare", "close_run"), *{(t, "close_run") for t in STEP_TASKS},
 }
 
 
@@ -60,20 +61,22 @@ def airflow_home():
 
 @pytest.fixture(scope="module")
 def dag(airflow_home):
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow.dag_processing.dagbag import BundleDagBag
 
-    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    bag = BundleDagBag(dag_folder=str(ROOT / "dags"), bundle_path=ROOT / "dags")
     assert bag.import_errors == {}
     return bag.get_dag("celeritas_placement")
 
 
-def test_dag_file_imports_no_heavy_module():
+@pytest.mark.parametrize("dag_file", ["celeritas_placement.py", "celeritas_fleet.py"])
+def test_dag_files_import_no_heavy_module(dag_file):
     code = ("import sys, runpy; runpy.run_path(sys.argv[1]); "
             "print(sorted(m for m in ('tensorflow', 'mlflow', 'boto3', 'numpy', 'keras') "
             "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "dags" / "celeritas_placement.py")],
+    # the DAG processor puts the DAGs folder (the bundle) on sys.path: celeritas_steps is found there
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "dags" / dag_file)],
                          capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'dags'}"})
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
@@ -87,8 +90,12 @@ def test_dag_structure_queues_pools_schedule(dag):
         else:
             assert t.queue != "gpu" and t.pool != "gpu", t.task_id
     assert dag.catchup is False
-    assert dag.schedule == "@weekly"
+    assert dag.schedule is None  # ad hoc: unpausing it never starts an unrequested run
+    assert dag.max_active_runs > 1  # runs of different models (or configurations) go side by side
     assert dag.get_task("prepare").retries == 0 and dag.get_task("validate").retries >= 1
+    assert all(t.execution_timeout is not None for t in dag.tasks)
+    assert dag.get_task("validate").execution_timeout > dag.get_task("publish").execution_timeout
+    assert dag.get_task("validate").map_index_template == "{{ placer }}"
     # the MLflow parent run's lifecycle: prepare (setup) opens it, close_run (teardown) ends it
     setups = {t.task_id for t in dag.tasks if t.is_setup}
     teardowns = {t.task_id for t in dag.tasks if t.is_teardown}
@@ -179,7 +186,9 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
                      "placements/celeritas.json", "validation/m-topo.json"):
         assert expected in names, expected
     publish = json.loads((run_dir / "publish.json").read_text())
-    assert publish["decision"] == "promoted" and publish["placement_uri"].startswith(str(run_dir))
+    assert publish["decision"] == "promoted" and publish["challenger_placement_uri"].startswith(str(run_dir))
+    # production points to the immutable copy in the MLflow run's artifacts, not to the run directory
+    assert publish["placement_uri"].endswith("/published/placement.json")
     # a placement whose replayed peak exceeds a device is not validated; one that fits is
     compared = {row["placer"]: row for row in json.loads((run_dir / "compare.json").read_text())["placers"]}
     assert compared, "compare.json lists no placers"
@@ -194,10 +203,28 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
                               ("fit_regression", contracts.FitResult),
                               ("remeasure_large_batch", contracts.RemeasureResult),
                               ("fuse", contracts.FuseResult), ("place", contracts.PlaceResult),
-                              ("validate", contracts.ValidateResult), ("publish", contracts.PublishResult)):
+                              ("publish", contracts.PublishResult)):
         decoded = contract.from_xcom(xcoms[task_id])
         assert json.dumps(decoded.to_xcom(), sort_keys=True) == json.dumps(xcoms[task_id], sort_keys=True)
+    # validate is mapped over plan_validation's items: one GPU task per placement that fits
+    items = [contracts.ValidationItem.from_xcom(item) for item in xcoms["plan_validation"]]
+    mapped = [contracts.PlacementValidation.from_xcom(xcoms["validate"][i]) for i in range(len(items))]
+    assert [v.placer for v in mapped] == [item.placer for item in items]
+    assert sorted(v.placer for v in mapped) == sorted(p for p, row in compared.items() if not row["oom"])
+    assert all(v.champion_version is None and not v.champion_step_seconds for v in mapped)
     assert xcoms["close_run"] == "FINISHED" and xcoms["announce"] == publish["placement_uri"]
+    assert publish["champion_version"] == "1"
+    assert publish["config_key"] == parent.data.tags["celeritas.config_key"]
+    # a second run of the same configuration re-measures champion version 1 next to each placement
+    second = dag.test(run_conf={**TINY, "run_dir": str(tmp_path / "run2")})
+    assert str(second.state).endswith("success")
+    again = _xcoms(second)
+    remeasured = [contracts.PlacementValidation.from_xcom(v) for v in again["validate"].values()]
+    assert all(v.champion_version == "1" and len(v.champion_step_seconds) == 50 for v in remeasured)
+    decided = contracts.PublishResult.from_xcom(again["publish"])
+    assert decided.comparison["champion_n"] == 50 and decided.comparison["test"].startswith("one-sided")
+    if decided.decision == "kept":  # production did not move: the same version, the same placement
+        assert (decided.champion_version, decided.placement_uri) == ("1", publish["placement_uri"])
 
 
 def _xcoms(dag_run) -> dict:
@@ -208,7 +235,14 @@ def _xcoms(dag_run) -> dict:
     with create_session() as session:
         rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id,
                                                   key="return_value")).all()
-        return {row.task_id: XComModel.deserialize_value(row) for row in rows}
+        values: dict = {}
+        for row in rows:
+            value = XComModel.deserialize_value(row)
+            if row.map_index >= 0:
+                values.setdefault(row.task_id, {})[row.map_index] = value
+            else:
+                values[row.task_id] = value
+        return values
 
 
 def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airflow_home, tmp_path,
@@ -231,6 +265,57 @@ def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airfl
     assert parent.info.status == "FAILED" and parent.data.tags["celeritas.publish_decision"] == "failed"
     assert not (tmp_path / "run" / "publish.json").exists()
     assert _xcoms(dag_run)["close_run"] == "FAILED"
+
+
+@pytest.fixture(scope="module")
+def fleet_dag(airflow_home):
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    return BundleDagBag(dag_folder=str(ROOT / "dags"), bundle_path=ROOT / "dags").get_dag("celeritas_fleet")
+
+
+def test_fleet_dag_structure(fleet_dag):
+    assert fleet_dag.schedule == os.environ.get("CELERITAS_SCHEDULE", "@weekly")
+    assert fleet_dag.catchup is False
+    ids = set(fleet_dag.task_ids)
+    assert "production_models" in ids
+    assert {"model.prepare_model", "model.validate_all", "model.close_run"} <= ids
+    assert "model.validate" not in ids  # Airflow cannot map inside a mapped task group: one GPU task
+    for t in fleet_dag.tasks:
+        assert ((t.queue, t.pool) == ("gpu", "gpu")) == (t.task_id.split(".")[-1] in GPU_TASKS), t.task_id
+        assert t.execution_timeout is not None, t.task_id
+
+
+def test_fleet_dag_replaces_each_model_and_one_failure_stops_no_other(fleet_dag, airflow_home, tmp_path,
+                                                                      monkeypatch):
+    from airflow.utils.state import TaskInstanceState
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    models = tmp_path / "production_models.yaml"
+    shared = {k: v for k, v in TINY.items() if k != "device_memory"} | {"validation_steps": 10}
+    models.write_text(json.dumps({"defaults": shared, "models": [
+        {"name": "fits", "params": {"device_memory": "60KB"}},
+        {"name": "too-small", "params": {"device_memory": "8KB"}}]}))  # JSON is YAML too
+    monkeypatch.setenv("CELERITAS_PRODUCTION_MODELS", str(models))
+    dag_run = fleet_dag.test()
+    assert str(dag_run.state).endswith("failed")  # one model failed: the run says so
+    states = {(ti.task_id, ti.map_index): ti.state for ti in dag_run.get_task_instances()}
+    assert states[("production_models", -1)] == TaskInstanceState.SUCCESS
+    for task in ("prepare_model", "validate_all", "publish", "close_run"):
+        assert states[(f"model.{task}", 0)] == TaskInstanceState.SUCCESS, task
+    assert states[("model.place", 1)] == TaskInstanceState.FAILED
+    assert states[("model.close_run", 1)] == TaskInstanceState.SUCCESS
+    _, runs = _mlflow_runs(uri)
+    parents = {r.data.tags["celeritas.fleet_model"]: r for r in runs
+               if r.data.tags.get("celeritas.role") == "parent"}
+    assert parents["fits"].info.status == "FINISHED" and parents["too-small"].info.status == "FAILED"
+    assert parents["fits"].data.tags["celeritas.job_id"] == f"{dag_run.run_id}/fits"
+    assert parents["fits"].data.tags["celeritas.publish_decision"] == "promoted"
+    from tasks import tracking
+
+    (champion,) = tracking.champions("mlp")
+    assert champion.run_id == parents["fits"].info.run_id
 
 
 def test_whole_dag_against_a_real_mlflow_server_and_s3(dag, airflow_home, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -28,9 +29,10 @@ from tasks.contracts import (
     Contract,
     Job,
     PipelineResult,
+    PlacementValidation,
     PlaceResult,
     PublishResult,
-    ValidateResult,
+    ValidationPlan,
 )
 from tasks.fit_regression import fit_regression
 from tasks.fuse import fuse
@@ -169,8 +171,8 @@ def test_contract_checks_nested_values_and_normalises_numbers():
     with pytest.raises(CeleritasInputError, match=r"^PublishResult: field 'decision' must be one of "
                                                   r"'promoted', 'kept', got 'maybe'$"):
         PublishResult.from_xcom({**_xcom_example(PublishResult), "decision": "maybe"})
-    with pytest.raises(CeleritasInputError, match=r"^ValidateResult: expected a JSON object, got None$"):
-        ValidateResult.from_xcom(None)
+    with pytest.raises(CeleritasInputError, match=r"^PlacementValidation: expected a JSON object, got None$"):
+        PlacementValidation.from_xcom(None)
     with pytest.raises(CeleritasInputError, match="field 'ops' must be an integer, got True"):
         contracts.ProfileResult(profile_uri="p.json", ops=True, batch_sizes=(2, 4))
     # numpy scalars (what the steps compute with) become plain Python numbers; NaN survives XCom
@@ -191,9 +193,9 @@ def test_contract_checks_nested_values_and_normalises_numbers():
 
 def test_pipeline_result_lists_the_steps_in_order_with_a_json_view():
     assert STEPS == ("prepare", "calibrate_comm", "profile_small_batches", "fit_regression",
-                     "remeasure_large_batch", "fuse", "place", "validate", "publish")
+                     "remeasure_large_batch", "fuse", "place", "plan_validation", "validate", "publish")
     result = PipelineResult.from_xcom(_xcom_example(PipelineResult))
-    assert isinstance(result.validate, ValidateResult) and list(result.to_dict()) == list(STEPS)
+    assert isinstance(result.validate[0], PlacementValidation) and list(result.to_dict()) == list(STEPS)
     assert result.publish.to_xcom() == result.to_dict()["publish"]
 
 
@@ -284,30 +286,93 @@ def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkey
         assert type(result).from_xcom(json.loads(json.dumps(result.to_xcom()))) == result
 
 
-def _validation(step_time_s: float, placement_uri: str, placer: str) -> ValidateResult:
-    return ValidateResult(validation_summary_uri="file:///validation.json", best_measured=placer,
-                          best_measured_step_time_s=step_time_s, best_placement_uri=placement_uri,
-                          measured_mean_s={placer: step_time_s})
+def _measured(job: Job, placer: str, steps_ms: list[float], champion_ms: list[float],
+              champion_version: str | None) -> PlacementValidation:
+    """A validation of ``placer`` with these step times (ms), its placement and validation files
+    written in the job's run directory, as ``validate`` would leave them."""
+    placement = storage.join(job.run_dir, "placements", f"{placer}.json")
+    storage.write_json(placement, {"format": "celeritas-placement/1", "assignment": {"op": 0}, "by": placer})
+    validation = storage.join(job.run_dir, "validation", f"{placer}.json")
+    storage.write_json(validation, {"step_seconds": [t / 1e3 for t in steps_ms]})
+    ordered = sorted(steps_ms)
+    return PlacementValidation(
+        placer=placer, placement_uri=placement, validation_uri=validation,
+        step_seconds=tuple(t / 1e3 for t in steps_ms), champion_version=champion_version,
+        champion_step_seconds=tuple(t / 1e3 for t in champion_ms), champion_error=None,
+        mean_s=sum(steps_ms) / len(steps_ms) / 1e3, median_s=ordered[len(ordered) // 2] / 1e3,
+        p90_s=ordered[int(0.9 * (len(ordered) - 1))] / 1e3, blocks=5)
+
+
+def _plan(job: Job, validations: list[PlacementValidation]) -> ValidationPlan:
+    """The plan ``plan_validation`` would have made for ``validations`` (reading the champion)."""
+    name = str(job.configuration["registered_model"])
+    current = tracking.champion(name)
+    items = tuple(contracts.ValidationItem(placer=v.placer, placement_uri=v.placement_uri,
+                                           champion_version=current.version if current else None,
+                                           champion_placement_uri=current.placement_uri if current else None)
+                  for v in validations)
+    return ValidationPlan(items=items, registered_model=name,
+                          champion_version=current.version if current else None,
+                          champion_placer=current.placer if current else None,
+                          champion_run_id=current.run_id if current else None)
+
+
+def _published_bytes(champion: tracking.Champion, folder) -> dict[str, bytes]:
+    """Every file of a champion's published version, downloaded."""
+    import mlflow.artifacts
+
+    source = champion.placement_uri.rsplit("/", 1)[0]
+    local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(folder))
+    return {p.name: p.read_bytes() for p in sorted(Path(local).iterdir())}
+
+
+def _noisy(center_ms: float, n: int, seed: int) -> list[float]:
+    """``n`` step times around ``center_ms`` with 2 % noise (deterministic per seed)."""
+    import random
+
+    rng = random.Random(seed)
+    return [center_ms * (1 + rng.gauss(0, 0.02)) for _ in range(n)]
 
 
 @needs_stack
-def test_publish_keeps_a_faster_production_placement(store):
+def test_publish_promotes_only_a_confident_gain_and_never_touches_published_artifacts(store, tmp_path):
     job = prepare(TINY, job_id="champion").job
-    tracking.log_metrics(job.parent_run_id, {"best_measured_step_time_s": 0.010})
-    first = publish(job, _validation(0.010, "file:///a.json", "celeritas"))
-    assert first.decision == "promoted" and first.promoted
-    challenger = prepare(TINY, job_id="challenger").job
-    slower = publish(challenger, _validation(0.0101, "file:///b.json", "m-topo"))
-    assert slower.decision == "kept" and not slower.promoted and "below" in slower.reason
-    assert (slower.placement_uri, slower.production_run_id) == ("file:///a.json", job.parent_run_id)
-    assert tracking.production_run("mlp")["run_id"] == job.parent_run_id
-    document = json.loads(storage.read_text(storage.join(challenger.run_dir, "publish.json")))
-    assert document == slower.document() and document["format"] == "celeritas-publish/1"
-    assert document["placement_uri"] == "file:///a.json" and "publish_uri" not in document
+    first = [_measured(job, "celeritas", _noisy(10.0, 30, 1), [], None)]
+    decided = publish(job, _plan(job, first), first)
+    assert decided.decision == "promoted" and decided.champion_version == "1"
+    assert "no champion" in decided.reason
+    champion = tracking.champion(str(job.configuration["registered_model"]))
+    assert champion.run_id == job.parent_run_id and champion.placer == "celeritas"
+    before = _published_bytes(champion, tmp_path / "before")
+    assert set(before) == {"placement.json", "validation.json", "configuration.json"}
+
+    # noise: 1 % faster in the medians, but not surely by the 2 % threshold -> kept; the losing run
+    # reuses nothing of the champion's and leaves its published files byte-identical
+    noise = prepare(TINY, job_id="noise").job
+    tried = [_measured(noise, "m-topo", _noisy(9.9, 30, 2), _noisy(10.0, 30, 3), "1")]
+    kept = publish(noise, _plan(noise, tried), tried)
+    assert kept.decision == "kept" and not kept.promoted and "not sure" in kept.reason
+    assert (kept.champion_version, kept.production_run_id) == ("1", job.parent_run_id)
+    assert kept.comparison["p_value"] > 0 and kept.comparison["threshold"] == 0.02
+    assert _published_bytes(tracking.champion(champion.registered_model), tmp_path / "after") == before
+    document = json.loads(storage.read_text(storage.join(noise.run_dir, "publish.json")))
+    assert document == kept.document() and document["format"] == "celeritas-publish/1"
+    assert "publish_uri" not in document
+
+    # a clear loss is kept too; a clear 20 % win over the champion measured alongside is promoted
+    loss = prepare(TINY, job_id="loss").job
+    slower = [_measured(loss, "m-topo", _noisy(12.0, 30, 4), _noisy(10.0, 30, 5), "1")]
+    assert publish(loss, _plan(loss, slower), slower).decision == "kept"
     faster = prepare(TINY, job_id="faster").job
-    better = publish(faster, _validation(0.008, "file:///c.json", "celeritas"))
-    assert better.decision == "promoted" and "25.0 %" in better.reason
-    assert tracking.production_run("mlp")["run_id"] == faster.parent_run_id
+    plan = _plan(faster, [])
+    won = [_measured(faster, "celeritas", _noisy(8.0, 30, 6), _noisy(10.0, 30, 7), "1"),
+           _measured(faster, "m-topo", _noisy(9.0, 30, 8), _noisy(10.0, 30, 9), "1")]
+    better = publish(faster, plan, won)
+    assert better.decision == "promoted" and better.placer == "celeritas" and better.champion_version == "2"
+    assert "level 0.025" in better.reason  # Bonferroni: two challengers compared at alpha 0.05
+    assert _published_bytes(champion, tmp_path / "v1") == before  # version 1 is still what it was
+    history = tracking.decision_history("mlp")
+    assert [d.decision for d in history] == ["promoted", "kept", "kept", "promoted"]
 
 
 @needs_stack
@@ -323,8 +388,9 @@ def test_close_run_ends_the_parent_run_and_a_reopening_prepare_reuses_it(store):
     decision = PublishResult.from_xcom({**_xcom_example(PublishResult), "decision": "kept"})
     assert close_run(again, decision) == "FINISHED"
     assert tracking.get_run(job.parent_run_id)["status"] == "FINISHED"
-    # without reopen (celeritas run), an ended run is not reused
-    assert prepare(TINY, job_id="cleared").parent_run_id != job.parent_run_id
+    # without reopen (celeritas run), a finished job is not run again
+    with pytest.raises(CeleritasInputError, match=r"^job 'cleared' already finished"):
+        prepare(TINY, job_id="cleared")
 
 
 @needs_stack
@@ -336,10 +402,27 @@ def test_celeritas_run_and_runs_compare(store, capsys):
                  "--warmup-steps", "1", "--job-id", "cli-job"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "publish: promoted" in out and "artifacts:" in out
+    assert "; promoted: " in out and "champion: version 1 of celeritas-mlp-b16-" in out
+    assert "artifacts:" in out
     code = main(["runs", "compare", "--model", "mlp", "--last", "5"])
     out, _ = capsys.readouterr()
     assert code == 0 and "FINISHED" in out and "promoted" in out
+    assert main(["production", "show", "--model", "mlp", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert len(shown) == 1 and shown[0]["version"] == "1" and shown[0]["job_id"] == "cli-job"
+    assert shown[0]["configuration"]["batch_size"] == 16
+    assert shown[0]["placement_uri"].endswith("placement.json")
+    assert main(["production", "show", "--model", "mlp"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["configuration", "version", "placer"] and shown[0]["run_id"] in table[1]
+    assert main(["production", "history", "--model", "mlp"]) == 0
+    history = capsys.readouterr().out.splitlines()
+    assert len(history) == 2 and "promoted" in history[1] and shown[0]["config_key"] in history[1]
+    # the same job id again: it finished, so it is refused in one line
+    code = main(["run", "--model", "mlp", "--job-id", "cli-job"])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.splitlines()[-1].startswith("celeritas: error: job 'cli-job' already finished")
+    assert "Traceback" not in err
 
 
 @needs_stack

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,57 +146,152 @@ def test_retries_reuse_parent_and_child(store: str) -> None:
     assert children[0].data.metrics == {"simulated_step_time_us": 900.0, "measured_mean_step_time_s": 0.12}
     assert tracking.child_run(first, "metis", metrics={}) != c1
 
-    # a finished job's id starts a new parent run (a re-triggered job), an unfinished one is reused
+    # a failed job's id runs again in its parent run (one parent run per job, whatever happened)
     tracking.end_run(first, "FAILED")
     assert client.get_run(first).info.status == "FAILED"
-    assert tracking.start_parent_run(**kwargs) != first
+    assert tracking.start_parent_run(**kwargs) == first
+    assert client.get_run(first).info.status == "RUNNING"
 
 
-def test_promote_production_and_decision(store: str) -> None:
-    assert tracking.production_run(MODEL) is None
-    old = tracking.start_parent_run(model=MODEL, run_name="a", job_id="a")
-    tracking.log_metrics(old, {"best_measured_step_time_s": 0.2})
-    tracking.set_tags(old, {"celeritas.best_measured_placer": "metis"})
-    tracking.promote(old, MODEL, placement_uri="s3://bucket/a/placement.json", reason="first placement")
-    tracking.record_decision(old, "promoted", "first placement")
-    champion = tracking.production_run(MODEL)
-    assert champion is not None
-    assert champion["run_id"] == old
-    assert champion["measured_step_time_s"] == 0.2
-    assert champion["placement_uri"] == "s3://bucket/a/placement.json"
-    assert champion["placer"] == "metis"
-    assert champion["promote_reason"] == "first placement"
+REGISTERED = "celeritas-resnet50-b64-0123456789abcdef"
+CONFIG = '{"key": "0123456789abcdef", "description": "batch 64, 4 x 16 GiB"}'
 
-    time.sleep(0.01)
-    new = tracking.start_parent_run(model=MODEL, run_name="b", job_id="b")
-    tracking.log_metrics(new, {"best_measured_step_time_s": 0.15})
-    tracking.promote(new, MODEL, placement_uri="s3://bucket/b/placement.json", reason="25 % faster")
-    tracking.record_decision(new, "promoted", "25 % faster")
-    champion = tracking.production_run(MODEL)
-    assert champion is not None
-    assert (champion["run_id"], champion["measured_step_time_s"]) == (new, 0.15)
-    old_tags = _client().get_run(old).data.tags
-    assert old_tags["celeritas.production"] == "false"
-    assert old_tags["celeritas.superseded_by"] == new
-    new_tags = _client().get_run(new).data.tags
-    assert new_tags["celeritas.production"] == "true"
-    assert new_tags["celeritas.publish_decision"] == "promoted"
-    assert new_tags["celeritas.publish_reason"] == "25 % faster"
 
-    tracking.promote(old, MODEL, placement_uri="s3://bucket/a/placement.json", reason="rollback")
-    assert tracking.production_run(MODEL)["run_id"] == old
-    assert _client().get_run(new).data.tags["celeritas.superseded_by"] == old
-    tracking.promote(new, MODEL, placement_uri="s3://bucket/b/placement.json", reason="roll forward")
+def _promote(run_id: str, expected: str | None, folder: Path, body: str, step_s: float,
+             registered: str = REGISTERED) -> tracking.Promotion:
+    """Promote ``run_id``'s placement (a file holding ``body``) if ``expected`` is the champion."""
+    folder.mkdir(parents=True, exist_ok=True)
+    placement = folder / f"{run_id}.json"
+    placement.write_text(body)
+    return tracking.promote_if_current(
+        registered_model=registered, model=MODEL, config_key="0123456789abcdef", configuration=CONFIG,
+        run_id=run_id, expected_version=expected, published={"placement.json": str(placement)},
+        tags={"celeritas.placer": "celeritas", "celeritas.step_time_s": step_s}, reason=f"{body} wins")
 
-    slower = tracking.start_parent_run(model=MODEL, run_name="c", job_id="c")
-    tracking.record_decision(slower, "kept", "3 % slower")
-    assert tracking.production_run(MODEL)["run_id"] == new
-    assert tracking.production_run("other-model") is None
-    child = tracking.child_run(slower, "celeritas")
-    with pytest.raises(CeleritasInputError, match="not a parent run"):
-        tracking.promote(child, MODEL, placement_uri="x", reason="r")
-    with pytest.raises(CeleritasInputError, match="not a parent run of model 'bert'"):
-        tracking.promote(slower, "bert", placement_uri="x", reason="r")
+
+def test_champion_is_a_compare_and_set_in_the_model_registry(store: str, tmp_path: Path) -> None:
+    assert tracking.champion(REGISTERED) is None and tracking.champions(MODEL) == []
+    first = tracking.start_parent_run(model=MODEL, run_name="a", job_id="a")
+    promoted = _promote(first, None, tmp_path / "p", '{"assignment": {"a": 0}}', 0.2)
+    assert promoted.promoted and promoted.champion is not None
+    champion = tracking.champion(REGISTERED)
+    assert champion == promoted.champion
+    assert (champion.version, champion.run_id, champion.placer, champion.step_time_s) == ("1", first,
+                                                                                          "celeritas", 0.2)
+    assert champion.config_key == "0123456789abcdef" and champion.model == MODEL and champion.job_id == "a"
+    # the published placement is a copy in the run's artifacts, not the run directory's file
+    (tmp_path / "p" / f"{first}.json").write_text("rewritten by a later run")
+    local = tracking.download_published(champion.placement_uri, tmp_path / "dl")
+    assert local.read_text() == '{"assignment": {"a": 0}}'
+    assert champion.placement_sha256 == hashlib.sha256(local.read_bytes()).hexdigest()
+    # a retried publish of the same run returns the same version, never a second one
+    again = _promote(first, None, tmp_path / "p", '{"assignment": {"a": 0}}', 0.2)
+    assert again.promoted and again.champion.version == "1"
+    # a run that measured against no champion (a stale read) does not replace version 1
+    stale = tracking.start_parent_run(model=MODEL, run_name="b", job_id="b")
+    lost = _promote(stale, None, tmp_path / "p", '{"assignment": {"a": 1}}', 0.1)
+    assert not lost.promoted and "champion changed" in lost.reason and lost.champion.version == "1"
+    second = tracking.start_parent_run(model=MODEL, run_name="c", job_id="c")
+    won = _promote(second, "1", tmp_path / "p", '{"assignment": {"a": 2}}', 0.15)
+    assert won.promoted and won.champion.version == "2" and tracking.champion(REGISTERED).run_id == second
+    tags = {r: _client().get_run(r).data.tags for r in (first, second)}
+    assert tags[first]["celeritas.production"] == "false" and tags[first]["celeritas.superseded_by"] == second
+    assert tags[second]["celeritas.production"] == "true" and tags[second]["celeritas.model_version"] == "2"
+    # version 1's artifacts are untouched by the promotion of version 2
+    assert tracking.download_published(champion.placement_uri, tmp_path / "dl2").read_text() == \
+        '{"assignment": {"a": 0}}'
+    assert [c.version for c in tracking.champions(MODEL)] == ["2"] and tracking.champions("bert") == []
+    assert not [m for m in _client().search_registered_models() if m.name.startswith(tracking.LOCK_PREFIX)]
+
+
+def test_decisions_are_recorded_in_order(store: str) -> None:
+    assert tracking.decision_history(MODEL) == []
+    runs = []
+    for i, (decision, gain) in enumerate((("promoted", None), ("kept", 0.01), ("promoted", 0.2))):
+        run = tracking.start_parent_run(model=MODEL, run_name=f"d{i}", job_id=f"d{i}")
+        tracking.set_tags(run, {"celeritas.best_measured_placer": "metis"})
+        metrics = {"challenger_median_step_time_s": 0.1 - i / 100}
+        if gain is not None:
+            metrics.update({"gain_vs_champion": gain, "ab_p_value": 0.01, "champion_median_step_time_s": 0.1})
+        tracking.record_decision(run, decision, f"reason {i}", config_key="0123456789abcdef", metrics=metrics)
+        runs.append(run)
+        time.sleep(0.01)
+    history = tracking.decision_history(MODEL)
+    assert [d.run_id for d in history] == runs
+    assert [d.decision for d in history] == ["promoted", "kept", "promoted"]
+    assert history[0].gain is None and history[2].gain == pytest.approx(0.2)
+    assert history[1].reason == "reason 1" and history[1].placer == "metis"
+    assert history[1].step_time_s == pytest.approx(0.09) and history[1].version is None
+    assert history[0].decided_at < history[1].decided_at < history[2].decided_at
+    assert tracking.decision_history("bert") == []
+
+
+def test_the_same_job_id_at_once_is_refused_and_a_finished_job_is_not_rerun(store: str) -> None:
+    kwargs = {"model": MODEL, "run_name": "j", "job_id": "twice"}
+    run = tracking.start_parent_run(**kwargs)
+    code = ("import sys; from tasks import tracking\n"
+            "try:\n    tracking.start_parent_run(model=sys.argv[1], run_name='j', job_id='twice')\n"
+            "except Exception as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code, MODEL], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert out.stdout.strip() == (f"job 'twice' is already running (MLflow run {run}, process "
+                                  f"{socket.gethostname()}:{os.getpid()}); wait for it to end or use "
+                                  "another job id")
+    tracking.end_run(run, "FAILED")  # a failed job may run again: it reuses its parent run
+    assert tracking.start_parent_run(**kwargs) == run
+    tracking.end_run(run, "FINISHED")
+    with pytest.raises(CeleritasInputError, match=f"^job 'twice' already finished \\(MLflow run {run}\\)"):
+        tracking.start_parent_run(**kwargs)
+    assert tracking.start_parent_run(**kwargs, reopen=True) == run  # a cleared Airflow task reopens it
+
+
+def _promoting_worker(uri: str, worker: int, rounds: int, barrier: Any, results: Any, folder: str) -> None:
+    """One of several processes that, every round, read the champion, wait for the others, then
+    all try to promote their own run against what they read."""
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    from tasks import tracking as tr
+
+    for r in range(rounds):
+        run = tr.start_parent_run(model=MODEL, run_name=f"w{worker}r{r}", job_id=f"w{worker}-r{r}")
+        current = tr.champion(REGISTERED)
+        barrier.wait(timeout=60)
+        try:
+            outcome = _promote(run, current.version if current else None, Path(folder),
+                               f'{{"worker": {worker}, "round": {r}}}', 0.1)
+            results.put((r, worker, run, outcome.promoted, outcome.champion.version))
+        except Exception as exc:  # reported, so that the test fails with the cause
+            results.put((r, worker, run, None, repr(exc)))
+        barrier.wait(timeout=60)
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_parallel_promotions_leave_exactly_one_champion(store: str, tmp_path: Path, processes: int) -> None:
+    import multiprocessing
+
+    rounds = 6
+    tracking.experiment_id()  # the store's tables exist before the workers race on them
+    assert tracking.champion(REGISTERED) is None
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    workers = [ctx.Process(target=_promoting_worker, args=(store, w, rounds, barrier, results, str(tmp_path)))
+               for w in range(processes)]
+    for w in workers:
+        w.start()
+    rows = [results.get(timeout=120) for _ in range(rounds * processes)]
+    for w in workers:
+        w.join(timeout=60)
+    assert all(w.exitcode == 0 for w in workers)
+    assert not [row for row in rows if row[3] is None], rows
+    for r in range(rounds):
+        winners = [row for row in rows if row[0] == r and row[3]]
+        assert len(winners) == 1, (r, rows)  # exactly one promotion per round, never zero, never two
+        assert {row[4] for row in rows if row[0] == r} == {str(r + 1)}  # everyone sees the winner's version
+    versions = _client().search_model_versions(f"name = '{REGISTERED}'")
+    assert len(versions) == rounds
+    last_winner = next(row[2] for row in rows if row[0] == rounds - 1 and row[3])
+    assert tracking.champion(REGISTERED).run_id == last_winner
+    producing = _client().search_runs([tracking.experiment_id()], "tags.`celeritas.production` = 'true'")
+    assert [run.info.run_id for run in producing] == [last_winner]
 
 
 def test_recent_runs_and_table(store: str) -> None:
@@ -288,7 +387,7 @@ def test_unreachable_server_is_transient(fast: bool, monkeypatch: pytest.MonkeyP
     assert isinstance(info.value, RuntimeError) and not isinstance(info.value, CeleritasInputError)
     assert str(pickle.loads(pickle.dumps(info.value))) == message  # crosses process boundaries intact
     with pytest.raises(tracking.TransientTrackingError):
-        tracking.production_run(MODEL)
+        tracking.champions(MODEL)
 
 
 @pytest.mark.slow
@@ -301,8 +400,11 @@ def test_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         parent, children = _parent_children_series(tmp_path, "scheduled__2024-06-01")
         assert tracking.child_run(parent, "metis") == children["metis"]
-        tracking.promote(parent, MODEL, placement_uri="s3://b/p.json", reason="first")
-        assert tracking.production_run(MODEL)["run_id"] == parent
+        promoted = _promote(parent, None, tmp_path / "p", '{"assignment": {"a": 0}}', 0.2)
+        assert promoted.promoted and tracking.champion(REGISTERED).run_id == parent
+        assert promoted.champion.placement_uri.startswith("mlflow-artifacts:")
+        local = tracking.download_published(promoted.champion.placement_uri, tmp_path / "dl")
+        assert local.read_text() == '{"assignment": {"a": 0}}'
         assert [r["run_id"] for r in tracking.recent_runs(MODEL)] == [parent]
         stored = {p.name for p in (tmp_path / "server" / "artifacts").rglob("*") if p.is_file()}
         assert stored == {"placement.json", "gantt.png"}

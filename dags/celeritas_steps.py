@@ -1,0 +1,284 @@
+"""The placement pipeline's Airflow tasks, shared by the ad-hoc DAG and the scheduled fleet DAG.
+
+Each task body decodes its XCom inputs into the contracts of ``tasks/contracts.py``
+(``from_xcom``), calls one step from ``tasks/`` and encodes the result (``to_xcom``). GPU-node
+tasks carry ``queue="gpu"`` and the ``gpu`` pool, so a Celery or Kubernetes deployment sends them
+to GPU workers. Every task has an ``execution_timeout``; failures are redacted of credentials.
+This module imports no TensorFlow, MLflow, boto3 or numpy (the DAG processor parses it often), and
+is listed in ``.airflowignore``: it holds tasks, not DAGs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Asset, get_current_context, setup, task, teardown
+
+#: Published placements; downstream training DAGs can use ``schedule=[PUBLISHED_PLACEMENT]``.
+PUBLISHED_PLACEMENT = Asset(name="celeritas_published_placement", uri="celeritas://placements/published")
+
+
+def _minutes(name: str, default: int) -> timedelta:
+    """A task time limit from the environment variable ``name`` (minutes)."""
+    return timedelta(minutes=float(os.environ.get(name) or default))
+
+
+#: The limit of a light task (parsing, fitting, placing, publishing) and of a GPU-node task.
+TASK_TIMEOUT = _minutes("CELERITAS_TASK_TIMEOUT_MINUTES", 60)
+GPU_TASK_TIMEOUT = _minutes("CELERITAS_GPU_TASK_TIMEOUT_MINUTES", 240)
+GPU = {"queue": os.environ.get("CELERITAS_GPU_QUEUE", "gpu"),
+       "pool": os.environ.get("CELERITAS_GPU_POOL", "gpu"), "execution_timeout": GPU_TASK_TIMEOUT}
+
+DEFAULT_ARGS = {
+    "owner": "ml-platform",
+    "retries": int(os.environ.get("CELERITAS_RETRIES", "2")),
+    "retry_delay": timedelta(seconds=30),
+    "retry_exponential_backoff": True,
+    "max_retry_delay": timedelta(minutes=10),
+    "execution_timeout": TASK_TIMEOUT,
+}
+
+
+def _call(step: Callable[[], Any]) -> Any:
+    """Run ``step`` (a call into ``tasks/``, decoding and encoding its XCom) with credentials masked
+    in the task log; deterministic failures (bad input or XCom, a model that cannot fit) fail
+    without retry, transient ones (storage, tracking server, runtime) are retried. Messages are
+    redacted of credentials either way."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.redact import install_log_redaction, redact
+
+    install_log_redaction()
+    _mask_tracking_credentials()
+    try:
+        return step()
+    except CeleritasInputError as exc:
+        raise AirflowFailException(redact(str(exc))) from None
+    except Exception as exc:
+        message = redact(str(exc))
+        if message != str(exc):
+            raise RuntimeError(f"{type(exc).__name__}: {message}") from None
+        raise
+
+
+def _mask_tracking_credentials() -> None:
+    """Tell Airflow's secrets masker the password of a tracking URI with credentials, if any."""
+    from urllib.parse import urlsplit
+
+    from airflow.sdk.log import mask_secret
+
+    password = urlsplit(os.environ.get("MLFLOW_TRACKING_URI", "")).password
+    if password:
+        mask_secret(password)
+
+
+def _run_tags(**context: Any) -> dict[str, str]:
+    """The Airflow tags of a job's MLflow parent run."""
+    dag_run = context["dag_run"]
+    return {"airflow.dag_id": dag_run.dag_id, "airflow.run_id": dag_run.run_id,
+            "celeritas.trigger": str(getattr(dag_run, "run_type", "unknown"))}
+
+
+@setup
+@task(retries=0)
+def prepare(**context: Any) -> dict[str, Any]:
+    """Validate the form's parameters, fix the run directory, open the MLflow parent run."""
+    from tasks.prepare import prepare as run
+
+    job_id = context["dag_run"].run_id
+    # reopen: clearing a task re-runs this setup, which then reuses the run's ended parent run
+    return _call(lambda: run(context["params"], job_id=job_id, tags=_run_tags(**context),
+                             reopen=True).job.to_xcom())
+
+
+@setup
+@task(retries=0)
+def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
+    """A fleet model's ``prepare``: its parameters from the production-models file; job id
+    ``RUN_ID/NAME``."""
+    from tasks.fleet import FleetModel
+    from tasks.prepare import prepare as run
+
+    model = _call(lambda: FleetModel(name=str(entry["name"]), params=dict(entry["params"])))
+    job_id = f"{context['dag_run'].run_id}/{model.name}"
+    tags = {**_run_tags(**context), "celeritas.fleet_model": model.name}
+    return _call(lambda: run(model.params, job_id=job_id, tags=tags, reopen=True).job.to_xcom())
+
+
+@task(**GPU)
+def calibrate_comm(job: dict[str, Any]) -> dict[str, Any]:
+    """Fit the transfer model between two devices of the GPU node."""
+    from tasks.calibrate_comm import calibrate_comm as run
+    from tasks.contracts import Job
+
+    return _call(lambda: run(Job.from_xcom(job)).to_xcom())
+
+
+@task(**GPU)
+def profile_small_batches(job: dict[str, Any]) -> dict[str, Any]:
+    """Standard Evaluation 1: trace small batches on one device."""
+    from tasks.contracts import Job
+    from tasks.profile_small_batches import profile_small_batches as run
+
+    return _call(lambda: run(Job.from_xcom(job)).to_xcom())
+
+
+@task
+def fit_regression(job: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+    """Per-op linear fits of time and memory on batch size."""
+    from tasks.contracts import Job, ProfileResult
+    from tasks.fit_regression import fit_regression as run
+
+    return _call(lambda: run(Job.from_xcom(job), ProfileResult.from_xcom(profile)).to_xcom())
+
+
+@task(**GPU)
+def remeasure_large_batch(job: dict[str, Any], fits: dict[str, Any],
+                          cluster: dict[str, Any]) -> dict[str, Any]:
+    """Standard Evaluation 2: sequential placement of the large batch, re-measured on the devices."""
+    from tasks.contracts import CalibrationResult, FitResult, Job
+    from tasks.remeasure_large_batch import remeasure_large_batch as run
+
+    return _call(lambda: run(Job.from_xcom(job), FitResult.from_xcom(fits),
+                             CalibrationResult.from_xcom(cluster)).to_xcom())
+
+
+@task
+def fuse(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any]) -> dict[str, Any]:
+    """Optimal Operation Fusion of the measured graph (coarse graph and CCR figures)."""
+    from tasks.contracts import CalibrationResult, Job, RemeasureResult
+    from tasks.fuse import fuse as run
+
+    return _call(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
+                             CalibrationResult.from_xcom(cluster)).to_xcom())
+
+
+@task
+def place(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any],
+          fusion: dict[str, Any]) -> dict[str, Any]:
+    """Celeritas and the chosen baselines; one MLflow child run per placer (after ``fuse``, whose
+    figures it does not read)."""
+    from tasks.contracts import CalibrationResult, Job, RemeasureResult
+    from tasks.place import place as run
+
+    return _call(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
+                             CalibrationResult.from_xcom(cluster)).to_xcom())
+
+
+@task
+def plan_validation(job: dict[str, Any], placed: dict[str, Any], **context: Any) -> list[dict[str, Any]]:
+    """The placements to validate (those that fit) and the configuration's current champion.
+
+    Returns the items to map ``validate`` over (Airflow maps only over a task's return value); the
+    whole :class:`~tasks.contracts.ValidationPlan` goes to XCom key ``plan`` for ``publish``."""
+    from tasks.contracts import Job, PlaceResult
+    from tasks.validate import plan_validation as run
+
+    plan = _call(lambda: run(Job.from_xcom(job), PlaceResult.from_xcom(placed)).to_xcom())
+    context["ti"].xcom_push(key="plan", value=plan)
+    return plan["items"]
+
+
+@task(**GPU, map_index_template="{{ placer }}")
+def validate(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """Time one placement against the champion, interleaved in blocks (mapped: one per placement)."""
+    from tasks.contracts import Job, ValidationItem
+    from tasks.validate import validate as run
+
+    get_current_context()["placer"] = str(item.get("placer", "?"))  # type: ignore[typeddict-unknown-key]
+    return _call(lambda: run(Job.from_xcom(job), ValidationItem.from_xcom(item)).to_xcom())
+
+
+@task(**GPU)
+def validate_all(job: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Time every planned placement against the champion, one after another (the fleet DAG's
+    validation: Airflow cannot map a task inside a mapped task group)."""
+    from tasks.contracts import Job, ValidationPlan
+    from tasks.validate import validate as run
+
+    decoded = _call(lambda: (Job.from_xcom(job), ValidationPlan.from_xcom(plan)))
+    return [_call(lambda item=item: run(decoded[0], item).to_xcom()) for item in decoded[1].items]
+
+
+@task
+def publish(job: dict[str, Any], plan: dict[str, Any], validations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Champion/challenger: promote only if faster than the champion with confidence and by the
+    threshold; record the decision."""
+    from tasks.contracts import Job, PlacementValidation, ValidationPlan
+    from tasks.publish import publish as run
+
+    return _call(lambda: run(Job.from_xcom(job), ValidationPlan.from_xcom(plan),
+                             [PlacementValidation.from_xcom(validations[i])
+                              for i in range(len(validations))]).to_xcom())
+
+
+@task.short_circuit
+def promoted(decision: dict[str, Any]) -> bool:
+    """Continue to the Asset only when the new placement was promoted."""
+    from tasks.contracts import PublishResult
+
+    return _call(lambda: PublishResult.from_xcom(decision).promoted)
+
+
+@task(outlets=[PUBLISHED_PLACEMENT])
+def announce(decision: dict[str, Any], *, outlet_events: Any = None) -> str | None:
+    """Emit the published-placement Asset event: model, configuration, version, placer, URI."""
+    from tasks.contracts import PublishResult
+
+    published = _call(lambda: PublishResult.from_xcom(decision))
+    outlet_events[PUBLISHED_PLACEMENT].extra = {
+        "model": published.model, "config_key": published.config_key,
+        "version": published.champion_version, "placement_uri": published.placement_uri,
+        "step_time_s": published.step_time_s, "placer": published.placer,
+    }
+    return published.placement_uri
+
+
+def close_run(job: Any, decision: Any) -> Any:
+    """The teardown task ``close_run`` for ``job`` and ``decision`` (XComArgs), built afresh for each
+    DAG: Airflow's teardown decorator can be applied only once."""
+    closing = task(task_id="close_run", retries=1)(_close_run)
+    return teardown(closing, on_failure_fail_dagrun=True)(job, decision)
+
+
+def _close_run(job: dict[str, Any] | None, decision: dict[str, Any] | None) -> str:
+    """End the MLflow parent run once every step is done: FINISHED when ``publish`` decided,
+    FAILED when a step failed for good (then ``publish`` left no decision: ``None``)."""
+    from celeritas_core.errors import CeleritasInputError
+    from tasks.contracts import Job, PublishResult
+    from tasks.prepare import close_run as run
+
+    try:  # whatever failed upstream, the run is closed: an unreadable job or decision counts as none
+        decoded = Job.from_xcom(job) if job else None
+    except CeleritasInputError:
+        decoded = None
+    try:
+        outcome = PublishResult.from_xcom(decision) if decision else None
+    except CeleritasInputError:
+        outcome = None
+    return _call(lambda: run(decoded, outcome))
+
+
+def placement_steps(job: Any, *, mapped_validation: bool) -> tuple[Any, list[Any]]:
+    """Wire the steps after ``prepare`` for ``job`` (an XComArg); returns ``publish``'s output and
+    every step's, for the teardown. ``mapped_validation``: one mapped GPU task per placement (the
+    ad-hoc DAG) or one GPU task for them all (inside the fleet's mapped task group)."""
+    cluster = calibrate_comm(job)
+    profile = profile_small_batches(job)
+    fits = fit_regression(job, profile)
+    measured = remeasure_large_batch(job, fits, cluster)
+    fusion = fuse(job, measured, cluster)
+    placed = place(job, measured, cluster, fusion)
+    items = plan_validation(job, placed)
+    plan = items["plan"]
+    if mapped_validation:
+        validations = validate.partial(job=job).expand(item=items)
+    else:
+        validations = validate_all(job, plan)
+    decision = publish(job, plan, validations)
+    promoted(decision) >> announce(decision)
+    return decision, [cluster, profile, fits, measured, fusion, placed, items, validations, decision]
