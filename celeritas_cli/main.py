@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from celeritas_cli import core_commands, pipeline_commands, tf_commands
 from celeritas_core.errors import CeleritasInputError, one_line
+from celeritas_core.redact import install_log_redaction, redact
 
 EXIT_INPUT_ERROR = 2
 
@@ -47,18 +48,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``celeritas`` command; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    install_log_redaction()  # a tracking URI's password never reaches a log line
     try:
         return int(args.func(args))
     except CeleritasInputError as exc:
-        print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"celeritas: error: {redact(one_line(str(exc)))}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     except BrokenPipeError:  # the reader went away (`celeritas placers | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
     except OSError as exc:
-        print(f"celeritas: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"celeritas: error: {redact(one_line(str(exc)))}", file=sys.stderr)
         return 1
     except Exception as exc:
+        if _transient(exc):  # the tracking server or storage is unreachable: one line, try again later
+            print(f"celeritas: error: {redact(one_line(str(exc)))}", file=sys.stderr)
+            return 1
         if not type(exc).__module__.startswith("tensorflow"):
             raise
         # a TensorFlow runtime error (e.g. a placement TensorFlow refuses): its first line
@@ -69,6 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("celeritas: interrupted", file=sys.stderr)
         return 130
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is the pipeline's transient storage or tracking error (already one line)."""
+    from tasks.storage import TransientStorageError
+    from tasks.tracking import TransientTrackingError
+
+    return isinstance(exc, TransientStorageError | TransientTrackingError)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -159,10 +159,10 @@ def load_keras_file(path: str) -> ModelSpec:
     import keras
 
     def make() -> Any:
-        return keras.saving.load_model(str(p), compile=False)
+        return keras.saving.load_model(str(p), compile=False, safe_mode=True)
 
-    try:
-        probe = keras.saving.load_model(str(p))
+    try:  # safe_mode: a file with serialized Python code (a lambda layer) is refused, never run
+        probe = keras.saving.load_model(str(p), safe_mode=True)
     except Exception as exc:  # a corrupt or foreign file: keras raises many types
         raise CeleritasInputError(f"cannot load Keras model ({type(exc).__name__}: {exc})",
                                   source=path) from None

@@ -59,10 +59,23 @@ def _call(step: Callable[[], Any]) -> Any:
     except CeleritasInputError as exc:
         raise AirflowFailException(redact(str(exc))) from None
     except Exception as exc:
-        message = redact(str(exc))
-        if message != str(exc):
-            raise RuntimeError(f"{type(exc).__name__}: {message}") from None
+        if _holds_secrets(exc):  # the traceback would print them: raise a clean one (still retried)
+            raise RuntimeError(f"{type(exc).__name__}: {redact(str(exc))}") from None
         raise
+
+
+def _holds_secrets(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from or during has a credential in its text."""
+    from celeritas_core.redact import redact
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if redact(str(current)) != str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _mask_tracking_credentials() -> None:

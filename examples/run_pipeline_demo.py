@@ -77,14 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     published = sorted((ROOT / "build" / "runs").glob("*/*/publish.json"), key=lambda p: p.stat().st_mtime)
     if published:
         decision = json.loads(published[-1].read_text())
-        print(f"best placer: {decision['placer']}, {decision['step_time_s'] * 1e3:.3f} ms per step measured; "
-              f"{decision['decision']}: {decision['reason']}")
+        print(f"best placer: {decision['placer']}, {decision['step_time_s'] * 1e3:.3f} ms per step "
+              f"measured (median); {decision['decision']}: {decision['reason']}")
+        print(f"champion:    version {decision['champion_version']} of configuration "
+              f"{decision['config_key']}")
     print(f"artifacts:   {ROOT / 'build' / 'runs'}")
     print(f"MLflow:      {tracking.tracking_uri()}")
     print(f"  browse:    .venv/bin/mlflow ui --backend-store-uri {tracking.tracking_uri()}")
     print(f"Airflow:     AIRFLOW_HOME={env['AIRFLOW_HOME']} .venv/bin/airflow standalone")
     print("  (its UI lists the celeritas_placement DAG; Trigger opens the parameter form)")
     print("compare runs: .venv/bin/celeritas runs compare --model tensor_holography")
+    print("production:   .venv/bin/celeritas production show --model tensor_holography")
+    print("decisions:    .venv/bin/celeritas production history --model tensor_holography")
     return 0 if state.endswith("success") else 1
 
 

@@ -52,15 +52,20 @@ def validation_uri(run_dir: str, placer: str) -> str:
 
 
 def model_spec(params: Mapping[str, Any]) -> Any:
-    """The run's ModelSpec (a ``.keras`` model on S3 is copied to a local temp file first)."""
-    from celeritas_tf.models import ZOO, get_model
+    """The run's ModelSpec, loaded only as the policy allows (:func:`tasks.policy.resolve_model`,
+    checked again on the worker); a ``.keras`` model on S3 is copied to a local temp file first."""
+    from celeritas_tf.models import get_model
+    from tasks.policy import resolve_model
 
-    name = params["model"]
-    if storage.is_s3(name):
+    reference = resolve_model(params["model"], params.get("model_knobs"))
+    name = reference.location or reference.name
+    if reference.kind == "keras" and storage.is_s3(name):
         local = Path(tempfile.mkdtemp(prefix="celeritas-model-")) / Path(name).name
         local.write_bytes(storage.read_bytes(name))
         name = str(local)
-    knobs = dict(params.get("model_knobs") or {}) if name in ZOO else {}
+    if reference.kind == "function":
+        name = reference.name
+    knobs = dict(params.get("model_knobs") or {}) if reference.kind == "zoo" else {}
     return get_model(name, paper=bool(params.get("paper_config")), **knobs)
 
 

@@ -9,7 +9,7 @@ gives a JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the 
 Fields are checked against their annotations whenever a contract is built (by a step or from
 XCom): a missing or ill-typed field raises a one-line
 :class:`~celeritas_core.errors.CeleritasInputError` that names the contract and the field, e.g.
-``ValidateResult: field 'best_measured_step_time_s' must be a number, got 'fast'``, instead of a
+``PlacementValidation: field 'median_s' must be a number, got 'fast'``, instead of a
 ``KeyError`` somewhere downstream (the DAG fails such a task without a retry). NumPy scalars become
 Python numbers, lists of a ``tuple[...]`` field become tuples, mappings are copied. Extra keys in
 an XCom dict are ignored, so a newer producer does not break an older consumer.

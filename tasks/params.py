@@ -10,8 +10,13 @@ is cheap (no numpy), since the DAG file imports it at parse time.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from typing import Any
+
+#: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
+#: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
+NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}
 
 PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single"]
 
@@ -20,9 +25,10 @@ FIELDS: dict[str, dict[str, Any]] = {
     "model": {
         "type": "string", "minLength": 1, "default": "tensor_holography", "section": "Model",
         "title": "Model",
-        "description": "A zoo model (inception_v3, nmt, transformer, tensor_holography, mlp), a Python "
-                       "MODULE:FUNCTION returning a Keras model, its loss and input signature, or the "
-                       "path of a saved .keras file.",
+        "description": "A zoo model (inception_v3, nmt, transformer, tensor_holography, mlp); a saved "
+                       ".keras file under the models root (CELERITAS_MODELS_ROOT, loaded in Keras safe "
+                       "mode); or a Python MODULE:FUNCTION under an allowed module prefix "
+                       "(CELERITAS_MODEL_MODULES) returning a Keras model, its loss and input signature.",
     },
     "model_knobs": {
         "type": "object", "default": {}, "section": "Model", "title": "Model size knobs",
@@ -62,7 +68,8 @@ FIELDS: dict[str, dict[str, Any]] = {
         "description": "Operation fusion puts at most R ops in one cluster (the paper uses 200).",
     },
     "memory_fraction": {
-        "type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.25, "section": "Placement",
+        "type": "number", "exclusiveMinimum": 0, "maximum": 1, "not": NOT_NAN, "default": 0.25,
+        "section": "Placement",
         "title": "Cluster memory cap",
         "description": "Per-cluster memory cap M as a fraction of device memory.",
     },
@@ -82,15 +89,17 @@ FIELDS: dict[str, dict[str, Any]] = {
         "title": "Warm-up steps", "description": "Untimed steps before timing (paper: 5).",
     },
     "improvement_threshold": {
-        "type": "number", "minimum": 0, "maximum": 1, "default": 0.02, "section": "Publishing",
+        "type": "number", "minimum": 0, "maximum": 1, "not": NOT_NAN, "default": 0.02,
+        "section": "Publishing",
         "title": "Improvement threshold",
-        "description": "Publish the new placement only if its measured step time beats the production "
-                       "placement's by at least this fraction (0.02 = 2 %).",
+        "description": "Promote the new placement only if it beats the champion, re-measured alongside "
+                       "it, by at least this fraction with 95 % confidence (0.02 = 2 %).",
     },
     "run_dir": {
         "type": "string", "default": "", "section": "Storage", "title": "Run directory",
-        "description": "Where the run's artifacts go: a local folder or s3://bucket/prefix. Empty: "
-                       "build/runs/MODEL/RUN_ID under the project.",
+        "description": "Where the run's artifacts go: a folder under the runs root (CELERITAS_RUNS_ROOT) "
+                       "or s3:// under the allowed prefix (CELERITAS_RUNS_S3_PREFIX). Empty: "
+                       "MODEL/RUN_ID under the runs root.",
     },
 }
 
@@ -115,6 +124,7 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
     from celeritas_core.errors import CeleritasInputError
 
     params = {**defaults(), **dict(given or {})}
+    _check_finite(params, "")
     validator = jsonschema.Draft7Validator(schema())
     errors = sorted(validator.iter_errors(params), key=lambda e: list(e.absolute_path))
     if errors:
@@ -125,3 +135,17 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
 
     parse_size(params["device_memory"], field="parameter 'device_memory'")
     return params
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """Refuse NaN and infinities anywhere in the parameters (JSON has neither; Python's json does)."""
+    from celeritas_core.errors import CeleritasInputError
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CeleritasInputError(f"parameter {where or 'params'!r}: expected a finite number, got {value}")
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_finite(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_finite(item, f"{where}.{i}")

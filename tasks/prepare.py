@@ -3,27 +3,32 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.redact import redact
 from tasks import storage, tracking
 from tasks.common import artifact
 from tasks.configuration import configuration_of, configuration_to_json, model_identity
 from tasks.contracts import Job, PrepareResult, PublishResult
 from tasks.params import resolve_params
+from tasks.policy import ModelReference, check_run_dir, resolve_model, runs_root
+
+log = logging.getLogger(__name__)
 
 
 def default_run_dir(model: str, job_id: str) -> str:
-    """``build/runs/MODEL/JOB`` under the project (``CELERITAS_HOME``, default the working folder)."""
-    import os
+    """``MODEL/JOB`` under the runs root (:func:`tasks.policy.runs_root`: ``CELERITAS_RUNS_ROOT``,
+    default ``build/runs`` under ``CELERITAS_HOME`` or the working folder)."""
     import re
 
-    home = Path(os.environ.get("CELERITAS_HOME") or Path.cwd())
     safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"  # noqa: E731
-    return str(home / "build" / "runs" / safe(Path(model).stem if "/" in model else model) / safe(job_id))
+    name = Path(model).stem if "/" in model else model.replace(":", "_")
+    return str(runs_root() / safe(name) / safe(job_id))
 
 
 def git_commit() -> str:
@@ -45,11 +50,17 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
     that has ended. The result's :attr:`~tasks.contracts.PrepareResult.job` is what the other
     steps take.
     """
-    resolved = resolve_params(params)
-    run_dir = resolved["run_dir"] or default_run_dir(resolved["model"], job_id)
-    resolved["run_dir"] = run_dir
-    config = configuration_to_json(configuration_of(resolved, _identity(resolved)))
-    _claim_run_dir(run_dir, job_id)
+    try:
+        resolved = resolve_params(params)
+        reference = resolve_model(resolved["model"], resolved.get("model_knobs"))
+        run_dir = check_run_dir(resolved["run_dir"]) if resolved["run_dir"] else \
+            default_run_dir(resolved["model"], job_id)
+        resolved["run_dir"] = run_dir
+        config = configuration_to_json(configuration_of(resolved, _identity(resolved, reference)))
+        _claim_run_dir(run_dir, job_id)
+    except CeleritasInputError as exc:
+        _record_rejection(params, job_id, tags, exc)
+        raise
     all_tags = {"celeritas.batch_size": str(resolved["batch_size"]),
                 "celeritas.devices": str(resolved["num_devices"]), "celeritas.run_dir": run_dir,
                 "celeritas.git_commit": git_commit(), tracking.TAG_CONFIG_KEY: config["key"],
@@ -62,10 +73,29 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
                          configuration=config)
 
 
-def _identity(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The model identity of resolved ``params`` (see :func:`tasks.configuration.model_identity`)."""
-    return model_identity("zoo", params["model"], knobs=params.get("model_knobs"),
-                          paper=bool(params.get("paper_config")))
+def _identity(params: Mapping[str, Any], reference: ModelReference) -> dict[str, Any]:
+    """The model identity of resolved ``params`` (see :func:`tasks.configuration.model_identity`):
+    a zoo model by name and knobs, a user model by the SHA-256 of its content."""
+    if reference.kind != "zoo":
+        return model_identity(reference.kind, params["model"], content_sha256=reference.content_sha256)
+    from celeritas_tf.models import ZOO
+
+    entry, paper = ZOO[params["model"]], bool(params.get("paper_config"))
+    # the knobs the model is built with: written-out defaults are the same model as omitted ones
+    knobs = {**(entry.paper_config if paper else entry.small_config), **(params.get("model_knobs") or {})}
+    return model_identity("zoo", params["model"], knobs=knobs, paper=paper)
+
+
+def _record_rejection(params: Any, job_id: str, tags: Mapping[str, str] | None,
+                      error: CeleritasInputError) -> None:
+    """Record refused parameters as a FAILED parent run (tag ``celeritas.error``), when the
+    tracking store can be reached; the refusal itself is raised by the caller either way."""
+    model = params.get("model") if isinstance(params, Mapping) else None
+    name = model.strip()[:200] if isinstance(model, str) and model.strip() else "invalid"
+    try:
+        tracking.record_rejected_job(model=name, job_id=job_id, message=str(error), tags=tags)
+    except Exception as exc:  # the refusal matters more than its record
+        log.warning("could not record the refused job %s in MLflow: %s", job_id, redact(str(exc)))
 
 
 def _claim_run_dir(run_dir: str, job_id: str) -> None:
@@ -87,8 +117,11 @@ def _claim_run_dir(run_dir: str, job_id: str) -> None:
 
 def close_run(job: Job | None, decision: PublishResult | None) -> str:
     """End the job's MLflow parent run: FINISHED once ``publish`` has decided, else FAILED (a step
-    failed for good; the run is tagged ``celeritas.publish_decision=failed``). Returns the status."""
-    if job is None:  # prepare itself failed: there is no parent run to close
+    failed for good; the run is tagged ``celeritas.publish_decision=failed``). Returns the status.
+    Without a usable job (``prepare`` failed, or its XCom is unreadable) there is no run to close:
+    it says so in the log and returns FAILED."""
+    if not isinstance(job, Job) or not job.parent_run_id:
+        log.warning("close_run: no job to close (prepare failed or left no usable job): %r", job)
         return "FAILED"
     if decision is None:
         tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})

@@ -111,7 +111,7 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
 
 
 def _decision_metrics(best: PlacementValidation, comparison: StepTimeComparison | None) -> dict[str, float]:
-    out = {"challenger_median_step_time_s": best.median_s, "best_measured_step_time_s": best.mean_s}
+    out = {"challenger_median_step_time_s": best.median_s, "best_measured_step_time_s": best.median_s}
     if comparison is not None:
         out.update({"champion_median_step_time_s": comparison.champion_median_s,
                     "gain_vs_champion": comparison.gain, "gain_vs_champion_lower_bound": comparison.gain_low,

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.redact import redact
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -113,7 +114,7 @@ class TransientTrackingError(RuntimeError):
     def __init__(self, uri: str, cause: str) -> None:
         self.uri = uri
         self.cause = cause
-        super().__init__(f"MLflow tracking server {uri} unreachable: {cause}")
+        super().__init__(f"MLflow tracking server {redact(uri)} unreachable: {redact(cause)}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.uri, self.cause))
@@ -980,3 +981,16 @@ def format_runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
                      for line in lines)
+
+
+# ---------------------------------------------------------------------------- rejected jobs
+@_tracked
+def record_rejected_job(*, model: str, job_id: str, message: str,
+                        tags: Mapping[str, object] | None = None) -> str:
+    """Record a job whose parameters were refused: its parent run, ended FAILED, tagged with the
+    (redacted) reason under ``celeritas.error``, so the MLflow UI shows every attempt."""
+    reason = _truncate(redact(message), MAX_TAG_VALUE)
+    run = start_parent_run(model=model, run_name=f"{model} {job_id} (rejected)"[:250], job_id=job_id,
+                           tags={**dict(tags or {}), TAG_ERROR: reason, TAG_DECISION: "failed"}, reopen=True)
+    end_run(run, "FAILED")
+    return run

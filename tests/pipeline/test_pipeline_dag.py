@@ -174,6 +174,7 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("CELERITAS_RUNS_ROOT", str(tmp_path))  # run directories must be under it
     run_dir = tmp_path / "run"
     dag_run = dag.test(run_conf={**TINY, "run_dir": str(run_dir)})
     assert str(dag_run.state).endswith("success")
@@ -251,6 +252,7 @@ def test_a_model_that_cannot_fit_fails_once_and_closes_its_mlflow_run(dag, airfl
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("CELERITAS_RUNS_ROOT", str(tmp_path))
     conf = {**TINY, "device_memory": "8KB", "run_dir": str(tmp_path / "run"), "validation_steps": 2}
     dag_run = dag.test(run_conf=conf)
     assert str(dag_run.state).endswith("failed")
@@ -327,6 +329,7 @@ def test_whole_dag_against_a_real_mlflow_server_and_s3(dag, airflow_home, tmp_pa
         for key, value in moto_s3_env(endpoint).items():
             monkeypatch.setenv(key, value)
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        monkeypatch.setenv("CELERITAS_RUNS_S3_PREFIX", "s3://placements/jobs/")  # the allowed prefix
         storage.reset_clients()
         storage.s3_client().create_bucket(Bucket="placements")
         run_dir = "s3://placements/jobs/tiny"

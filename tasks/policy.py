@@ -1,0 +1,188 @@
+"""What a pipeline run may load and where it may write: the deployment's policy on parameters.
+
+The form and ``celeritas run`` take a model and a run directory from whoever triggers a run, and
+the workers execute them; so a model is one of: a zoo name; a ``.keras`` file under the models
+root (loaded with Keras ``safe_mode=True``, which refuses serialized Python code); a
+``MODULE:FUNCTION`` whose module is under an allowed prefix. A run directory stays under the runs
+root (a local folder) or an allowed S3 prefix. The deployment sets these in the environment:
+
+=============================  ========================================  ===========================
+variable                       meaning                                   default
+=============================  ========================================  ===========================
+``CELERITAS_MODELS_ROOT``      folder that ``.keras`` models must be in  ``<home>/models``
+``CELERITAS_MODELS_S3_PREFIX`` ``s3://bucket/prefix`` for ``.keras``     none: S3 models refused
+``CELERITAS_MODEL_MODULES``    comma-separated module prefixes allowed   none: functions refused
+                               for ``MODULE:FUNCTION``
+``CELERITAS_RUNS_ROOT``        folder that local run directories are in  ``<home>/build/runs``
+``CELERITAS_RUNS_S3_PREFIX``   ``s3://bucket/prefix`` for run dirs       none: S3 run dirs refused
+=============================  ========================================  ===========================
+
+``<home>`` is ``CELERITAS_HOME`` (default: the working folder). Every refusal is a one-line
+:class:`~celeritas_core.errors.CeleritasInputError` naming the parameter and the variable to set.
+Nothing here imports TensorFlow: ``prepare`` checks the policy before any GPU task runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import re
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from celeritas_core.errors import CeleritasInputError
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ModelReference:
+    """A model a run may load: its kind, its name as given, where it is (a path, an ``s3://`` URI,
+    a module file; empty for the zoo) and the SHA-256 of its content (empty for the zoo, whose
+    identity is its name and knobs)."""
+
+    kind: Literal["zoo", "keras", "function"]
+    name: str
+    location: str
+    content_sha256: str
+
+
+def _home() -> Path:
+    return Path(os.environ.get("CELERITAS_HOME") or Path.cwd())
+
+
+def models_root() -> Path:
+    """The folder ``.keras`` models must be in (``CELERITAS_MODELS_ROOT``)."""
+    return Path(os.environ.get("CELERITAS_MODELS_ROOT") or _home() / "models")
+
+
+def runs_root() -> Path:
+    """The folder local run directories must be in (``CELERITAS_RUNS_ROOT``)."""
+    return Path(os.environ.get("CELERITAS_RUNS_ROOT") or _home() / "build" / "runs")
+
+
+def _s3_prefix(variable: str) -> str | None:
+    value = (os.environ.get(variable) or "").strip()
+    return value.rstrip("/") + "/" if value else None
+
+
+def module_prefixes() -> tuple[str, ...]:
+    """The module prefixes ``MODULE:FUNCTION`` models may come from (``CELERITAS_MODEL_MODULES``)."""
+    return tuple(p.strip() for p in (os.environ.get("CELERITAS_MODEL_MODULES") or "").split(",") if p.strip())
+
+
+def _inside(path: str, root: Path) -> Path | None:
+    """``path`` resolved (symlinks and ``..`` followed), if it lies inside ``root``; else None."""
+    resolved = Path(os.path.realpath(path))
+    base = Path(os.path.realpath(root))
+    return resolved if resolved == base or base in resolved.parents else None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_model(model: str, knobs: Mapping[str, Any] | None = None) -> ModelReference:
+    """Check ``model`` (and a zoo model's ``knobs``) against the policy; its reference."""
+    from celeritas_tf.models import ZOO
+
+    where = "parameter 'model'"
+    if model in ZOO:
+        _check_knobs(model, ZOO[model].factory, knobs or {})
+        return ModelReference("zoo", model, "", "")
+    if model.endswith(".keras"):
+        return _keras_reference(model)
+    if ":" in model and not model.startswith(("s3://", "file:")):
+        return _function_reference(model)
+    raise CeleritasInputError(f"{where}: unknown model {model!r} (zoo: {', '.join(sorted(ZOO))}; or a "
+                              f".keras file under {models_root()}, or MODULE:FUNCTION under "
+                              "CELERITAS_MODEL_MODULES)")
+
+
+def _check_knobs(model: str, factory: Any, knobs: Mapping[str, Any]) -> None:
+    """Refuse knobs the zoo model does not take."""
+    allowed = [p for p in inspect.signature(factory).parameters if p not in ("self",)]
+    unknown = sorted(set(knobs) - set(allowed))
+    if unknown:
+        raise CeleritasInputError(f"parameter 'model_knobs': {model} has no knob {unknown[0]!r} "
+                                  f"(its knobs: {', '.join(allowed)})")
+
+
+def _keras_reference(model: str) -> ModelReference:
+    """A ``.keras`` file under the models root (or the allowed S3 prefix), checked to be a Keras
+    archive (a zip with ``config.json``) before any worker loads it."""
+    where = "parameter 'model'"
+    if model.startswith("s3://"):
+        prefix = _s3_prefix("CELERITAS_MODELS_S3_PREFIX")
+        if prefix is None or not model.startswith(prefix) or "/../" in model or model.endswith("/.."):
+            allowed = prefix or "nowhere (set CELERITAS_MODELS_S3_PREFIX to allow a bucket prefix)"
+            raise CeleritasInputError(f"{where}: {model} is outside the allowed S3 prefix: {allowed}")
+        from tasks import storage
+
+        data = storage.read_bytes(model)
+        return ModelReference("keras", model, model, hashlib.sha256(data).hexdigest())
+    if model.startswith("file:"):
+        raise CeleritasInputError(f"{where}: give a path, not a file: URI ({model})")
+    candidate = model if os.path.isabs(model) else str(models_root() / model)
+    resolved = _inside(candidate, models_root())
+    if resolved is None:
+        raise CeleritasInputError(f"{where}: {model} is outside the models root {models_root()} "
+                                  "(CELERITAS_MODELS_ROOT)")
+    if not resolved.is_file():
+        raise CeleritasInputError(f"{where}: no such .keras file: {resolved}")
+    try:
+        with zipfile.ZipFile(resolved) as archive:
+            if "config.json" not in archive.namelist():
+                raise CeleritasInputError(f"{where}: {resolved} is not a Keras archive (no config.json)")
+    except zipfile.BadZipFile:
+        raise CeleritasInputError(f"{where}: {resolved} is not a Keras archive (not a zip file)") from None
+    return ModelReference("keras", model, str(resolved), _file_sha256(resolved))
+
+
+def _function_reference(model: str) -> ModelReference:
+    """A ``MODULE:FUNCTION`` under an allowed module prefix, its module found (not imported)."""
+    where = "parameter 'model'"
+    module, _, function = model.partition(":")
+    if not _MODULE.match(module) or not _FUNCTION.match(function):
+        raise CeleritasInputError(f"{where}: {model!r} is not MODULE:FUNCTION")
+    prefixes = module_prefixes()
+    if not any(module == p or module.startswith(p + ".") for p in prefixes):
+        allowed = ", ".join(prefixes) or "none (set CELERITAS_MODEL_MODULES, e.g. 'mycompany.models')"
+        raise CeleritasInputError(f"{where}: module {module!r} is not under an allowed prefix: {allowed}")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        raise CeleritasInputError(f"{where}: cannot find module {module!r}")
+    return ModelReference("function", model, spec.origin, _file_sha256(Path(spec.origin)))
+
+
+def check_run_dir(run_dir: str) -> str:
+    """``run_dir`` if it stays inside the runs root (resolved) or the allowed S3 prefix."""
+    where = "parameter 'run_dir'"
+    if run_dir.startswith("s3://"):
+        prefix = _s3_prefix("CELERITAS_RUNS_S3_PREFIX")
+        parts = run_dir[5:].split("/")
+        if prefix is None or not (run_dir.rstrip("/") + "/").startswith(prefix) or ".." in parts:
+            allowed = prefix or "nowhere (set CELERITAS_RUNS_S3_PREFIX to allow a bucket prefix)"
+            raise CeleritasInputError(f"{where}: {run_dir} is outside the allowed S3 prefix: {allowed}")
+        return run_dir
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", run_dir):
+        raise CeleritasInputError(f"{where}: {run_dir} is not a folder or s3:// URI")
+    candidate = run_dir if os.path.isabs(run_dir) else str(runs_root() / run_dir)
+    resolved = _inside(candidate, runs_root())
+    if resolved is None:
+        raise CeleritasInputError(f"{where}: {run_dir} is outside the runs root {runs_root()} "
+                                  "(CELERITAS_RUNS_ROOT)")
+    return str(resolved)

@@ -1,0 +1,252 @@
+"""Safe parameters: what a run may load and where it may write (tasks/policy.py), NaN and infinity
+refused by the schema the form uses, refusals recorded in MLflow before any GPU task, a teardown
+that survives anything, and credentials redacted from every message."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.redact import RedactingFilter, redact
+from tasks.params import resolve_params, schema
+from tasks.policy import check_run_dir, resolve_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project home with a models root and a runs root, and no allowed modules or S3 prefixes."""
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    for name in ("CELERITAS_MODELS_ROOT", "CELERITAS_RUNS_ROOT", "CELERITAS_MODEL_MODULES",
+                 "CELERITAS_MODELS_S3_PREFIX", "CELERITAS_RUNS_S3_PREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "build" / "runs").mkdir(parents=True)
+    return tmp_path
+
+
+def _keras_archive(path: Path) -> Path:
+    """A file shaped like a Keras archive (a zip holding config.json)."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "{}")
+    return path
+
+
+# ------------------------------------------------------------------------------------ NaN, inf, keys
+@pytest.mark.parametrize(("given", "field"), [
+    ({"improvement_threshold": float("nan")}, "improvement_threshold"),
+    ({"improvement_threshold": float("inf")}, "improvement_threshold"),
+    ({"memory_fraction": float("nan")}, "memory_fraction"),
+    ({"model_knobs": {"layers": float("nan")}}, "model_knobs.layers"),
+    ({"colour": "red"}, "params"),
+])
+def test_nan_infinity_and_unknown_keys_are_refused(given: dict, field: str) -> None:
+    with pytest.raises(CeleritasInputError, match=f"^parameter '{field}': ") as err:
+        resolve_params(given)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["improvement_threshold", "memory_fraction"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_the_forms_schema_itself_refuses_nan_and_infinity(field: str, value: float) -> None:
+    """The Airflow form (and the REST API) validate with this schema, not with resolve_params."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(schema())
+    params = {**resolve_params({}), field: value}
+    assert list(validator.iter_errors(params)), (field, value)
+    assert not list(validator.iter_errors({**params, field: 0.5}))
+
+
+# ------------------------------------------------------------------------------------------- models
+def test_zoo_models_and_their_knobs(roots: Path) -> None:
+    assert resolve_model("mlp", {"layers": 3}).kind == "zoo"
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'model_knobs': mlp has no knob 'depth'"):
+        resolve_model("mlp", {"depth": 3})
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'model': unknown model 'resnet9000'"):
+        resolve_model("resnet9000")
+
+
+def test_functions_only_under_allowed_module_prefixes(roots: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(CeleritasInputError, match=r"module 'os' is not under an allowed prefix: none "
+                                                  r"\(set CELERITAS_MODEL_MODULES"):
+        resolve_model("os:abort")
+    monkeypatch.setenv("CELERITAS_MODEL_MODULES", "json, email.mime")
+    allowed = resolve_model("json.decoder:JSONDecoder")
+    assert allowed.kind == "function" and allowed.location.endswith("decoder.py")
+    assert len(allowed.content_sha256) == 64
+    for refused in ("os:abort", "jsonx:loads", "email:message_from_string"):
+        with pytest.raises(CeleritasInputError, match=r"is not under an allowed prefix: json, email\.mime"):
+            resolve_model(refused)
+    with pytest.raises(CeleritasInputError, match=r"cannot find module 'json\.nope'"):
+        resolve_model("json.nope:x")
+    with pytest.raises(CeleritasInputError, match="is not MODULE:FUNCTION"):
+        resolve_model("json:x;import os")
+
+
+def test_keras_files_only_under_the_models_root(roots: Path, tmp_path: Path) -> None:
+    inside = _keras_archive(roots / "models" / "net.keras")
+    reference = resolve_model("net.keras")  # relative to the models root
+    assert (reference.kind, reference.location) == ("keras", str(inside.resolve()))
+    assert resolve_model(str(inside)).content_sha256 == reference.content_sha256
+    outside = _keras_archive(tmp_path / "elsewhere.keras")
+    (roots / "models" / "link.keras").symlink_to(outside)
+    for model, message in ((str(outside), "is outside the models root"),
+                           ("../elsewhere.keras", "is outside the models root"),
+                           ("link.keras", "is outside the models root"),  # a symlink out of the root
+                           ("missing.keras", "no such .keras file"),
+                           ("file:///etc/passwd.keras", "give a path, not a file: URI"),
+                           ("s3://bucket/m.keras", "outside the allowed S3 prefix: nowhere")):
+        with pytest.raises(CeleritasInputError, match=f"^parameter 'model': .*{message}"):
+            resolve_model(model)
+    (roots / "models" / "text.keras").write_text("not a zip")
+    with pytest.raises(CeleritasInputError, match="is not a Keras archive"):
+        resolve_model("text.keras")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow")
+def test_keras_files_load_in_safe_mode(tmp_path: Path) -> None:
+    """A .keras file with a Lambda layer (serialized Python code) is refused, never executed."""
+    from celeritas_tf.models import load_keras_file
+    from celeritas_tf.tf import tensorflow
+
+    tensorflow()
+    import keras
+
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Lambda(lambda x: x * 2.0)(inputs))
+    path = tmp_path / "lambda.keras"
+    model.save(path)
+    with pytest.raises(CeleritasInputError, match=r"cannot load Keras model .*safe"):
+        load_keras_file(str(path))
+
+
+# ---------------------------------------------------------------------------------------- run_dir
+def test_run_dirs_stay_inside_the_runs_root(roots: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = roots / "build" / "runs"
+    assert check_run_dir("mine") == str((runs / "mine").resolve())
+    assert check_run_dir(str(runs / "a" / "b")) == str((runs / "a" / "b").resolve())
+    (runs / "out").symlink_to(tmp_path)
+    for run_dir, message in (("../../x", "is outside the runs root"), ("/etc", "is outside the runs root"),
+                             ("out/x", "is outside the runs root"),
+                             ("file:///tmp/x", "is not a folder or s3:// URI"),
+                             ("s3://bucket/x", "outside the allowed S3 prefix: nowhere "
+                                               r"\(set CELERITAS_RUNS_S3_PREFIX")):
+        with pytest.raises(CeleritasInputError, match=f"^parameter 'run_dir': .*{message}"):
+            check_run_dir(run_dir)
+    monkeypatch.setenv("CELERITAS_RUNS_S3_PREFIX", "s3://bucket/runs")
+    assert check_run_dir("s3://bucket/runs/job-1") == "s3://bucket/runs/job-1"
+    for run_dir in ("s3://bucket/runsx/j", "s3://bucket/runs/../secrets", "s3://other/runs/j"):
+        with pytest.raises(CeleritasInputError, match=r"outside the allowed S3 prefix: s3://bucket/runs/"):
+            check_run_dir(run_dir)
+
+
+# ----------------------------------------------------------------------- prepare and close_run
+@pytest.fixture
+def store(roots: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{roots / 'mlflow.db'}")
+    return roots
+
+
+@pytest.mark.parametrize(("params", "message"), [
+    ({"model": "os:abort"}, "module 'os' is not under an allowed prefix"),
+    ({"model": "mlp", "run_dir": "../../x"}, "is outside the runs root"),
+    ({"improvement_threshold": float("nan")}, "expected a finite number"),
+    ({"model": "nope"}, "unknown model 'nope'"),
+])
+def test_prepare_refuses_and_records_the_refusal_in_mlflow(store: Path, params: dict, message: str) -> None:
+    from mlflow import MlflowClient
+
+    from tasks import tracking
+    from tasks.prepare import prepare
+
+    with pytest.raises(CeleritasInputError, match=message):
+        prepare(params, job_id="refused")
+    client = MlflowClient(tracking.tracking_uri())
+    (run,) = client.search_runs([tracking.experiment_id()], "tags.`celeritas.job_id` = 'refused'")
+    assert run.info.status == "FAILED" and message.split("'")[0] in run.data.tags["celeritas.error"]
+    assert run.data.tags["celeritas.publish_decision"] == "failed"
+    assert not list((store / "build" / "runs").iterdir())  # nothing written for a refused job
+
+
+@pytest.mark.parametrize("job", [None, {}, {"params": {}}, "garbage", 3])
+def test_close_run_survives_whatever_failed(store: Path, job: object) -> None:
+    from tasks.prepare import close_run
+
+    assert close_run(job, None) == "FAILED"  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------- redaction
+@pytest.mark.parametrize(("text", "expected"), [
+    ("http://alice:s3cret@mlflow:5000/api", "http://alice:***@mlflow:5000/api"),
+    ("postgresql+psycopg2://airflow:pw0rd@db/airflow", "postgresql+psycopg2://airflow:***@db/airflow"),
+    ("AWS_SECRET_ACCESS_KEY=abc/def+1 next", "AWS_SECRET_ACCESS_KEY=*** next"),
+    ("password: hunter2", "password: ***"),
+    ("MLFLOW_TRACKING_TOKEN='tok123'", "MLFLOW_TRACKING_TOKEN='***'"),
+    ("GET /k?X-Amz-Credential=AKIA%2F1&X-Amz-Signature=ff00&x=1",
+     "GET /k?X-Amz-Credential=***&X-Amz-Signature=***&x=1"),
+    ("Authorization: Bearer abcdefgh12345", "Authorization: ***"),
+    ("configuration 0123456789abcdef, config_key=0123456789abcdef, run 8de4e4a790ed46b9",
+     "configuration 0123456789abcdef, config_key=0123456789abcdef, run 8de4e4a790ed46b9"),
+    ("http://mlflow:5000 s3://bucket/key.json", "http://mlflow:5000 s3://bucket/key.json"),
+])
+def test_redact(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_log_records_are_redacted() -> None:
+    import logging
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "server %s down", ("http://u:pw@h/",), None)
+    assert RedactingFilter().filter(record) and record.getMessage() == "server http://u:***@h/ down"
+
+
+def test_credentials_never_reach_the_output_of_celeritas_run(tmp_path: Path) -> None:
+    from tests.mlflow_server import free_port
+
+    uri = f"http://mlflow-user:s3cretPassw0rd@127.0.0.1:{free_port()}/"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+           "MLFLOW_HTTP_REQUEST_TIMEOUT": "5", "CELERITAS_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    celeritas = [sys.executable, "-m", "celeritas_cli"]
+    for args, code in ((["run", "--model", "mlp"], 1),  # the tracking server is unreachable
+                       (["run", "--model", "os:abort"], 2),  # refused, and its record cannot be written
+                       (["runs", "compare", "--model", "mlp"], 1),
+                       (["production", "show", "--model", "mlp"], 1)):
+        out = subprocess.run([*celeritas, *args], capture_output=True, text=True, env=env, timeout=300)
+        both = out.stdout + out.stderr
+        assert out.returncode == code, both
+        assert "s3cretPassw0rd" not in both and "Traceback" not in both, both
+        assert "mlflow-user:***@127.0.0.1" in both, both
+
+
+def test_dag_task_errors_lose_their_secrets() -> None:
+    pytest.importorskip("airflow")
+    sys.path.insert(0, str(ROOT / "dags"))
+    try:
+        from celeritas_steps import _call
+    finally:
+        sys.path.remove(str(ROOT / "dags"))
+
+    def failing() -> None:
+        try:
+            raise ConnectionError("http://u:topsecret@host/ refused")
+        except ConnectionError as exc:
+            raise RuntimeError("tracking failed") from exc
+
+    with pytest.raises(RuntimeError) as err:
+        _call(failing)
+    assert "topsecret" not in str(err.value) and err.value.__cause__ is None
+    assert err.value.__suppress_context__
+    with pytest.raises(Exception, match="parameter 'x': http://u:\\*\\*\\*@h"):
+        _call(lambda: (_ for _ in ()).throw(CeleritasInputError("parameter 'x': http://u:pw@h")))
