@@ -250,3 +250,20 @@ def test_dag_task_errors_lose_their_secrets() -> None:
     assert err.value.__suppress_context__
     with pytest.raises(Exception, match="parameter 'x': http://u:\\*\\*\\*@h"):
         _call(lambda: (_ for _ in ()).throw(CeleritasInputError("parameter 'x': http://u:pw@h")))
+
+
+def test_a_run_directory_belongs_to_one_job(store: Path) -> None:
+    """A second job pointed at a run directory that holds another job's artifacts is refused, so no
+    run ever rewrites files that another run wrote or that production was read from."""
+    from tasks.prepare import prepare
+
+    first = prepare({"model": "mlp", "run_dir": "shared"}, job_id="first")
+    assert prepare({"model": "mlp", "run_dir": "shared"}, job_id="first").run_dir == first.run_dir  # a retry
+    before = {p: p.read_bytes() for p in Path(first.run_dir).rglob("*") if p.is_file()}
+    with pytest.raises(CeleritasInputError, match="already holds the artifacts of job 'first'"):
+        prepare({"model": "mlp", "run_dir": "shared"}, job_id="second")
+    assert {p: p.read_bytes() for p in Path(first.run_dir).rglob("*") if p.is_file()} == before
+    (store / "build" / "runs" / "used").mkdir()
+    (store / "build" / "runs" / "used" / "notes.txt").write_text("someone's files")
+    with pytest.raises(CeleritasInputError, match="is not empty and belongs to no job"):
+        prepare({"model": "mlp", "run_dir": "used"}, job_id="third")
