@@ -715,7 +715,9 @@ def _registry_lock(client: MlflowClient, name: str, *, lease_s: float = LOCK_LEA
                                            description=f"celeritas lock for {name} (deleted when released)")
             break
         except MlflowException as exc:
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            # taken; or taken and released at once: the store reports a duplicate by reading the
+            # existing row back, which is gone if its holder deleted it meanwhile
+            if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise
         if _lock_expired(client, lock):
             log.warning("breaking the expired lock %s (for %s)", lock, name)
