@@ -174,7 +174,8 @@ def add_commands(sub: Any) -> None:
                                    "a SQLite store under build/mlflow). The flags are the Airflow form's "
                                    "fields (docs/pipeline.md).")
     r.add_argument("--params", metavar="FILE", help="a JSON object of parameters (flags override it)")
-    r.add_argument("--job-id", help="job id (a retry with the same id reuses its MLflow run)")
+    r.add_argument("--job-id", help="job id (default: a new one); a failed job run again with its id reuses "
+                   "its MLflow run; a finished or running one is refused")
     for name, field in FIELDS.items():
         default = json.dumps(field["default"]) if not isinstance(field["default"], str) else field["default"]
         r.add_argument(_flag(name), dest=name, metavar=field["type"].upper(),
