@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test lint demo ui bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ demo: setup
 	$(VENV)/bin/celeritas compare examples/graphs/training_step_small.json \
 		--devices 4 --device-memory 600MiB --out-dir build/demo/compare
 	$(PY) examples/run_pipeline_demo.py
+
+# the Airflow UI (project-local AIRFLOW_HOME, dags/, gpu pool) and the MLflow UI on 127.0.0.1; Ctrl-C stops both
+ui: setup
+	$(PY) examples/run_ui.py
 
 bench: setup
 	$(PY) bench/bench_engine.py

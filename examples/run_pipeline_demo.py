@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", help="JSON object of DAG parameters overriding the demo's")
     args = parser.parse_args(argv)
     conf = {**DEMO_PARAMS, **(json.loads(args.conf) if args.conf else {})}
-    env = _environment()
+    _environment()
     start = time.perf_counter()
     airflow = [sys.executable, "-m", "airflow"]
     print("airflow: migrating the metadata database (SQLite) ...", flush=True)
@@ -83,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{decision['config_key']}")
     print(f"artifacts:   {ROOT / 'build' / 'runs'}")
     print(f"MLflow:      {tracking.tracking_uri()}")
-    print(f"  browse:    .venv/bin/mlflow ui --backend-store-uri {tracking.tracking_uri()}")
-    print(f"Airflow:     AIRFLOW_HOME={env['AIRFLOW_HOME']} .venv/bin/airflow standalone")
-    print("  (its UI lists the celeritas_placement DAG; Trigger opens the parameter form)")
+    print("browse:      make ui   (the Airflow UI with the celeritas_placement and celeritas_fleet DAGs,")
+    print("             and the MLflow UI, on 127.0.0.1; it prints both URLs; Ctrl-C stops both)")
     print("compare runs: .venv/bin/celeritas runs compare --model tensor_holography")
     print("production:   .venv/bin/celeritas production show --model tensor_holography")
     print("decisions:    .venv/bin/celeritas production history --model tensor_holography")
