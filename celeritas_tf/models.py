@@ -73,6 +73,9 @@ def register_model(entry: ZooEntry) -> ZooEntry:
 
 def _mlp(*, features: int = 16, hidden: int = 32, layers: int = 2, classes: int = 10) -> ModelSpec:
     """A small multi-layer perceptron: the quickest model to build and run (tests, smoke checks)."""
+    for knob, value in {"features": features, "hidden": hidden, "layers": layers, "classes": classes}.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise CeleritasInputError(f"model 'mlp': {knob} must be a positive integer, got {value!r}")
 
     def make() -> Any:
         import keras

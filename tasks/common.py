@@ -57,7 +57,8 @@ def model_spec(params: Mapping[str, Any]) -> Any:
     from celeritas_tf.models import get_model
     from tasks.policy import resolve_model
 
-    reference = resolve_model(params["model"], params.get("model_knobs"))
+    reference = resolve_model(params["model"], params.get("model_knobs"),
+                              paper=bool(params.get("paper_config")))
     name = reference.location or reference.name
     if reference.kind == "keras" and storage.is_s3(name):
         local = Path(tempfile.mkdtemp(prefix="celeritas-model-")) / Path(name).name

@@ -17,6 +17,13 @@ from typing import Any
 #: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
 #: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
 NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}
+#: The largest batch size (:data:`celeritas_core.limits.MAX_BATCH_SIZE`; not imported: this module
+#: must stay cheap to import, and a test checks the two agree).
+MAX_BATCH_SIZE = 1_000_000
+#: The largest exploration range R (the celeritas placer's own maximum).
+MAX_R = 2**31 - 1
+#: The largest value of a zoo model's size knob (the paper's largest is a 32000-word vocabulary).
+MAX_KNOB = 1_000_000
 
 PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single"]
 
@@ -31,20 +38,24 @@ FIELDS: dict[str, dict[str, Any]] = {
                        "(CELERITAS_MODEL_MODULES) returning a Keras model, its loss and input signature.",
     },
     "model_knobs": {
-        "type": "object", "default": {}, "section": "Model", "title": "Model size knobs",
+        "type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": MAX_KNOB},
+        "default": {}, "section": "Model", "title": "Model size knobs",
         "description": "Overrides of the zoo model's size knobs, e.g. {\"layers\": 8, \"filters\": 16} "
-                       "(`celeritas models` lists them). Ignored for user models.",
+                       "(`celeritas models` lists them; each a positive integer, at most 1000000). "
+                       "Ignored for user models.",
     },
     "paper_config": {
         "type": "boolean", "default": False, "section": "Model", "title": "Paper configuration",
         "description": "Build the zoo model at the Celeritas paper's size instead of the small default.",
     },
     "batch_size": {
-        "type": "integer", "minimum": 1, "default": 32, "section": "Model", "title": "Batch size",
+        "type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE, "default": 32, "section": "Model",
+        "title": "Batch size",
         "description": "The (large) training batch size to place the model for.",
     },
     "profile_batch_sizes": {
-        "type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "uniqueItems": True,
+        "type": "array", "items": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE}, "minItems": 2,
+        "maxItems": 16, "uniqueItems": True,
         "default": [2, 4, 8], "section": "Standard Evaluation", "title": "Profiling batch sizes",
         "description": "Small batch sizes profiled on one device to fit per-op costs (at least two).",
     },
@@ -63,7 +74,7 @@ FIELDS: dict[str, dict[str, Any]] = {
                        "default PCIe-like model (1e-4 µs/B + 25 µs).",
     },
     "R": {
-        "type": "integer", "minimum": 1, "default": 200, "section": "Placement",
+        "type": "integer", "minimum": 1, "maximum": MAX_R, "default": 200, "section": "Placement",
         "title": "Exploration range R",
         "description": "Operation fusion puts at most R ops in one cluster (the paper uses 200).",
     },
@@ -123,6 +134,8 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
 
     from celeritas_core.errors import CeleritasInputError
 
+    if given is not None and not isinstance(given, Mapping):
+        raise CeleritasInputError(f"parameter 'params': expected an object, got {type(given).__name__}")
     params = {**defaults(), **dict(given or {})}
     _check_finite(params, "")
     validator = jsonschema.Draft7Validator(schema())

@@ -92,13 +92,17 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def resolve_model(model: str, knobs: Mapping[str, Any] | None = None) -> ModelReference:
-    """Check ``model`` (and a zoo model's ``knobs``) against the policy; its reference."""
+def resolve_model(model: str, knobs: Mapping[str, Any] | None = None, *,
+                  paper: bool = False) -> ModelReference:
+    """Check ``model`` (and a zoo model's ``knobs`` over its small or ``paper`` configuration) against
+    the policy; its reference."""
     from celeritas_tf.models import ZOO
 
     where = "parameter 'model'"
     if model in ZOO:
         _check_knobs(model, ZOO[model].factory, knobs or {})
+        base = ZOO[model].paper_config if paper else ZOO[model].small_config
+        _check_knob_values(model, {**base, **(knobs or {})})
         return ModelReference("zoo", model, "", "")
     if model.endswith(".keras"):
         return _keras_reference(model)
@@ -116,6 +120,19 @@ def _check_knobs(model: str, factory: Any, knobs: Mapping[str, Any]) -> None:
     if unknown:
         raise CeleritasInputError(f"parameter 'model_knobs': {model} has no knob {unknown[0]!r} "
                                   f"(its knobs: {', '.join(allowed)})")
+
+
+def _check_knob_values(model: str, config: Mapping[str, Any]) -> None:
+    """Refuse knob values the zoo model's factory refuses; it only builds a recipe (no TensorFlow),
+    so a bad size fails here, in ``prepare``, not on a GPU worker."""
+    from celeritas_tf.models import ZOO
+
+    try:
+        ZOO[model].factory(**config)
+    except CeleritasInputError as exc:
+        raise CeleritasInputError(f"parameter 'model_knobs': {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise CeleritasInputError(f"parameter 'model_knobs': model {model!r}: {exc}") from None
 
 
 def _keras_reference(model: str) -> ModelReference:
@@ -178,6 +195,9 @@ def check_run_dir(run_dir: str) -> str:
             allowed = prefix or "nowhere (set CELERITAS_RUNS_S3_PREFIX to allow a bucket prefix)"
             raise CeleritasInputError(f"{where}: {run_dir} is outside the allowed S3 prefix: {allowed}")
         return run_dir
+    if run_dir.lower().startswith("file:"):
+        raise CeleritasInputError(f"{where}: {run_dir} is not a folder or s3:// URI: file: URIs are refused, "
+                                  f"give a folder under the runs root {runs_root()} instead")
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", run_dir):
         raise CeleritasInputError(f"{where}: {run_dir} is not a folder or s3:// URI")
     candidate = run_dir if os.path.isabs(run_dir) else str(runs_root() / run_dir)

@@ -52,7 +52,8 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
     """
     try:
         resolved = resolve_params(params)
-        reference = resolve_model(resolved["model"], resolved.get("model_knobs"))
+        reference = resolve_model(resolved["model"], resolved.get("model_knobs"),
+                                  paper=bool(resolved.get("paper_config")))
         run_dir = check_run_dir(resolved["run_dir"]) if resolved["run_dir"] else \
             default_run_dir(resolved["model"], job_id)
         resolved["run_dir"] = run_dir

@@ -66,6 +66,61 @@ def test_the_forms_schema_itself_refuses_nan_and_infinity(field: str, value: flo
     assert not list(validator.iter_errors({**params, field: 0.5}))
 
 
+def _number_schemas(node: object, where: str = "") -> list[tuple[str, dict]]:
+    """Every (sub)schema of type number or integer in ``node``, with where it is."""
+    found: list[tuple[str, dict]] = []
+    if isinstance(node, dict):
+        if node.get("type") in ("number", "integer"):
+            found.append((where, node))
+        for key, value in node.items():
+            found += _number_schemas(value, f"{where}.{key}" if where else str(key))
+    return found
+
+
+def test_every_number_field_has_finite_bounds() -> None:
+    import math
+
+    numbers = _number_schemas(schema())
+    assert {w.split(".")[1] for w, _ in numbers} >= {"batch_size", "R", "memory_fraction", "model_knobs",
+                                                    "profile_batch_sizes", "improvement_threshold"}
+    for where, node in numbers:
+        low = node.get("minimum", node.get("exclusiveMinimum"))
+        assert low is not None and math.isfinite(low), where
+        assert "maximum" in node and math.isfinite(node["maximum"]), where
+
+
+def test_the_schemas_batch_limit_is_the_cores() -> None:
+    """params.py keeps its own copy (importing celeritas_core would import numpy at DAG parse time)."""
+    from celeritas_core.limits import MAX_BATCH_SIZE
+    from tasks import params
+
+    assert params.MAX_BATCH_SIZE == MAX_BATCH_SIZE
+
+
+@pytest.mark.parametrize(("given", "field"), [
+    ({"batch_size": 10**12}, "batch_size"),
+    ({"R": 2**40}, "R"),
+    ({"profile_batch_sizes": [2, 10**9]}, "profile_batch_sizes.1"),
+    ({"model_knobs": {"layers": -1}}, "model_knobs.layers"),
+    ({"model_knobs": {"layers": "8"}}, "model_knobs.layers"),
+    ({"model_knobs": {"layers": True}}, "model_knobs.layers"),
+    ({"model_knobs": {"layers": 10**100}}, "model_knobs.layers"),
+])
+def test_huge_or_ill_typed_numbers_are_refused_by_the_form_and_resolve_params(given: dict,
+                                                                              field: str) -> None:
+    import jsonschema
+
+    assert list(jsonschema.Draft7Validator(schema()).iter_errors({**resolve_params({}), **given}))
+    with pytest.raises(CeleritasInputError, match=f"^parameter '{field}': "):
+        resolve_params(given)
+
+
+def test_params_that_are_not_an_object_are_one_line_errors() -> None:
+    for given in ("garbage", ["model", "mlp"], 3):
+        with pytest.raises(CeleritasInputError, match=r"^parameter 'params': expected an object, got \w+$"):
+            resolve_params(given)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------------------- models
 def test_zoo_models_and_their_knobs(roots: Path) -> None:
     assert resolve_model("mlp", {"layers": 3}).kind == "zoo"
@@ -73,6 +128,29 @@ def test_zoo_models_and_their_knobs(roots: Path) -> None:
         resolve_model("mlp", {"depth": 3})
     with pytest.raises(CeleritasInputError, match=r"^parameter 'model': unknown model 'resnet9000'"):
         resolve_model("resnet9000")
+
+
+def test_zoo_knob_values_are_checked_before_any_gpu_task(roots: Path) -> None:
+    """The zoo's factories only build a recipe (no TensorFlow), so prepare runs them on the knobs."""
+    for model, knobs, message in (
+            ("mlp", {"layers": -1}, "model 'mlp': layers must be a positive integer"),
+            ("mlp", {"layers": 2.0}, "layers must be a positive integer, got 2.0"),
+            ("inception_v3", {"image_size": 20}, "image_size must be at least 75"),
+            ("transformer", {"heads": 32}, r"hidden \(16\) must be a multiple of heads")):
+        with pytest.raises(CeleritasInputError, match=f"^parameter 'model_knobs': .*{message}"):
+            resolve_model(model, knobs)
+    # the paper's configuration is the base the knobs override: 2048 hidden units take 32 heads
+    assert resolve_model("transformer", {"heads": 32}, paper=True).kind == "zoo"
+
+
+def test_zoo_names_are_checked_without_tensorflow() -> None:
+    """prepare runs on a light worker: checking a zoo model (knobs included) imports no TensorFlow."""
+    code = ("import sys; from tasks.policy import resolve_model; "
+            "resolve_model('nmt', {'layers': 2}, paper=True); "
+            "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_functions_only_under_allowed_module_prefixes(roots: Path,
@@ -139,7 +217,8 @@ def test_run_dirs_stay_inside_the_runs_root(roots: Path, tmp_path: Path,
     (runs / "out").symlink_to(tmp_path)
     for run_dir, message in (("../../x", "is outside the runs root"), ("/etc", "is outside the runs root"),
                              ("out/x", "is outside the runs root"),
-                             ("file:///tmp/x", "is not a folder or s3:// URI"),
+                             ("file:///tmp/x", "is not a folder or s3:// URI: file: URIs are refused"),
+                             ("FILE:/tmp/x", "file: URIs are refused"),
                              ("s3://bucket/x", "outside the allowed S3 prefix: nowhere "
                                                r"\(set CELERITAS_RUNS_S3_PREFIX")):
         with pytest.raises(CeleritasInputError, match=f"^parameter 'run_dir': .*{message}"):
