@@ -279,6 +279,18 @@ def test_close_run_survives_whatever_failed(store: Path, job: object) -> None:
     ("configuration 0123456789abcdef, config_key=0123456789abcdef, run 8de4e4a790ed46b9",
      "configuration 0123456789abcdef, config_key=0123456789abcdef, run 8de4e4a790ed46b9"),
     ("http://mlflow:5000 s3://bucket/key.json", "http://mlflow:5000 s3://bucket/key.json"),
+    # names that end in KEY hold keys; the configuration key, a bare key and KeyError do not
+    ("PRIVATE_KEY=abc SSH_KEY=xyz api_key=1 AccountKey=ab+/==;x=1", "PRIVATE_KEY=*** SSH_KEY=*** api_key=*** "
+                                                                   "AccountKey=***;x=1"),
+    ("celeritas.config_key=0123456789abcdef CONFIG_KEY=0123456789abcdef key=abc KeyError: 'model'",
+     "celeritas.config_key=0123456789abcdef CONFIG_KEY=0123456789abcdef key=abc KeyError: 'model'"),
+    # words that only contain a secret word are not secrets
+    ("author: ann, max_tokens: 512, PWD=/home/ann", "author: ann, max_tokens: 512, PWD=/home/ann"),
+    # quoted names and values (a dict's repr), a setting inside another's value
+    ("{'aws_secret_access_key': 'a b', \"password\": \"p w\"}",
+     "{'aws_secret_access_key': '***', \"password\": \"***\"}"),
+    ("DSN=host=db password=x user=u", "DSN=host=db password=*** user=u"),
+    ("x-amz-security-token: FQoG", "x-amz-security-token: ***"),
 ])
 def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
