@@ -120,13 +120,17 @@ def close_run(job: Job | None, decision: PublishResult | None) -> str:
     """End the job's MLflow parent run: FINISHED once ``publish`` has decided, else FAILED (a step
     failed for good; the run is tagged ``celeritas.publish_decision=failed``). Returns the status.
     Without a usable job (``prepare`` failed, or its XCom is unreadable) there is no run to close:
-    it says so in the log and returns FAILED."""
+    it says so in the log and returns FAILED. A tracking failure is one line: the store unreachable
+    (:class:`~tasks.tracking.TransientTrackingError`, retried) or the run refused (CeleritasInputError)."""
     if not isinstance(job, Job) or not job.parent_run_id:
         log.warning("close_run: no job to close (prepare failed or left no usable job): %r", job)
         return "FAILED"
-    if decision is None:
-        tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})
-        tracking.end_run(job.parent_run_id, "FAILED")
-        return "FAILED"
-    tracking.end_run(job.parent_run_id, "FINISHED")
-    return "FINISHED"
+    status = "FINISHED" if decision is not None else "FAILED"
+    try:
+        if decision is None:
+            tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})
+        tracking.end_run(job.parent_run_id, status)
+    except CeleritasInputError as exc:  # e.g. the run was deleted: say which run and what (one line)
+        raise CeleritasInputError(f"close_run: cannot end MLflow parent run {job.parent_run_id} as {status}: "
+                                  f"{redact(str(exc))}") from None
+    return status

@@ -266,6 +266,23 @@ def test_close_run_survives_whatever_failed(store: Path, job: object) -> None:
     assert close_run(job, None) == "FAILED"  # type: ignore[arg-type]
 
 
+def test_close_run_says_in_one_line_when_tracking_fails(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.contracts import Job
+    from tasks.prepare import close_run
+    from tasks.tracking import TransientTrackingError
+
+    job = Job(params={}, run_dir=str(store), parent_run_id="0" * 32, configuration={"key": "0" * 16})
+    refused = r"^close_run: cannot end MLflow parent run 0{32} as FAILED: MLflow: .*not found$"
+    with pytest.raises(CeleritasInputError, match=refused):
+        close_run(job, None)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://u:s3cret@127.0.0.1:9/")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    with pytest.raises(TransientTrackingError) as err:  # retried by the DAG, and no password in it
+        close_run(job, None)
+    assert "\n" not in str(err.value) and "s3cret" not in str(err.value) and "u:***@" in str(err.value)
+
+
 # ----------------------------------------------------------------------------------- redaction
 @pytest.mark.parametrize(("text", "expected"), [
     ("http://alice:s3cret@mlflow:5000/api", "http://alice:***@mlflow:5000/api"),
