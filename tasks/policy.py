@@ -27,13 +27,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import io
 import os
 import re
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from celeritas_core.errors import CeleritasInputError
 
@@ -146,7 +147,11 @@ def _keras_reference(model: str) -> ModelReference:
             raise CeleritasInputError(f"{where}: {model} is outside the allowed S3 prefix: {allowed}")
         from tasks import storage
 
-        data = storage.read_bytes(model)
+        try:
+            data = storage.read_bytes(model)
+        except storage.ArtifactNotFound:
+            raise CeleritasInputError(f"{where}: no such .keras file: {model}") from None
+        _check_keras_archive(io.BytesIO(data), model)
         return ModelReference("keras", model, model, hashlib.sha256(data).hexdigest())
     if model.startswith("file:"):
         raise CeleritasInputError(f"{where}: give a path, not a file: URI ({model})")
@@ -157,13 +162,19 @@ def _keras_reference(model: str) -> ModelReference:
                                   "(CELERITAS_MODELS_ROOT)")
     if not resolved.is_file():
         raise CeleritasInputError(f"{where}: no such .keras file: {resolved}")
-    try:
-        with zipfile.ZipFile(resolved) as archive:
-            if "config.json" not in archive.namelist():
-                raise CeleritasInputError(f"{where}: {resolved} is not a Keras archive (no config.json)")
-    except zipfile.BadZipFile:
-        raise CeleritasInputError(f"{where}: {resolved} is not a Keras archive (not a zip file)") from None
+    _check_keras_archive(resolved, str(resolved))
     return ModelReference("keras", model, str(resolved), _file_sha256(resolved))
+
+
+def _check_keras_archive(source: Path | IO[bytes], shown: str) -> None:
+    """Refuse a file that is not a Keras archive (a zip holding ``config.json``), local or from S3."""
+    refused = f"parameter 'model': {shown} is not a Keras archive"
+    try:
+        with zipfile.ZipFile(source) as archive:
+            if "config.json" not in archive.namelist():
+                raise CeleritasInputError(f"{refused} (no config.json)")
+    except zipfile.BadZipFile:
+        raise CeleritasInputError(f"{refused} (not a zip file)") from None
 
 
 def _function_reference(model: str) -> ModelReference:

@@ -191,6 +191,34 @@ def test_keras_files_only_under_the_models_root(roots: Path, tmp_path: Path) -> 
         resolve_model("text.keras")
 
 
+def test_keras_files_on_s3_only_under_the_allowed_prefix_and_only_archives(
+        roots: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 reads are stubbed: what is checked is the policy, not boto3 (the DAG tests cover S3)."""
+    import hashlib
+
+    from tasks import storage
+
+    archive = _keras_archive(tmp_path / "net.keras").read_bytes()
+    objects = {"s3://models/ok/net.keras": archive, "s3://models/ok/text.keras": b"not a zip"}
+
+    def read_bytes(uri: str) -> bytes:
+        if uri not in objects:
+            raise storage.ArtifactNotFound(uri)
+        return objects[uri]
+
+    monkeypatch.setattr(storage, "read_bytes", read_bytes)
+    monkeypatch.setenv("CELERITAS_MODELS_S3_PREFIX", "s3://models/ok")
+    reference = resolve_model("s3://models/ok/net.keras")
+    assert (reference.kind, reference.location) == ("keras", "s3://models/ok/net.keras")
+    assert reference.content_sha256 == hashlib.sha256(archive).hexdigest()
+    for model, message in (("s3://models/okx/net.keras", "outside the allowed S3 prefix: s3://models/ok/"),
+                           ("s3://models/ok/../net.keras", "outside the allowed S3 prefix"),
+                           ("s3://models/ok/gone.keras", "no such .keras file: s3://models/ok/gone.keras"),
+                           ("s3://models/ok/text.keras", "is not a Keras archive \\(not a zip file\\)")):
+        with pytest.raises(CeleritasInputError, match=f"^parameter 'model': .*{message}"):
+            resolve_model(model)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow")
 def test_keras_files_load_in_safe_mode(tmp_path: Path) -> None:
     """A .keras file with a Lambda layer (serialized Python code) is refused, never executed."""
