@@ -102,15 +102,6 @@ def cmd_runs_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], numeric: set[int]) -> str:
-    """A plain-text table: a header, then one line per row; ``numeric`` columns right-aligned."""
-    lines = [header, *rows]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
-                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-                     for line in lines)
-
-
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -138,7 +129,7 @@ def cmd_production_show(args: argparse.Namespace) -> int:
     header = ("configuration", "version", "placer", "step_ms", "promoted (UTC)", "run_id", "placement")
     rows = [(c.config_key, c.version, c.placer, _num(c.step_time_s * 1e3, ".3f"),
              c.promoted_at.replace("T", " ")[:19], c.run_id, c.placement_uri) for c in found]
-    print(_table(header, rows, {1, 3}))
+    print(tracking.format_table(header, rows, {1, 3}))
     for c in found:
         print(f"{c.config_key}: {_described(c.configuration)}")
     return 0
@@ -161,7 +152,7 @@ def cmd_production_history(args: argparse.Namespace) -> int:
              _num(None if d.step_time_s is None else d.step_time_s * 1e3, ".3f"),
              _num(None if d.champion_step_time_s is None else d.champion_step_time_s * 1e3, ".3f"),
              _num(d.gain, "+.1%"), _num(d.p_value, ".2g"), d.run_id) for d in decisions]
-    print(_table(header, rows, {5, 6, 7, 8}))
+    print(tracking.format_table(header, rows, {5, 6, 7, 8}))
     return 0
 
 

@@ -85,7 +85,17 @@ def _inside(path: str, root: Path) -> Path | None:
     return resolved if resolved == base or base in resolved.parents else None
 
 
-def _file_sha256(path: Path) -> str:
+def _under_root(path: str, root: Path, refusal: str, variable: str) -> Path:
+    """``path`` (relative ones taken from ``root``) resolved, if inside ``root``; else the one-line
+    ``refusal``, completed with the root and the variable that sets it."""
+    resolved = _inside(path if os.path.isabs(path) else str(root / path), root)
+    if resolved is None:
+        raise CeleritasInputError(f"{refusal} {root} ({variable})")
+    return resolved
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 (hex) of a local file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -155,15 +165,12 @@ def _keras_reference(model: str) -> ModelReference:
         return ModelReference("keras", model, model, hashlib.sha256(data).hexdigest())
     if model.startswith("file:"):
         raise CeleritasInputError(f"{where}: give a path, not a file: URI ({model})")
-    candidate = model if os.path.isabs(model) else str(models_root() / model)
-    resolved = _inside(candidate, models_root())
-    if resolved is None:
-        raise CeleritasInputError(f"{where}: {model} is outside the models root {models_root()} "
-                                  "(CELERITAS_MODELS_ROOT)")
+    resolved = _under_root(model, models_root(), f"{where}: {model} is outside the models root",
+                           "CELERITAS_MODELS_ROOT")
     if not resolved.is_file():
         raise CeleritasInputError(f"{where}: no such .keras file: {resolved}")
     _check_keras_archive(resolved, str(resolved))
-    return ModelReference("keras", model, str(resolved), _file_sha256(resolved))
+    return ModelReference("keras", model, str(resolved), file_sha256(resolved))
 
 
 def _check_keras_archive(source: Path | IO[bytes], shown: str) -> None:
@@ -193,7 +200,7 @@ def _function_reference(model: str) -> ModelReference:
         spec = None
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):
         raise CeleritasInputError(f"{where}: cannot find module {module!r}")
-    return ModelReference("function", model, spec.origin, _file_sha256(Path(spec.origin)))
+    return ModelReference("function", model, spec.origin, file_sha256(Path(spec.origin)))
 
 
 def check_run_dir(run_dir: str) -> str:
@@ -211,9 +218,5 @@ def check_run_dir(run_dir: str) -> str:
                                   f"give a folder under the runs root {runs_root()} instead")
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", run_dir):
         raise CeleritasInputError(f"{where}: {run_dir} is not a folder or s3:// URI")
-    candidate = run_dir if os.path.isabs(run_dir) else str(runs_root() / run_dir)
-    resolved = _inside(candidate, runs_root())
-    if resolved is None:
-        raise CeleritasInputError(f"{where}: {run_dir} is outside the runs root {runs_root()} "
-                                  "(CELERITAS_RUNS_ROOT)")
-    return str(resolved)
+    return str(_under_root(run_dir, runs_root(), f"{where}: {run_dir} is outside the runs root",
+                           "CELERITAS_RUNS_ROOT"))

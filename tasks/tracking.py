@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
+from tasks.policy import file_sha256
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -836,7 +837,7 @@ def promote_if_current(*, registered_model: str, model: str, config_key: str, co
             version_tags = {**_tag_values(tags), TAG_PROMOTED_AT: _now_iso(),
                             TAG_PROMOTE_REASON: _truncate(reason, MAX_TAG_VALUE),
                             TAG_JOB: run.data.tags.get(TAG_JOB, ""),
-                            "celeritas.placement_sha256": _sha256(published["placement.json"])}
+                            "celeritas.placement_sha256": file_sha256(published["placement.json"])}
             source = f"{run.info.artifact_uri}/{PUBLISHED_FOLDER}"
             version = client.create_model_version(registered_model, source, run_id=run_id, tags=version_tags,
                                                   description=reason)
@@ -850,14 +851,6 @@ def promote_if_current(*, registered_model: str, model: str, config_key: str, co
             _set_tag_dict(client, current.run_id, {TAG_PRODUCTION: "false", TAG_SUPERSEDED_BY: run_id,
                                                    TAG_SUPERSEDED_AT: _now_iso()})
     return Promotion(True, reason, promoted)
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @_tracked
@@ -889,14 +882,18 @@ def champions(model: str) -> list[Champion]:
 def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1000) -> list[Decision]:
     """Every publish decision about ``model`` (all its configurations), oldest first."""
     _text(model, "model")
-    client = _client()
+    runs = _parent_runs(_client(), model, experiment, limit)
+    rows = [_decision_of(run) for run in runs if TAG_DECISION in run.data.tags]
+    return sorted(rows, key=lambda d: d.decided_at)
+
+
+def _parent_runs(client: MlflowClient, model: str, experiment: str, limit: int) -> list[Run]:
+    """The newest ``limit`` parent runs of ``model`` in ``experiment`` (none if it does not exist)."""
     exp_ids = _experiment_ids(client, experiment)
     if not exp_ids:
         return []
-    runs = _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
+    return _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
                    max_results=limit)
-    rows = [_decision_of(run) for run in runs if TAG_DECISION in run.data.tags]
-    return sorted(rows, key=lambda d: d.decided_at)
 
 
 def _decision_of(run: Run) -> Decision:
@@ -924,11 +921,7 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise CeleritasInputError(f"number of runs: expected an integer >= 1, got {n!r}")
     client = _client()
-    exp_ids = _experiment_ids(client, experiment)
-    if not exp_ids:
-        return []
-    runs = _search(client, exp_ids, f"tags.`{TAG_MODEL}` = {_quote(model)} and tags.`{TAG_ROLE}` = 'parent'",
-                   max_results=n)
+    runs = _parent_runs(client, model, experiment, n)
     rows = []
     for run in runs:
         tags, metrics = run.data.tags, run.data.metrics
@@ -978,8 +971,13 @@ def format_runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
                       _fmt(r.get("best_simulated_step_time_us"), ".1f"),
                       _fmt(r.get("speedup_vs_single"), ".2f"), _fmt(r.get("placement_seconds"), ".2f"),
                       "*" if r.get("production") else "", _fmt(r.get("decision"), "")))
+    return format_table(lines[0], lines[1:], {6, 7, 8, 9})
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
+    """A plain-text table: a header, then one line per row; ``numeric`` columns right-aligned."""
+    lines = [tuple(header), *(tuple(r) for r in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    numeric = {6, 7, 8, 9}
     return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
                                for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
                      for line in lines)
