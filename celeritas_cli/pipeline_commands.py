@@ -17,7 +17,7 @@ from typing import Any
 from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
-from tasks.params import FIELDS
+from tasks.params import FIELDS, value_type
 
 
 def _flag(name: str) -> str:
@@ -26,7 +26,7 @@ def _flag(name: str) -> str:
 
 def _convert(name: str, text: str) -> Any:
     """A flag's text as the schema's type (arrays comma-separated, objects as JSON)."""
-    kind = FIELDS[name]["type"]
+    kind = value_type(name)
     try:
         if kind == "integer":
             return int(text)
@@ -168,8 +168,9 @@ def add_commands(sub: Any) -> None:
     r.add_argument("--job-id", help="job id (default: a new one); a failed job run again with its id reuses "
                    "its MLflow run; a finished or running one is refused")
     for name, field in FIELDS.items():
-        default = json.dumps(field["default"]) if not isinstance(field["default"], str) else field["default"]
-        r.add_argument(_flag(name), dest=name, metavar=field["type"].upper(),
+        default = field["default"] if isinstance(field["default"], str) or field["default"] is None \
+            else json.dumps(field["default"])
+        r.add_argument(_flag(name), dest=name, metavar=value_type(name).upper(),
                        help=f"{field['title']}: {field['description']} (default: {default or 'automatic'})"
                        .replace("%", "%%"))
     r.set_defaults(func=cmd_run)

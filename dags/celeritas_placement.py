@@ -19,11 +19,11 @@ import pendulum
 from airflow.sdk import Param, dag
 from celeritas_steps import DEFAULT_ARGS, close_run, placement_steps, prepare
 
-from tasks.params import FIELDS
+from tasks.params import FIELDS, PLACEMENT_DAG_ID
 
 
 @dag(
-    dag_id="celeritas_placement",
+    dag_id=PLACEMENT_DAG_ID,
     description="Re-place a model across GPUs with Celeritas; validate against the champion; "
                 "promote if faster",
     schedule=None,

@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+#: The DAG whose trigger form these fields are (dags/celeritas_placement.py).
+PLACEMENT_DAG_ID = "celeritas_placement"
 #: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
 #: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
 NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}
@@ -26,23 +28,30 @@ MAX_R = 2**31 - 1
 MAX_KNOB = 1_000_000
 
 PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single"]
+#: The zoo's model names (:data:`celeritas_tf.models.ZOO`; a copy, as above, and a test checks it):
+#: the form proposes them and still takes a path or a MODULE:FUNCTION.
+ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
+#: What a memory size looks like, for the message when ``device_memory`` does not parse.
+MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
 
 #: field name → JSON schema (with ``default``, ``title``, ``description`` and ``section``).
 FIELDS: dict[str, dict[str, Any]] = {
     "model": {
         "type": "string", "minLength": 1, "default": "tensor_holography", "section": "Model",
-        "title": "Model",
+        "examples": ZOO_MODELS, "title": "Model",
         "description": "A zoo model (inception_v3, nmt, transformer, tensor_holography, mlp); a saved "
                        ".keras file under the models root (CELERITAS_MODELS_ROOT, loaded in Keras safe "
                        "mode); or a Python MODULE:FUNCTION under an allowed module prefix "
                        "(CELERITAS_MODEL_MODULES) returning a Keras model, its loss and input signature.",
     },
     "model_knobs": {
-        "type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": MAX_KNOB},
+        "type": ["object", "null"],
+        "additionalProperties": {"type": "integer", "minimum": 1, "maximum": MAX_KNOB},
         "default": {}, "section": "Model", "title": "Model size knobs",
-        "description": "Overrides of the zoo model's size knobs, e.g. {\"layers\": 8, \"filters\": 16} "
+        "description": "Optional. Overrides of the zoo model's size knobs, e.g. "
+                       "{\"layers\": 8, \"filters\": 16} "
                        "(`celeritas models` lists them; each a positive integer, at most 1000000). "
-                       "Ignored for user models.",
+                       "Empty: the model's own sizes. Ignored for user models.",
     },
     "paper_config": {
         "type": "boolean", "default": False, "section": "Model", "title": "Paper configuration",
@@ -86,7 +95,7 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
     "placers": {
         "type": "array", "items": {"type": "string", "enum": PLACERS}, "minItems": 1, "uniqueItems": True,
-        "default": ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "order-place"],
+        "examples": PLACERS, "default": ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "order-place"],
         "section": "Placement", "title": "Placers to compare",
         "description": "Celeritas and the baselines to run; each becomes a child run in MLflow.",
     },
@@ -107,12 +116,26 @@ FIELDS: dict[str, dict[str, Any]] = {
                        "it, by at least this fraction with 95 % confidence (0.02 = 2 %).",
     },
     "run_dir": {
-        "type": "string", "default": "", "section": "Storage", "title": "Run directory",
-        "description": "Where the run's artifacts go: a folder under the runs root (CELERITAS_RUNS_ROOT) "
-                       "or s3:// under the allowed prefix (CELERITAS_RUNS_S3_PREFIX). Empty: "
-                       "MODEL/RUN_ID under the runs root.",
+        "type": ["string", "null"], "default": None, "section": "Storage", "title": "Run directory",
+        "description": "Optional. Where the run's artifacts go: a folder under the runs root "
+                       "(CELERITAS_RUNS_ROOT) or s3:// under the allowed prefix (CELERITAS_RUNS_S3_PREFIX). "
+                       "Empty: MODEL/RUN_ID under the runs root.",
     },
 }
+
+#: The fields a form may leave empty (their type admits null; empty means the default).
+OPTIONAL: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if isinstance(f["type"], list))
+
+#: How the messages name a JSON type.
+_TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text",
+               "boolean": "true or false", "array": "a list", "object": "an object of names and values",
+               "null": "empty"}
+
+
+def value_type(name: str) -> str:
+    """The JSON type of field ``name``'s value when it is given (its schema type without null)."""
+    kind = FIELDS[name]["type"]
+    return next(k for k in kind if k != "null") if isinstance(kind, list) else kind
 
 
 def schema() -> dict[str, Any]:
@@ -130,24 +153,62 @@ def defaults() -> dict[str, Any]:
 
 def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """Defaults overlaid with ``given``, validated against :func:`schema` (one-line errors)."""
-    import jsonschema
-
     from celeritas_core.errors import CeleritasInputError
 
     if given is not None and not isinstance(given, Mapping):
         raise CeleritasInputError(f"parameter 'params': expected an object, got {type(given).__name__}")
     params = {**defaults(), **dict(given or {})}
     _check_finite(params, "")
-    validator = jsonschema.Draft7Validator(schema())
-    errors = sorted(validator.iter_errors(params), key=lambda e: list(e.absolute_path))
-    if errors:
-        error = errors[0]
-        where = ".".join(str(p) for p in error.absolute_path) or "params"
-        raise CeleritasInputError(f"parameter {where!r}: {error.message}")
+    problem = first_problem(params)
+    if problem is not None:
+        raise CeleritasInputError(problem)
+    for name in OPTIONAL:
+        if params[name] is None:
+            params[name] = copy.deepcopy(FIELDS[name]["default"])
     from celeritas_core.units import parse_size
 
     parse_size(params["device_memory"], field="parameter 'device_memory'")
     return params
+
+
+def first_problem(params: Mapping[str, Any]) -> str | None:
+    """The first schema violation in ``params`` as one sentence naming the parameter, or None.
+
+    Shared by :func:`resolve_params` and the API server's trigger check (``celeritas_plugins``), so
+    the CLI, the REST API and the trigger form say the same thing.
+    """
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(schema())
+    errors = sorted(validator.iter_errors(dict(params)), key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return None
+    error = errors[0]
+    where = ".".join(str(p) for p in error.absolute_path) or "params"
+    return f"parameter {where!r}: {_sentence(error)}"
+
+
+def trigger_problem(body: bytes) -> str | None:
+    """What is wrong with a REST trigger body's ``conf`` for the placement DAG, as one sentence, or None.
+
+    None also when the body is not a JSON object: Airflow's own checks answer for those.
+    """
+    import json
+
+    from celeritas_core.errors import CeleritasInputError
+
+    try:
+        request = json.loads(body or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    conf = request.get("conf") if isinstance(request, dict) else None
+    if conf is None:
+        return None
+    try:
+        resolve_params(conf)
+    except CeleritasInputError as error:
+        return str(error)
+    return None
 
 
 def _check_finite(value: Any, where: str) -> None:
@@ -162,3 +223,48 @@ def _check_finite(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             _check_finite(item, f"{where}.{i}")
+
+
+def _sentence(error: Any) -> str:
+    """A jsonschema error as a sentence a person can act on (the value, what is allowed instead)."""
+    keyword, limit, value = error.validator, error.validator_value, error.instance
+    field = FIELDS.get(str(error.absolute_path[0])) if error.absolute_path else None
+    title = field["title"] if field else "the parameters"
+    got = json_text(value)
+    if keyword == "type":
+        kinds = [limit] if isinstance(limit, str) else list(limit)
+        wanted = " or ".join(_TYPE_WORDS.get(k, k) for k in kinds)
+        return f"{title} must be {wanted}, not {got}"
+    if keyword in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        relation = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most",
+                    "exclusiveMaximum": "less than"}[keyword]
+        return f"{title} must be {relation} {json_text(limit)}, not {got}"
+    if keyword == "not":
+        return f"{title} must be a finite number, not {got}"
+    if keyword == "pattern":
+        return f"{title}: {got} is not {MEMORY_SIZE_EXAMPLE}" if field is FIELDS["device_memory"] else \
+            f"{title}: {got} is not in the expected form"
+    if keyword == "enum":
+        return f"{title}: {got} is not one of {', '.join(map(str, limit))}"
+    if keyword == "minLength":
+        return f"{title} must not be empty"
+    if keyword in ("minItems", "maxItems"):
+        relation = "at least" if keyword == "minItems" else "at most"
+        return f"{title} needs {relation} {limit} value{'s' if limit != 1 else ''}, not {len(value)}"
+    if keyword == "uniqueItems":
+        return f"{title} lists a value twice: {got}"
+    if keyword == "additionalProperties":
+        extra = ", ".join(map(repr, sorted(set(value) - set(error.schema.get("properties", {})))))
+        return f"unknown parameter {extra}; the parameters are {', '.join(FIELDS)}"
+    return str(error.message)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the JSON a person typed (strings quoted, lists in brackets), cut to 80 characters."""
+    import json
+
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

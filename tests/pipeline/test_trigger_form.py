@@ -1,0 +1,138 @@
+"""The placement DAG's trigger form: it submits with its defaults, optional fields are optional,
+placers are a multi-select, models are proposed, and a bad value is answered with one sentence (by
+resolve_params, and by the API server's trigger check before Airflow's own jsonschema report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from celeritas_core.errors import CeleritasInputError
+from tasks import params
+from tasks.params import FIELDS, OPTIONAL, resolve_params, trigger_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def form_params():
+    """The placement DAG's params as the API server holds them (serialized, then deserialized)."""
+    from airflow.dag_processing.dagbag import BundleDagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    bag = BundleDagBag(dag_folder=ROOT / "dags", bundle_path=ROOT / "dags")
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.dags[params.PLACEMENT_DAG_ID]  # straight from the file: no metadata database needed
+    return DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag)).params
+
+
+def _required_in_form(schema: dict) -> bool:
+    """The trigger form's rule for the `*` and the "required" error: a type that does not admit null."""
+    kind = schema.get("type")
+    return bool(kind) and not (isinstance(kind, list) and "null" in kind)
+
+
+def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied(form_params) -> None:
+    assert form_params.validate()["run_dir"] is None
+    emptied = form_params.deep_merge({name: None for name in OPTIONAL})
+    assert emptied.validate()["model_knobs"] is None  # what the form sends for a cleared field
+
+
+def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
+    assert set(OPTIONAL) == {"run_dir", "model_knobs"}
+    for name in FIELDS:
+        param = form_params.get_param(name)
+        assert _required_in_form(param.schema) == (name not in OPTIONAL), name
+        assert param.schema.get("title") and param.schema.get("section") and param.description, name
+    resolved = resolve_params({"run_dir": None, "model_knobs": None})
+    assert resolved["model_knobs"] == {} and resolved["run_dir"] is None
+
+
+def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed(form_params) -> None:
+    from celeritas_core.placers import PLACERS
+    from celeritas_tf.models import ZOO
+
+    placers = form_params.get_param("placers").schema
+    assert placers["type"] == "array" and placers["examples"] == placers["items"]["enum"]  # the form's rule
+    assert set(placers["examples"]) <= set(PLACERS)
+    assert sorted(form_params.get_param("model").schema["examples"]) == sorted(ZOO)
+
+
+@pytest.mark.parametrize(("given", "sentence"), [
+    ({"device_memory": "lots"}, "parameter 'device_memory': Memory per device: \"lots\" is not a number of "
+                                "bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"),
+    ({"batch_size": 0}, "parameter 'batch_size': Batch size must be at least 1, not 0"),
+    ({"batch_size": "8"}, "parameter 'batch_size': Batch size must be a whole number, not \"8\""),
+    ({"memory_fraction": 0}, "parameter 'memory_fraction': Cluster memory cap must be more than 0, not 0"),
+    ({"placers": ["fastest"]}, "parameter 'placers.0': Placers to compare: \"fastest\" is not one of "
+                               + ", ".join(params.PLACERS)),
+    ({"placers": []}, "parameter 'placers': Placers to compare needs at least 1 value, not 0"),
+    ({"profile_batch_sizes": [4, 4]}, "parameter 'profile_batch_sizes': Profiling batch sizes lists a value "
+                                      "twice: [4, 4]"),
+    ({"model": ""}, "parameter 'model': Model must not be empty"),
+    ({"run_dir": 3}, "parameter 'run_dir': Run directory must be text or empty, not 3"),
+    ({"colour": "red"}, "parameter 'params': unknown parameter 'colour'; the parameters are "
+                        + ", ".join(FIELDS)),
+])
+def test_a_bad_value_is_one_sentence_naming_the_field_and_what_is_allowed(given: dict, sentence: str) -> None:
+    with pytest.raises(CeleritasInputError) as err:
+        resolve_params(given)
+    assert str(err.value) == sentence
+    assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence
+
+
+def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:
+    for body in (b"", b"not json", b"[1, 2]", b'{"note": "no conf"}', b'{"conf": {"batch_size": 64}}'):
+        assert trigger_problem(body) is None, body
+
+
+# ------------------------------------------------------------------------ the API server's trigger check
+def _app_behind_the_check():
+    """The trigger check in front of a stand-in for Airflow's API, which records the bodies it gets."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from celeritas_plugins.trigger_check import TriggerParamsCheck
+
+    received: list[bytes] = []
+
+    async def endpoint(request):
+        received.append(await request.body())
+        return JSONResponse({"dag_run_id": "made"})
+
+    app = Starlette(routes=[Route("/api/v2/dags/{dag_id}/dagRuns", endpoint, methods=["POST", "GET"])])
+    app.add_middleware(TriggerParamsCheck)
+    return TestClient(app), received
+
+
+def test_the_api_server_refuses_a_bad_placement_trigger_with_the_sentence_and_creates_nothing() -> None:
+    client, received = _app_behind_the_check()
+    answer = client.post(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns",
+                         json={"conf": {"device_memory": "lots"}, "logical_date": None})
+    assert answer.status_code == 400
+    assert answer.json()["detail"].startswith("parameter 'device_memory': Memory per device: \"lots\"")
+    assert received == []
+
+
+def test_good_triggers_and_other_requests_pass_through_with_their_bodies_intact() -> None:
+    client, received = _app_behind_the_check()
+    good = json.dumps({"conf": {"batch_size": 64, "placers": ["celeritas"]}, "logical_date": None}).encode()
+    assert client.post(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns", content=good).status_code == 200
+    other = json.dumps({"conf": {"batch_size": 0}}).encode()  # another DAG: not ours to judge
+    assert client.post("/api/v2/dags/someone_elses/dagRuns", content=other).status_code == 200
+    assert client.get(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns").status_code == 200
+    assert received == [good, other, b""]
+
+
+def test_the_check_is_an_installed_airflow_plugin() -> None:
+    from importlib.metadata import entry_points
+
+    from celeritas_plugins.trigger_check import CeleritasPlugin, TriggerParamsCheck
+
+    (entry,) = [e for e in entry_points(group="airflow.plugins") if e.name == "celeritas"]
+    assert entry.load() is CeleritasPlugin
+    assert [m["middleware"] for m in CeleritasPlugin.fastapi_root_middlewares] == [TriggerParamsCheck]
