@@ -18,6 +18,7 @@ from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
 from tasks.params import FIELDS, value_type
+from tasks.report import format_table
 
 
 def _flag(name: str) -> str:
@@ -129,7 +130,7 @@ def cmd_production_show(args: argparse.Namespace) -> int:
     header = ("configuration", "version", "placer", "step_ms", "promoted (UTC)", "run_id", "placement")
     rows = [(c.config_key, c.version, c.placer, _num(c.step_time_s * 1e3, ".3f"),
              c.promoted_at.replace("T", " ")[:19], c.run_id, c.placement_uri) for c in found]
-    print(tracking.format_table(header, rows, {1, 3}))
+    print(format_table(header, rows, {1, 3}))
     for c in found:
         print(f"{c.config_key}: {_described(c.configuration)}")
     return 0
@@ -152,7 +153,7 @@ def cmd_production_history(args: argparse.Namespace) -> int:
              _num(None if d.step_time_s is None else d.step_time_s * 1e3, ".3f"),
              _num(None if d.champion_step_time_s is None else d.champion_step_time_s * 1e3, ".3f"),
              _num(d.gain, "+.1%"), _num(d.p_value, ".2g"), d.run_id) for d in decisions]
-    print(tracking.format_table(header, rows, {5, 6, 7, 8}))
+    print(format_table(header, rows, {5, 6, 7, 8}))
     return 0
 
 

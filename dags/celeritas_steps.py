@@ -10,7 +10,9 @@ is listed in ``.airflowignore``: it holds tasks, not DAGs.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -19,6 +21,8 @@ from airflow.sdk import Asset, get_current_context, setup, task, teardown
 
 #: Published placements; downstream training DAGs can use ``schedule=[PUBLISHED_PLACEMENT]``.
 PUBLISHED_PLACEMENT = Asset(name="celeritas_published_placement", uri="celeritas://placements/published")
+
+log = logging.getLogger("celeritas.steps")
 
 
 def _minutes(name: str, default: int) -> timedelta:
@@ -39,6 +43,8 @@ DEFAULT_ARGS = {
     "retry_exponential_backoff": True,
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": TASK_TIMEOUT,
+    # each step logs its own summary and the MLflow link (_run_step), not the whole XCom dict
+    "show_return_value_in_logs": False,
 }
 
 
@@ -62,6 +68,32 @@ def _call(step: Callable[[], Any]) -> Any:
         if _holds_secrets(exc):  # the traceback would print them: raise a clean one (still retried)
             raise RuntimeError(f"{type(exc).__name__}: {redact(str(exc))}") from None
         raise
+
+
+def _run_step(step: Callable[[], Any], job: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``step`` (a call into ``tasks/`` returning a contract) through :func:`_call`, logging its
+    start, its duration, its summary (tables and figures) and the MLflow parent run's link; returns
+    the contract as XCom."""
+    task_id = get_current_context()["ti"].task_id
+    log.info("%s: started", task_id)
+    started = time.monotonic()
+    result = _call(step)
+    log.info("%s: done in %.1f s\n%s", task_id, time.monotonic() - started, result.summary())
+    parent_run_id = getattr(result, "parent_run_id", None) or (job or {}).get("parent_run_id")
+    if parent_run_id:
+        _log_run_link(str(parent_run_id))
+    return result.to_xcom()
+
+
+def _log_run_link(run_id: str) -> None:
+    """Log where the MLflow run is; a tracking store that cannot answer only costs the link."""
+    from celeritas_core.redact import redact
+    from tasks.tracking import run_link
+
+    try:
+        log.info("MLflow run: %s", run_link(run_id))
+    except Exception as exc:  # the step itself succeeded: a missing link must not fail it
+        log.warning("MLflow run %s: no link (%s)", run_id, redact(str(exc)))
 
 
 def _holds_secrets(exc: BaseException) -> bool:
@@ -104,8 +136,8 @@ def prepare(**context: Any) -> dict[str, Any]:
 
     job_id = context["dag_run"].run_id
     # reopen: clearing a task re-runs this setup, which then reuses the run's ended parent run
-    return _call(lambda: run(context["params"], job_id=job_id, tags=_run_tags(**context),
-                             reopen=True).job.to_xcom())
+    return _run_step(lambda: run(context["params"], job_id=job_id, tags=_run_tags(**context),
+                                 reopen=True).job)
 
 
 @setup
@@ -119,7 +151,7 @@ def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
     model = _call(lambda: FleetModel(name=str(entry["name"]), params=dict(entry["params"])))
     job_id = f"{context['dag_run'].run_id}/{model.name}"
     tags = {**_run_tags(**context), "celeritas.fleet_model": model.name}
-    return _call(lambda: run(model.params, job_id=job_id, tags=tags, reopen=True).job.to_xcom())
+    return _run_step(lambda: run(model.params, job_id=job_id, tags=tags, reopen=True).job)
 
 
 @task(**GPU)
@@ -128,7 +160,7 @@ def calibrate_comm(job: dict[str, Any]) -> dict[str, Any]:
     from tasks.calibrate_comm import calibrate_comm as run
     from tasks.contracts import Job
 
-    return _call(lambda: run(Job.from_xcom(job)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job)), job)
 
 
 @task(**GPU)
@@ -137,7 +169,7 @@ def profile_small_batches(job: dict[str, Any]) -> dict[str, Any]:
     from tasks.contracts import Job
     from tasks.profile_small_batches import profile_small_batches as run
 
-    return _call(lambda: run(Job.from_xcom(job)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job)), job)
 
 
 @task
@@ -146,7 +178,7 @@ def fit_regression(job: dict[str, Any], profile: dict[str, Any]) -> dict[str, An
     from tasks.contracts import Job, ProfileResult
     from tasks.fit_regression import fit_regression as run
 
-    return _call(lambda: run(Job.from_xcom(job), ProfileResult.from_xcom(profile)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), ProfileResult.from_xcom(profile)), job)
 
 
 @task(**GPU)
@@ -156,8 +188,8 @@ def remeasure_large_batch(job: dict[str, Any], fits: dict[str, Any],
     from tasks.contracts import CalibrationResult, FitResult, Job
     from tasks.remeasure_large_batch import remeasure_large_batch as run
 
-    return _call(lambda: run(Job.from_xcom(job), FitResult.from_xcom(fits),
-                             CalibrationResult.from_xcom(cluster)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), FitResult.from_xcom(fits),
+                                 CalibrationResult.from_xcom(cluster)), job)
 
 
 @task
@@ -166,8 +198,8 @@ def fuse(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any])
     from tasks.contracts import CalibrationResult, Job, RemeasureResult
     from tasks.fuse import fuse as run
 
-    return _call(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
-                             CalibrationResult.from_xcom(cluster)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
+                                 CalibrationResult.from_xcom(cluster)), job)
 
 
 @task
@@ -178,8 +210,8 @@ def place(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any]
     from tasks.contracts import CalibrationResult, Job, RemeasureResult
     from tasks.place import place as run
 
-    return _call(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
-                             CalibrationResult.from_xcom(cluster)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
+                                 CalibrationResult.from_xcom(cluster)), job)
 
 
 @task
@@ -191,7 +223,7 @@ def plan_validation(job: dict[str, Any], placed: dict[str, Any], **context: Any)
     from tasks.contracts import Job, PlaceResult
     from tasks.validate import plan_validation as run
 
-    plan = _call(lambda: run(Job.from_xcom(job), PlaceResult.from_xcom(placed)).to_xcom())
+    plan = _run_step(lambda: run(Job.from_xcom(job), PlaceResult.from_xcom(placed)), job)
     context["ti"].xcom_push(key="plan", value=plan)
     return plan["items"]
 
@@ -203,7 +235,7 @@ def validate(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     from tasks.validate import validate as run
 
     get_current_context()["placer"] = str(item.get("placer", "?"))  # type: ignore[typeddict-unknown-key]
-    return _call(lambda: run(Job.from_xcom(job), ValidationItem.from_xcom(item)).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), ValidationItem.from_xcom(item)), job)
 
 
 @task(**GPU)
@@ -214,7 +246,7 @@ def validate_all(job: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, An
     from tasks.validate import validate as run
 
     decoded = _call(lambda: (Job.from_xcom(job), ValidationPlan.from_xcom(plan)))
-    return [_call(lambda item=item: run(decoded[0], item).to_xcom()) for item in decoded[1].items]
+    return [_run_step(lambda item=item: run(decoded[0], item), job) for item in decoded[1].items]
 
 
 @task
@@ -224,9 +256,9 @@ def publish(job: dict[str, Any], plan: dict[str, Any], validations: list[dict[st
     from tasks.contracts import Job, PlacementValidation, ValidationPlan
     from tasks.publish import publish as run
 
-    return _call(lambda: run(Job.from_xcom(job), ValidationPlan.from_xcom(plan),
-                             [PlacementValidation.from_xcom(validations[i])
-                              for i in range(len(validations))]).to_xcom())
+    return _run_step(lambda: run(Job.from_xcom(job), ValidationPlan.from_xcom(plan),
+                                 [PlacementValidation.from_xcom(validations[i])
+                                  for i in range(len(validations))]), job)
 
 
 @task.short_circuit

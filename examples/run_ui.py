@@ -28,8 +28,9 @@ VENV_BIN = Path(sys.executable).parent
 GRACE_S = 20.0
 
 
-def environment(airflow_port: int) -> dict[str, str]:
-    """The environment of both UIs: project-local Airflow, the venv first on PATH."""
+def environment(airflow_port: int, mlflow_port: int = 5000) -> dict[str, str]:
+    """The environment of both UIs: project-local Airflow, the venv first on PATH, and the MLflow
+    UI's address for the run links the tasks log."""
     home = ROOT / "build" / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     return {**os.environ,
@@ -39,7 +40,8 @@ def environment(airflow_port: int) -> dict[str, str]:
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(airflow_port),
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{airflow_port}",
-            "CELERITAS_HOME": os.environ.get("CELERITAS_HOME", str(ROOT)), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            "CELERITAS_HOME": os.environ.get("CELERITAS_HOME", str(ROOT)), "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CELERITAS_MLFLOW_UI_URL": f"http://127.0.0.1:{mlflow_port}"}
 
 
 def _up(url: str) -> bool:
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=0, help="stop after this many seconds (0: never)")
     args = parser.parse_args(argv)
     os.environ.setdefault("CELERITAS_HOME", str(ROOT))
-    env = environment(args.airflow_port)
+    env = environment(args.airflow_port, args.mlflow_port)
     sys.path.insert(0, str(ROOT))
     from tasks import tracking
 

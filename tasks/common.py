@@ -31,6 +31,7 @@ ARTIFACTS = {
     "compare_csv": "compare.csv",
     "gantt": "gantt.png",
     "memory_chart": "memory.png",
+    "memory_all_placers": "memory_all_placers.png",
     "validation_summary": "validation.json",
     "publish": "publish.json",
 }
@@ -44,6 +45,11 @@ def artifact(run_dir: str, name: str) -> str:
 def placement_uri(run_dir: str, placer: str) -> str:
     """URI of one placer's placement in the run."""
     return storage.join(run_dir, "placements", f"{placer}.json")
+
+
+def chart_uri(run_dir: str, placer: str, name: str) -> str:
+    """URI of one placer's chart (``gantt.png`` or ``memory.png``) in the run."""
+    return storage.join(run_dir, "charts", placer, name)
 
 
 def validation_uri(run_dir: str, placer: str) -> str:

@@ -39,6 +39,10 @@ class Contract:
             object.__setattr__(self, f.name, _check(getattr(self, f.name), hints[f.name],
                                                     type(self).__name__, f.name))
 
+    def summary(self) -> str:
+        """What the step did, in a few lines for the task log (its figures with units)."""
+        return "; ".join(f"{f.name}={_show(getattr(self, f.name))}" for f in fields(self))
+
     def to_xcom(self) -> dict[str, Any]:
         """The contract as plain JSON types (dicts, lists, strings, numbers, booleans, None)."""
         return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
@@ -76,6 +80,12 @@ class Job(Contract):
         """The configuration's key (runs are only compared within one)."""
         return str(self.configuration["key"])
 
+    def summary(self) -> str:
+        p = self.params
+        return (f"model {p['model']} at batch {p['batch_size']} on {p['num_devices']} devices of "
+                f"{p['device_memory']} (configuration {self.config_key}); placers {', '.join(p['placers'])}; "
+                f"artifacts in {self.run_dir}")
+
 
 @dataclass(frozen=True)
 class PrepareResult(Contract):
@@ -104,6 +114,11 @@ class CalibrationResult(Contract):
     comm_intercept_us: float
     r2: float | None
 
+    def summary(self) -> str:
+        how = f"measured, R² {self.r2:.3f}" if self.r2 is not None else "the default model, not measured"
+        return (f"transfer time t = {self.comm_slope_us_per_byte:.3g} µs/B · bytes + "
+                f"{self.comm_intercept_us:.1f} µs ({how})")
+
 
 @dataclass(frozen=True)
 class ProfileResult(Contract):
@@ -112,6 +127,9 @@ class ProfileResult(Contract):
     profile_uri: str
     ops: int
     batch_sizes: tuple[int, ...]
+
+    def summary(self) -> str:
+        return f"traced {self.ops} ops at batch sizes {', '.join(map(str, self.batch_sizes))}"
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,14 @@ class FitResult(Contract):
     predicted_total_memory_bytes: float
     fit_median_memory_r2: float
     fit_median_time_r2: float
+
+    def summary(self) -> str:
+        from tasks.report import mib, number
+
+        total_ms = number(self.predicted_total_time_us, ".3f", 1e-3)
+        return (f"fitted {self.ops} ops: at the large batch, total op time {total_ms} ms and "
+                f"memory {mib(self.predicted_total_memory_bytes)} MiB; median R² time "
+                f"{number(self.fit_median_time_r2)}, memory {number(self.fit_median_memory_r2)}")
 
 
 @dataclass(frozen=True)
@@ -142,6 +168,15 @@ class RemeasureResult(Contract):
     remeasure_predicted_peak_memory_bytes: float
     remeasure_measured_peak_memory_bytes: float
 
+    def summary(self) -> str:
+        from tasks.report import mib, percent
+
+        return (f"re-measured {self.ops} ops at the large batch: estimate off by "
+                f"{percent(self.estimation_time_deviation)} in time, "
+                f"{percent(self.estimation_memory_deviation)} "
+                f"in memory; peak {mib(self.remeasure_measured_peak_memory_bytes)} MiB measured, "
+                f"{mib(self.remeasure_predicted_peak_memory_bytes)} MiB predicted")
+
 
 @dataclass(frozen=True)
 class FuseResult(Contract):
@@ -155,6 +190,13 @@ class FuseResult(Contract):
     ccr_after: float
     cut_cost_us: float
 
+    def summary(self) -> str:
+        from tasks.report import number
+
+        return (f"fused {self.nodes} ops into {self.coarse_nodes} clusters; communication-to-computation "
+                f"ratio {number(self.ccr_before)} -> {number(self.ccr_after)}; cut edges cost "
+                f"{number(self.cut_cost_us, '.3f', 1e-3)} ms")
+
 
 @dataclass(frozen=True)
 class PlaceResult(Contract):
@@ -167,6 +209,16 @@ class PlaceResult(Contract):
     best_simulated: str
     simulated_step_time_us: dict[str, float]
     oom: dict[str, bool]
+
+    def summary(self) -> str:
+        from tasks.report import format_table, number
+
+        times = self.simulated_step_time_us
+        ranked = sorted(times, key=lambda p: (self.oom.get(p, False), times[p]))
+        rows = [(p, number(times[p], ".3f", 1e-3), "no" if self.oom.get(p, False) else "yes",
+                 "*" if p == self.best_simulated else "") for p in ranked]
+        table = format_table(("placer", "simulated step (ms)", "fits", "best"), rows, {1})
+        return f"compared {len(rows)} placers (compare table: {self.compare_uri}):\n{table}"
 
 
 @dataclass(frozen=True)
@@ -192,6 +244,13 @@ class ValidationPlan(Contract):
     champion_placer: str | None
     champion_run_id: str | None
 
+    def summary(self) -> str:
+        champion = (f"champion version {self.champion_version} ({self.champion_placer})"
+                    if self.champion_version else "no champion yet")
+        placers = ", ".join(i.placer for i in self.items)
+        return f"validating {len(self.items)} placements that fit ({placers}) against {champion} of " \
+            f"{self.registered_model}"
+
 
 @dataclass(frozen=True)
 class PlacementValidation(Contract):
@@ -210,6 +269,21 @@ class PlacementValidation(Contract):
     median_s: float
     p90_s: float
     blocks: int
+
+    def summary(self) -> str:
+        import statistics
+
+        from tasks.report import number
+
+        mine = (f"{self.placer}: median {number(self.median_s, '.3f', 1e3)} ms, p90 "
+                f"{number(self.p90_s, '.3f', 1e3)} ms over {len(self.step_seconds)} timed steps in "
+                f"{self.blocks} blocks")
+        if self.champion_step_seconds:
+            champion_ms = number(statistics.median(self.champion_step_seconds), ".3f", 1e3)
+            return f"{mine}; champion version {self.champion_version}: median {champion_ms} ms"
+        if self.champion_error:
+            return f"{mine}; the champion could not run: {self.champion_error}"
+        return f"{mine}; no champion to compare with"
 
 
 @dataclass(frozen=True)
@@ -240,6 +314,14 @@ class PublishResult(Contract):
     def promoted(self) -> bool:
         """Whether the new placement went to production."""
         return self.decision == "promoted"
+
+    def summary(self) -> str:
+        head = "PROMOTED" if self.promoted else "kept production"
+        production = f"configuration {self.config_key} has no champion"
+        if self.champion_version:
+            production = (f"production for {self.config_key}: version {self.champion_version} "
+                          f"({self.placement_uri})")
+        return f"{head}: {self.reason}\n{production}"
 
     def document(self) -> dict[str, Any]:
         """The ``publish.json`` document (``celeritas-publish/1``): every field but ``publish_uri``."""

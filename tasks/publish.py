@@ -16,7 +16,7 @@ from celeritas_core.ab_test import StepTimeComparison, compare_step_times
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
-from tasks.common import artifact
+from tasks.common import artifact, chart_uri
 from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,23 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
         publish_uri=artifact(job.run_dir, "publish"))
     tracking.record_decision(job.parent_run_id, decision, reason, config_key=job.config_key,
                              metrics=_decision_metrics(best, comparison))
+    _attach_charts(job, best.placer)
     storage.write_json(result.publish_uri, _finite(result.document()))
     log.info("publish: %s; production for configuration %s: version %s (%s)", decision, job.config_key,
              result.champion_version, result.placement_uri)
     return result
+
+
+def _attach_charts(job: Job, placer: str) -> None:
+    """The chosen placement's Gantt and memory charts as the run's own: ``gantt.png`` and
+    ``memory.png`` in the run directory and under ``placement/`` in the MLflow parent run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, key in (("gantt.png", "gantt"), ("memory.png", "memory_chart")):
+            local = Path(tmp) / name
+            local.write_bytes(storage.read_bytes(chart_uri(job.run_dir, placer, name)))
+            storage.upload_file(str(local), artifact(job.run_dir, key))
+            tracking.log_artifact(job.parent_run_id, str(local), "placement")
+    tracking.set_tags(job.parent_run_id, {"celeritas.charts_placer": placer})
 
 
 def _verdict(job: Job, plan: ValidationPlan, best: PlacementValidation,

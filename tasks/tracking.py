@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
 from tasks.policy import file_sha256
+from tasks.report import format_table
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -87,6 +88,13 @@ TAG_DEVICES = "celeritas.devices"
 TAG_BEST_MEASURED = "celeritas.best_measured_placer"
 TAG_BEST_SIMULATED = "celeritas.best_simulated_placer"
 TAG_PARENT = "mlflow.parentRunId"
+#: MLflow's experiment type: this one opens in the UI's model-training view (runs, charts), not
+#: the GenAI view (traces) that MLflow 3 shows an untyped experiment in.
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+EXPERIMENT_DESCRIPTION = ("Celeritas device placements: one parent run per placement job (a DAG run), one "
+                          "child run per placer; the champion per configuration is in the Model Registry.")
+#: Where the MLflow UI is, for the links in task logs (default: the tracking URI, when it is http).
+MLFLOW_UI_URL_ENV = "CELERITAS_MLFLOW_UI_URL"
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")
@@ -101,9 +109,14 @@ _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_B
 _INPUT_ERROR_CODES = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST", "INVALID_STATE",
                                 "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS"})
 _TRANSIENT_ERROR_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
-# Metric columns of `celeritas runs compare` (parent-run metrics).
-RUN_METRICS = ("best_measured_step_time_s", "best_simulated_step_time_us", "speedup_vs_single",
-               "placement_seconds")
+# Metric columns of `celeritas runs compare` (parent-run metrics). MLflow metric names end in their
+# unit: times in seconds (_s), memory in bytes (_bytes); the rest are ratios or counts.
+RUN_METRICS = ("best_measured_step_time_s", "best_simulated_step_time_s", "speedup_vs_single",
+               "placement_time_s")
+# Runs logged before the names above: old name → (new name, factor to seconds).
+_RENAMED_METRICS = {"best_simulated_step_time_us": ("best_simulated_step_time_s", 1e-6),
+                    "single_device_time_us": ("single_device_step_time_s", 1e-6),
+                    "placement_seconds": ("placement_time_s", 1.0)}
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -154,6 +167,22 @@ def tracking_uri() -> str:
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
     return uri
+
+
+def ui_base_url() -> str | None:
+    """The MLflow UI's address for links: ``CELERITAS_MLFLOW_UI_URL``, else an http(s) tracking URI
+    without its credentials; None for a database store (no UI is known)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    given = os.environ.get(MLFLOW_UI_URL_ENV, "").strip()
+    uri = given or tracking_uri()
+    if not uri.lower().startswith(("http://", "https://")):
+        return None
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port else ""
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def artifact_root(uri: str) -> str | None:
@@ -407,9 +436,13 @@ def experiment_id(name: str = EXPERIMENT) -> str:
     if exp is not None:
         if exp.lifecycle_stage != "active":
             raise CeleritasInputError(f"MLflow experiment {name!r} is deleted; restore it or use another")
+        if exp.tags.get(EXPERIMENT_KIND_TAG) is None:  # made before experiments were typed
+            client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=artifact_root(tracking_uri()))
+        return client.create_experiment(name, artifact_location=artifact_root(tracking_uri()),
+                                        tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+                                              "mlflow.note.content": EXPERIMENT_DESCRIPTION})
     except MlflowException as exc:  # created concurrently by another task
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
@@ -417,6 +450,19 @@ def experiment_id(name: str = EXPERIMENT) -> str:
         if exp is None:
             raise
         return exp.experiment_id
+
+
+@_tracked
+def run_link(run_id: str) -> str:
+    """Where a person opens run ``run_id``: its page in the MLflow UI, or, for a database store
+    with no UI known, the command that serves one."""
+    run = _client().get_run(run_id)
+    base = ui_base_url()
+    if base is not None:
+        return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+    return (f"run {run_id} in experiment {run.info.experiment_id} of {redact(tracking_uri())} "
+            f"(serve it with `mlflow ui --backend-store-uri {redact(tracking_uri())}` or `make ui`, "
+            f"or set {MLFLOW_UI_URL_ENV})")
 
 
 @_tracked
@@ -924,20 +970,21 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
     runs = _parent_runs(client, model, experiment, n)
     rows = []
     for run in runs:
-        tags, metrics = run.data.tags, run.data.metrics
+        tags, metrics = run.data.tags, _current_names(run.data.metrics)
         placer = tags.get(TAG_BEST_MEASURED) or tags.get(TAG_BEST_SIMULATED) or _lookup(run, "best_placer")
         values: dict[str, float | None] = {k: metrics.get(k) for k in RUN_METRICS}
-        single, best_sim = metrics.get("single_device_time_us"), metrics.get("best_simulated_step_time_us")
+        single, best_sim = metrics.get("single_device_step_time_s"), metrics.get("best_simulated_step_time_s")
         if values["speedup_vs_single"] is None and single and best_sim:
             values["speedup_vs_single"] = single / best_sim
-        if placer and (values["placement_seconds"] is None or values["speedup_vs_single"] is None):
+        if placer and (values["placement_time_s"] is None or values["speedup_vs_single"] is None):
             child = _search(client, [run.info.experiment_id],
                             f"tags.`{TAG_PARENT}` = {_quote(run.info.run_id)} and "
                             f"tags.`{TAG_PLACER}` = {_quote(placer)}", max_results=1)
             if child:
-                for key in ("placement_seconds", "speedup_vs_single"):
+                child_metrics = _current_names(child[0].data.metrics)
+                for key in ("placement_time_s", "speedup_vs_single"):
                     if values[key] is None:
-                        values[key] = child[0].data.metrics.get(key)
+                        values[key] = child_metrics.get(key)
         rows.append({"run_id": run.info.run_id, "run_name": run.info.run_name,
                      "start_time": _iso(run.info.start_time), "status": run.info.status,
                      "batch_size": _lookup(run, "batch_size"),
@@ -946,6 +993,15 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
                      "production": tags.get(TAG_PRODUCTION) == "true",
                      "decision": tags.get(TAG_DECISION)})
     return rows
+
+
+def _current_names(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``metrics`` with the names of runs logged before the unit suffixes (:data:`_RENAMED_METRICS`)."""
+    out = dict(metrics)
+    for old, (new, factor) in _RENAMED_METRICS.items():
+        if old in out and new not in out:
+            out[new] = out[old] * factor
+    return out
 
 
 def _fmt(value: object, spec: str) -> str:
@@ -961,26 +1017,17 @@ def format_runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
     if not rows:
         return "no runs"
     header = ("started (UTC)", "run_id", "status", "batch", "devices", "placer", "measured_s",
-              "simulated_us", "speedup", "placement_s", "prod", "decision")
+              "simulated_s", "speedup", "placement_s", "prod", "decision")
     lines = [header]
     for r in rows:
         started = (r.get("start_time") or "-").replace("T", " ").rstrip("Z")
         lines.append((started, str(r.get("run_id")), str(r.get("status")), _fmt(r.get("batch_size"), ""),
                       _fmt(r.get("devices"), ""), _fmt(r.get("placer"), ""),
                       _fmt(r.get("best_measured_step_time_s"), ".6f"),
-                      _fmt(r.get("best_simulated_step_time_us"), ".1f"),
-                      _fmt(r.get("speedup_vs_single"), ".2f"), _fmt(r.get("placement_seconds"), ".2f"),
+                      _fmt(r.get("best_simulated_step_time_s"), ".6f"),
+                      _fmt(r.get("speedup_vs_single"), ".2f"), _fmt(r.get("placement_time_s"), ".2f"),
                       "*" if r.get("production") else "", _fmt(r.get("decision"), "")))
     return format_table(lines[0], lines[1:], {6, 7, 8, 9})
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
-    """A plain-text table: a header, then one line per row; ``numeric`` columns right-aligned."""
-    lines = [tuple(header), *(tuple(r) for r in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.rjust(w) if i in numeric else cell.ljust(w)
-                               for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-                     for line in lines)
 
 
 # ---------------------------------------------------------------------------- rejected jobs

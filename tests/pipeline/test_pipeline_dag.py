@@ -147,9 +147,11 @@ def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
     assert sorted(c.data.tags["celeritas.placer"] for c in children) == sorted(expected_placers)
     validated = 0
     for child in children:
-        for metric in ("placement_seconds", "simulated_step_time_us", "speedup_vs_single", "oom"):
+        for metric in ("placement_time_s", "simulated_step_time_s", "speedup_vs_single", "oom"):
             assert metric in child.data.metrics, (child.info.run_name, metric)
         assert any(a.path.endswith(".json") for a in client.list_artifacts(child.info.run_id, "placement"))
+        charts = {a.path for a in client.list_artifacts(child.info.run_id, "charts")}
+        assert charts == {"charts/gantt.png", "charts/memory.png"}, charts  # this placer's own
         if child.data.metrics["oom"]:  # over-full placements are not run on the devices
             assert "measured_mean_step_time_s" not in child.data.metrics
             continue
@@ -165,25 +167,37 @@ def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"placement", "standard_evaluation"} <= top
     placement = {a.path for a in client.list_artifacts(parent.info.run_id, "placement")}
-    assert {"placement/gantt.png", "placement/memory.png", "placement/compare.json"} <= placement
+    assert {"placement/gantt.png", "placement/memory.png", "placement/compare.json",
+            "placement/memory_all_placers.png"} <= placement
+    # the run's Gantt and memory charts are those of the placement publish chose, not the simulator's best
+    assert parent.data.tags["celeritas.charts_placer"] == parent.data.tags["celeritas.best_measured_placer"]
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the training view
     return parent
 
 
-def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_path, monkeypatch):
+def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_path, monkeypatch, caplog):
     from tasks import storage
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("CELERITAS_RUNS_ROOT", str(tmp_path))  # run directories must be under it
     run_dir = tmp_path / "run"
+    caplog.set_level("INFO")
     dag_run = dag.test(run_conf={**TINY, "run_dir": str(run_dir)})
     assert str(dag_run.state).endswith("success")
     client, runs = _mlflow_runs(uri)
     parent = _check_run(client, runs, TINY["placers"])
+    logged = caplog.text
+    for line in ("place: done in", "simulated step (ms)", "validate: done in", "publish: done in",
+                 "PROMOTED: ", f"MLflow run: run {parent.info.run_id}"):
+        assert line in logged, line  # each step's summary and the run's link are in the task logs
+    assert "Returned value was" not in logged  # not the whole XCom dict
     assert parent.data.tags["celeritas.publish_decision"] == "promoted"
     names = {Path(u).relative_to(run_dir).as_posix() for u in storage.list_uris(str(run_dir))}
     for expected in ("params.json", "cluster.json", "profile.json", "fits.json", "graph.measured.json",
-                     "compare.json", "gantt.png", "validation.json", "publish.json",
+                     "compare.json", "gantt.png", "memory.png", "validation.json", "publish.json",
+                     "charts/celeritas/gantt.png", "charts/m-topo/memory.png",
                      "placements/celeritas.json", "validation/m-topo.json"):
         assert expected in names, expected
     publish = json.loads((run_dir / "publish.json").read_text())

@@ -59,9 +59,9 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
     for i, placer in enumerate(("celeritas", "metis")):
         children[placer] = tracking.child_run(
             parent, placer, params={"placer": placer, "R": 3},
-            metrics={"simulated_step_time_us": 1000.0 + i, "placement_seconds": 0.5 * (i + 1)},
+            metrics={"simulated_step_time_s": 0.001 + i, "placement_time_s": 0.5 * (i + 1)},
             artifacts={"placement": str(placement)})
-    tracking.log_metrics(parent, {"best_simulated_step_time_us": 1000.0, "single_device_time_us": 3000.0})
+    tracking.log_metrics(parent, {"best_simulated_step_time_s": 0.001, "single_device_step_time_s": 0.003})
     tracking.log_series(children["celeritas"], "validation_step_time_s", [0.1 + 0.001 * i for i in range(50)])
     tracking.log_artifact(parent, str(gantt), "placement")
     tracking.set_tags(parent, {"celeritas.best_simulated_placer": "celeritas"})
@@ -78,7 +78,7 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
     assert p.data.params["placers"] == '["celeritas", "metis"]'
     assert p.data.params["seed"] == "None"
     assert len(p.data.params["notes"]) == tracking.MAX_PARAM_VALUE
-    assert p.data.metrics["best_simulated_step_time_us"] == 1000.0
+    assert p.data.metrics["best_simulated_step_time_s"] == 0.001
     assert _artifact_names(client, parent, "placement") == {"gantt.png"}
     for i, (placer, run_id) in enumerate(children.items()):
         c = client.get_run(run_id)
@@ -89,7 +89,7 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
         assert c.data.tags["celeritas.placer"] == placer
         assert c.data.tags["celeritas.model"] == MODEL
         assert c.data.params == {"placer": placer, "R": "3"}
-        assert c.data.metrics["simulated_step_time_us"] == 1000.0 + i
+        assert c.data.metrics["simulated_step_time_s"] == 0.001 + i
         assert _artifact_names(client, run_id, "placement") == {"placement.json"}
     history = client.get_metric_history(children["celeritas"], "validation_step_time_s")
     assert sorted(m.step for m in history) == list(range(50))
@@ -299,10 +299,16 @@ def test_recent_runs_and_table(store: str) -> None:
     for i, batch in enumerate((32, 64, 128)):
         run = tracking.start_parent_run(model=MODEL, run_name=f"r{i}", job_id=f"r{i}",
                                         tags={"celeritas.batch_size": str(batch), "celeritas.devices": "4"})
-        tracking.child_run(run, "celeritas", metrics={"placement_seconds": 1.5 + i, "speedup_vs_single": 2.0})
-        tracking.log_metrics(run, {"best_measured_step_time_s": 0.1 + i / 100,
-                                   "best_simulated_step_time_us": 1000.0 + i,
-                                   "single_device_time_us": 3000.0})
+        if i == 0:  # a run logged before the metric names ended in seconds
+            tracking.child_run(run, "celeritas", metrics={"placement_seconds": 1.5, "speedup_vs_single": 2.0})
+            old = {"best_simulated_step_time_us": 1000.0, "single_device_time_us": 3000.0}
+            tracking.log_metrics(run, {"best_measured_step_time_s": 0.1, **old})
+        else:
+            tracking.child_run(run, "celeritas",
+                               metrics={"placement_time_s": 1.5 + i, "speedup_vs_single": 2.0})
+            tracking.log_metrics(run, {"best_measured_step_time_s": 0.1 + i / 100,
+                                       "best_simulated_step_time_s": (1000.0 + i) * 1e-6,
+                                       "single_device_step_time_s": 0.003})
         tracking.set_tags(run, {"celeritas.best_measured_placer": "celeritas"})
         ids.append(run)
         time.sleep(0.01)
@@ -316,13 +322,16 @@ def test_recent_runs_and_table(store: str) -> None:
     assert [top[k] for k in keys] == ["FINISHED", "128", "4", "celeritas"]
     assert top["best_measured_step_time_s"] == pytest.approx(0.12)
     assert top["speedup_vs_single"] == pytest.approx(3000.0 / 1002.0)  # from the parent's metrics
-    assert top["placement_seconds"] == 3.5  # from the winner's child run
+    assert top["placement_time_s"] == 3.5  # from the winner's child run
+    oldest = tracking.recent_runs(MODEL, 3)[2]
+    assert oldest["placement_time_s"] == 1.5 and oldest["best_simulated_step_time_s"] == pytest.approx(1e-3)
+    assert oldest["speedup_vs_single"] == pytest.approx(3.0)
     table = tracking.format_runs_table(rows).splitlines()
     assert len(table) == 3
     assert table[0].split()[:3] == ["started", "(UTC)", "run_id"]
     assert ids[2] in table[1] and ids[1] in table[2]
     assert table[1].split()[3:8] == ["FINISHED", "128", "4", "celeritas", "0.120000"]
-    assert "1002.0" in table[1] and "2.99" in table[1] and "3.50" in table[1]
+    assert "0.001002" in table[1] and "2.99" in table[1] and "3.50" in table[1]
     assert tracking.recent_runs("unknown-model") == []
     assert tracking.format_runs_table([]) == "no runs"
     with pytest.raises(CeleritasInputError):
