@@ -155,8 +155,22 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
                "champion_version": plan.champion_version, "champion_placer": plan.champion_placer,
                "comparison": comparison.to_json() if comparison else None, "placers": placers}
     tracking.set_tags(job.parent_run_id, {tracking.TAG_BEST_MEASURED: best.placer})
+    log.info("validation summary (champion version %s):\n%s", plan.champion_version or "none",
+             _validation_table(placers, best.placer))
     tracking.log_series(job.parent_run_id, "best_validation_step_time_s", best.step_seconds)
     return storage.write_json(artifact(job.run_dir, "validation_summary"), _finite(summary))
+
+
+def _validation_table(placers: dict[str, dict[str, Any]], best: str) -> str:
+    """The validated placers, fastest first: median and p90 step and the champion's median (ms)."""
+    from tasks.report import format_table, number
+
+    ranked = sorted(placers, key=lambda name: placers[name]["median_s"])
+    rows = [(name, number(placers[name]["median_s"], ".3f", 1e3), number(placers[name]["p90_s"], ".3f", 1e3),
+             number(placers[name]["champion_median_s"], ".3f", 1e3), "*" if name == best else "")
+            for name in ranked]
+    header = ("placer", "median (ms)", "p90 (ms)", "champion median (ms)", "best")
+    return format_table(header, rows, {1, 2, 3})
 
 
 def _median(values: Sequence[float]) -> float | None:
