@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from typing import Any
 
 _TF: Any = None
@@ -12,6 +14,12 @@ def tensorflow() -> Any:
     """The ``tensorflow`` module with eager execution disabled and C++ logging quiet."""
     global _TF
     if _TF is None:
+        if "tensorflow" in sys.modules and os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0":
+            warnings.warn("TensorFlow was imported before celeritas_tf with oneDNN optimisations possibly on "
+                          "(TF_ENABLE_ONEDNN_OPTS is not 0; TensorFlow turns them on for CPUs with AVX-512 "
+                          "VNNI or newer): its fused kernels allocate differently, so profiled memory "
+                          "differs; set TF_ENABLE_ONEDNN_OPTS=0 or use celeritas_tf before TensorFlow",
+                          RuntimeWarning, stacklevel=2)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # deterministic op set, no fusion rewrites
         import tensorflow as tf

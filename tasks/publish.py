@@ -79,7 +79,11 @@ def _attach_charts(job: Job, placer: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name, key in (("gantt.png", "gantt"), ("memory.png", "memory_chart")):
             local = Path(tmp) / name
-            local.write_bytes(storage.read_bytes(chart_uri(job.run_dir, placer, name)))
+            try:
+                local.write_bytes(storage.read_bytes(chart_uri(job.run_dir, placer, name)))
+            except storage.ArtifactNotFound as exc:  # a chart is no reason to stop a decision
+                log.warning("publish: no %s for %s to attach to the run: %s", name, placer, exc)
+                return
             storage.upload_file(str(local), artifact(job.run_dir, key))
             tracking.log_artifact(job.parent_run_id, str(local), "placement")
     tracking.set_tags(job.parent_run_id, {"celeritas.charts_placer": placer})

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from celeritas_core.graph import Graph
+
+# Test modules import TensorFlow (pytest.importorskip) before celeritas_tf can turn its oneDNN
+# rewrites off; on CPUs with AVX-512 VNNI TensorFlow turns them on, and profiled memory changes.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
 def make_graph(

@@ -116,3 +116,21 @@ def test_validation_measures_the_peak_of_every_device_used():
     assert set(metrics) >= {"measured_peak_memory_bytes_dev0", "measured_peak_memory_bytes_dev1",
                             "predicted_peak_memory_bytes_dev1"}
     assert np.isfinite(run.to_json()["measured_peak_bytes"][next(iter(run.measured_peak_bytes))])
+
+
+def test_tensorflow_imported_first_with_onednn_on_is_warned_about() -> None:
+    """oneDNN's fused kernels allocate differently: profiles taken with them on are not comparable."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import warnings, tensorflow; from celeritas_tf.tf import tensorflow as tf\n"
+            "with warnings.catch_warnings(record=True) as seen:\n"
+            "    warnings.simplefilter('always'); tf()\n"
+            "print(any('TF_ENABLE_ONEDNN_OPTS' in str(w.message) for w in seen))")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    for setting, expected in ((None, "True"), ("0", "False")):
+        run_env = env if setting is None else {**env, "TF_ENABLE_ONEDNN_OPTS": setting}
+        out = subprocess.run([sys.executable, "-c", code], env={**run_env, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                             capture_output=True, text=True, timeout=120, check=True)
+        assert out.stdout.strip().splitlines()[-1] == expected, (setting, out.stderr[-500:])

@@ -1,0 +1,102 @@
+"""`make ui` as a new user runs it: both UIs answer on 127.0.0.1, the DAGs folder is dags/ with no
+example DAGs and no import errors, the gpu pool exists, the placement DAG's form parameters are
+served, and Ctrl-C stops every process it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _processes_with(marker: str) -> list[int]:
+    """PIDs whose environment holds ``marker`` (e.g. ``AIRFLOW__API__PORT=8123``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def _get(url: str, token: str | None = None) -> dict:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _token(base: str) -> str:
+    passwords = ROOT / "build" / "airflow" / "simple_auth_manager_passwords.json.generated"
+    password = json.loads(passwords.read_text())["admin"]
+    request = urllib.request.Request(f"{base}/auth/token", method="POST",
+                                     data=json.dumps({"username": "admin", "password": password}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["access_token"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find every process make ui started")
+def test_make_ui_serves_both_uis_with_our_dags_and_stops_everything_on_ctrl_c() -> None:
+    airflow_port, mlflow_port = _free_port(), _free_port()
+    marker = f"AIRFLOW__API__PORT={airflow_port}"
+    ui = subprocess.Popen([sys.executable, "examples/run_ui.py", "--airflow-port", str(airflow_port),
+                           "--mlflow-port", str(mlflow_port), "--timeout", str(STARTUP_S + 120)],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    printed: list[str] = []
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline:
+            line = ui.stdout.readline()
+            if not line:
+                break
+            printed.append(line)
+            if line.startswith("Ctrl-C stops both"):
+                break
+        text = "".join(printed)
+        assert "Ctrl-C stops both" in text, text
+        base = f"http://127.0.0.1:{airflow_port}"
+        assert f"Airflow UI: {base}" in text and f"MLflow UI:  http://127.0.0.1:{mlflow_port}" in text
+        token = _token(base)
+        dags = {d["dag_id"] for d in _get(f"{base}/api/v2/dags?limit=100", token)["dags"]}
+        assert dags == {"celeritas_placement", "celeritas_fleet"}, dags  # dags/ only, no examples
+        assert _get(f"{base}/api/v2/importErrors", token)["total_entries"] == 0
+        assert _get(f"{base}/api/v2/pools/gpu", token)["slots"] >= 1
+        params = _get(f"{base}/api/v2/dags/celeritas_placement/details", token)["params"]
+        assert "null" in params["run_dir"]["schema"]["type"]  # the form leaves it optional
+        assert params["placers"]["schema"]["examples"]  # a multi-select
+        assert urllib.request.urlopen(f"http://127.0.0.1:{mlflow_port}/health", timeout=10).status == 200
+        assert _processes_with(marker), "no process carries the UI's environment"
+    finally:
+        ui.send_signal(signal.SIGINT)
+        try:
+            rest = ui.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            ui.kill()
+            rest = ui.communicate()[0]
+    assert "stopped" in rest, rest
+    deadline = time.monotonic() + 10
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_with(marker) == [], "processes left running after Ctrl-C"
