@@ -4,19 +4,22 @@ Airflow validates a trigger's ``conf`` against the DAG's Param schemas and answe
 jsonschema's full report (the failing schema, the instance, the regular expression). This ASGI
 middleware runs first on ``POST /api/v2/dags/celeritas_placement/dagRuns`` and refuses a bad
 ``conf`` with HTTP 400 and one sentence from :func:`tasks.params.trigger_problem`, the message the
-CLI gives for the same mistake; nothing is created. Every other request passes through untouched.
+CLI gives for the same mistake; nothing is created. It also refuses the trigger when the GPU tasks'
+pool (``CELERITAS_GPU_POOL``, default ``gpu``) does not exist: Airflow would accept the run and
+leave its GPU tasks "scheduled" forever with empty logs. Every other request passes through.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from tasks.params import PLACEMENT_DAG_ID, trigger_problem
+from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV, PLACEMENT_DAG_ID, trigger_problem
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -29,11 +32,29 @@ TRIGGER_PATH = re.compile(rf"/api/v2/dags/{re.escape(PLACEMENT_DAG_ID)}/dagRuns/
 MAX_CHECKED_BODY = 1 << 20
 
 
+def gpu_pool_exists(name: str) -> bool:
+    """Whether Airflow's metadata database has pool ``name`` (the API server has the database)."""
+    from airflow.models.pool import Pool
+
+    return Pool.get_pool(name) is not None
+
+
+def missing_pool_problem(pool_exists: Callable[[str], bool] = gpu_pool_exists) -> str | None:
+    """The sentence refusing a trigger whose GPU tasks could never run, or None when the pool exists."""
+    name = os.environ.get(GPU_POOL_ENV) or DEFAULT_GPU_POOL
+    if pool_exists(name):
+        return None
+    return (f"Airflow pool {name!r} does not exist, so the GPU tasks would wait forever: create it with "
+            f"`airflow pools set {name} 1 'Celeritas GPU nodes'` (one slot per GPU node; docs/deploy.md)")
+
+
 class TriggerParamsCheck:
     """ASGI middleware: a bad placement trigger gets HTTP 400 with one sentence; the rest pass."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]],
+                 pool_exists: Callable[[str], bool] = gpu_pool_exists) -> None:
         self.app = app
+        self.pool_exists = pool_exists
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST" \
@@ -42,6 +63,13 @@ class TriggerParamsCheck:
             return
         messages, body = await _read_body(receive)
         problem = trigger_problem(body) if len(body) <= MAX_CHECKED_BODY else None
+        if problem is None:
+            from starlette.concurrency import run_in_threadpool
+
+            try:
+                problem = await run_in_threadpool(missing_pool_problem, self.pool_exists)
+            except Exception:  # the database is Airflow's to report on; never block a trigger on it
+                problem = None
         if problem is not None:
             await _answer(send, 400, {"detail": problem})
             return

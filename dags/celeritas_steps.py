@@ -19,6 +19,8 @@ from typing import Any
 
 from airflow.sdk import Asset, get_current_context, setup, task, teardown
 
+from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV
+
 #: Published placements; downstream training DAGs can use ``schedule=[PUBLISHED_PLACEMENT]``.
 PUBLISHED_PLACEMENT = Asset(name="celeritas_published_placement", uri="celeritas://placements/published")
 
@@ -34,7 +36,7 @@ def _minutes(name: str, default: int) -> timedelta:
 TASK_TIMEOUT = _minutes("CELERITAS_TASK_TIMEOUT_MINUTES", 60)
 GPU_TASK_TIMEOUT = _minutes("CELERITAS_GPU_TASK_TIMEOUT_MINUTES", 240)
 GPU = {"queue": os.environ.get("CELERITAS_GPU_QUEUE", "gpu"),
-       "pool": os.environ.get("CELERITAS_GPU_POOL", "gpu"), "execution_timeout": GPU_TASK_TIMEOUT}
+       "pool": os.environ.get(GPU_POOL_ENV, DEFAULT_GPU_POOL), "execution_timeout": GPU_TASK_TIMEOUT}
 
 DEFAULT_ARGS = {
     "owner": "ml-platform",

@@ -16,6 +16,8 @@ from typing import Any
 
 #: The DAG whose trigger form these fields are (dags/celeritas_placement.py).
 PLACEMENT_DAG_ID = "celeritas_placement"
+#: The Airflow pool of the GPU-node tasks (environment variable, default): without it they never run.
+GPU_POOL_ENV, DEFAULT_GPU_POOL = "CELERITAS_GPU_POOL", "gpu"
 #: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
 #: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
 NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}

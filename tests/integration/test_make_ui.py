@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -45,6 +46,18 @@ def _get(url: str, token: str | None = None) -> dict:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
+
+
+def _send(method: str, url: str, token: str, body: dict | None = None) -> tuple[int, dict]:
+    """An API call's status and JSON answer (errors included)."""
+    request = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {token}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
 
 
 def _token(base: str) -> str:
@@ -87,6 +100,15 @@ def test_make_ui_serves_both_uis_with_our_dags_and_stops_everything_on_ctrl_c() 
         assert "null" in params["run_dir"]["schema"]["type"]  # the form leaves it optional
         assert params["placers"]["schema"]["examples"]  # a multi-select
         assert urllib.request.urlopen(f"http://127.0.0.1:{mlflow_port}/health", timeout=10).status == 200
+        trigger = f"{base}/api/v2/dags/celeritas_placement/dagRuns"
+        runs_before = _get(trigger, token)["total_entries"]
+        assert _send("DELETE", f"{base}/api/v2/pools/gpu", token)[0] == 204
+        try:  # a deployment without the gpu pool: refused at once, not "scheduled" forever
+            status, answer = _send("POST", trigger, token, {"logical_date": None, "conf": {}})
+            assert status == 400 and answer["detail"].startswith("Airflow pool 'gpu' does not exist"), answer
+        finally:
+            _send("POST", f"{base}/api/v2/pools", token, {"name": "gpu", "slots": 1})
+        assert _get(trigger, token)["total_entries"] == runs_before  # and nothing was created
         assert _processes_with(marker), "no process carries the UI's environment"
     finally:
         ui.send_signal(signal.SIGINT)

@@ -89,8 +89,9 @@ def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:
 
 
 # ------------------------------------------------------------------------ the API server's trigger check
-def _app_behind_the_check():
-    """The trigger check in front of a stand-in for Airflow's API, which records the bodies it gets."""
+def _app_behind_the_check(pools: tuple[str, ...] = ("gpu",)):
+    """The trigger check in front of a stand-in for Airflow's API, which records the bodies it gets;
+    ``pools`` are the Airflow pools that exist."""
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse
     from starlette.routing import Route
@@ -105,7 +106,7 @@ def _app_behind_the_check():
         return JSONResponse({"dag_run_id": "made"})
 
     app = Starlette(routes=[Route("/api/v2/dags/{dag_id}/dagRuns", endpoint, methods=["POST", "GET"])])
-    app.add_middleware(TriggerParamsCheck)
+    app.add_middleware(TriggerParamsCheck, pool_exists=lambda name: name in pools)
     return TestClient(app), received
 
 
@@ -126,6 +127,17 @@ def test_good_triggers_and_other_requests_pass_through_with_their_bodies_intact(
     assert client.post("/api/v2/dags/someone_elses/dagRuns", content=other).status_code == 200
     assert client.get(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns").status_code == 200
     assert received == [good, other, b""]
+
+
+def test_a_placement_trigger_is_refused_while_the_gpu_pool_is_missing(monkeypatch) -> None:
+    client, received = _app_behind_the_check(pools=("default_pool",))
+    trigger = f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns"
+    answer = client.post(trigger, json={"conf": {}})
+    assert answer.status_code == 400 and received == []
+    assert answer.json()["detail"].startswith("Airflow pool 'gpu' does not exist, so the GPU tasks would")
+    assert "airflow pools set gpu 1" in answer.json()["detail"]
+    monkeypatch.setenv("CELERITAS_GPU_POOL", "default_pool")  # a deployment that names its own pool
+    assert client.post(trigger, json={"conf": {}}).status_code == 200
 
 
 def test_the_check_is_an_installed_airflow_plugin() -> None:
