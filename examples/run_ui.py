@@ -123,6 +123,7 @@ def _report(args: argparse.Namespace, env: dict[str, str], logs: Path,
     """Wait until both UIs answer, print their URLs and the admin password file, then wait for the
     end (Ctrl-C, SIGTERM, ``--timeout``, or a UI that exits)."""
     from celeritas_core.redact import redact
+    from tasks.tracking import TRAINING_VIEW
 
     airflow_url = f"http://127.0.0.1:{args.airflow_port}"
     mlflow_url = f"http://127.0.0.1:{args.mlflow_port}"
@@ -136,7 +137,7 @@ def _report(args: argparse.Namespace, env: dict[str, str], logs: Path,
             shown = True
             print(f"Airflow UI: {airflow_url}  (user admin; password in {passwords})")
             store = redact(env.get("MLFLOW_TRACKING_URI") or "build/mlflow")
-            print(f"MLflow UI:  {mlflow_url}  (tracking store {store})")
+            print(f"MLflow UI:  {mlflow_url}/#/experiments?{TRAINING_VIEW}  (tracking store {store})")
             print(f"logs:       {logs}/airflow.log, {logs}/mlflow.log")
             print("Ctrl-C stops both.", flush=True)
         if args.timeout and time.monotonic() - start > args.timeout:

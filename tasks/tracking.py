@@ -95,6 +95,9 @@ EXPERIMENT_DESCRIPTION = ("Celeritas device placements: one parent run per place
                           "child run per placer; the champion per configuration is in the Model Registry.")
 #: Where the MLflow UI is, for the links in task logs (default: the tracking URI, when it is http).
 MLFLOW_UI_URL_ENV = "CELERITAS_MLFLOW_UI_URL"
+#: MLflow 3's UI picks its GenAI or model-training view with a switch kept in the browser; this
+#: query parameter on a link opens the model-training view (the experiment's kind tag does not).
+TRAINING_VIEW = "workflowType=machine_learning"
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 LIVE_STATUSES = ("RUNNING", "SCHEDULED")
@@ -459,7 +462,7 @@ def run_link(run_id: str) -> str:
     run = _client().get_run(run_id)
     base = ui_base_url()
     if base is not None:
-        return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}"
+        return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
     return (f"run {run_id} in experiment {run.info.experiment_id} of {redact(tracking_uri())} "
             f"(serve it with `mlflow ui --backend-store-uri {redact(tracking_uri())}` or `make ui`, "
             f"or set {MLFLOW_UI_URL_ENV})")

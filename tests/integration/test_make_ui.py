@@ -90,7 +90,8 @@ def test_make_ui_serves_both_uis_with_our_dags_and_stops_everything_on_ctrl_c() 
         text = "".join(printed)
         assert "Ctrl-C stops both" in text, text
         base = f"http://127.0.0.1:{airflow_port}"
-        assert f"Airflow UI: {base}" in text and f"MLflow UI:  http://127.0.0.1:{mlflow_port}" in text
+        mlflow_link = f"MLflow UI:  http://127.0.0.1:{mlflow_port}/#/experiments?workflowType=machine_learning"
+        assert f"Airflow UI: {base}" in text and mlflow_link in text, text
         token = _token(base)
         dags = {d["dag_id"] for d in _get(f"{base}/api/v2/dags?limit=100", token)["dags"]}
         assert dags == {"celeritas_placement", "celeritas_fleet"}, dags  # dags/ only, no examples
