@@ -3,10 +3,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+INTEGRATION_STAMP := $(VENV)/.integration-stamp
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test lint demo ui bench clean
+.PHONY: setup test test-integration lint demo ui bench clean
 
 setup: $(STAMP)
 
@@ -21,6 +22,17 @@ lint: setup
 
 test: setup lint
 	$(PY) -m pytest -q -n 2
+
+# a real deployment on 127.0.0.1 (PostgreSQL, Redis, MLflow, Airflow with CeleryExecutor and two
+# workers), `make ui`, browser tests in Debian's chromium and the docker requirement sets (needs
+# root or sudo for apt, and the package registries); screenshots under build/ui-screenshots/
+test-integration: setup $(INTEGRATION_STAMP)
+	tests/integration/system_packages.sh
+	$(PY) -m pytest -q -m integration tests/integration
+
+$(INTEGRATION_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,integration]'
+	touch $(INTEGRATION_STAMP)
 
 demo: setup
 	$(VENV)/bin/celeritas compare examples/graphs/training_step_small.json \

@@ -60,11 +60,12 @@ def rng() -> np.random.Generator:
 
 #: Test folders that mirror the layers, and the marker each folder's tests get: the slow tiers
 #: (TensorFlow runs, real Airflow/MLflow/S3) can be left out with ``-m "not tf and not pipeline"``.
-LAYER_MARKERS = {"tf": "tf", "pipeline": "pipeline"}
+LAYER_MARKERS = {"tf": "tf", "pipeline": "pipeline", "integration": "integration"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test under tests/tf and tests/pipeline with its tier's marker."""
+    """Mark every test under tests/tf, tests/pipeline and tests/integration with its tier's marker
+    (`make test` leaves the integration tier out: pyproject.toml addopts)."""
     for item in items:
         parts = item.path.parts
         if "tests" in parts:

@@ -1,0 +1,24 @@
+"""The integration tests' deployment (tests/integration/stack.py), started once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.stack import ROOT, Stack, leftovers, missing_system_packages, start_stack
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    """PostgreSQL, Redis, MLflow and Airflow with two Celery workers; every process stopped after."""
+    missing = missing_system_packages()
+    if missing:
+        pytest.fail(f"missing Debian packages {', '.join(missing)}: run tests/integration/system_packages.sh")
+    running = start_stack(ROOT / "build" / "integration")
+    try:
+        yield running
+    finally:
+        running.stop()
+    left = leftovers(running.marker)
+    assert left == [], f"processes left running after the stack stopped: {left}"
