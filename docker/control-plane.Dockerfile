@@ -18,6 +18,7 @@ COPY docker/requirements-control-plane.txt docker/requirements-cpu-worker.txt ./
 RUN pip install -c constraints.txt -r docker/requirements-control-plane.txt
 COPY pyproject.toml README.md ./
 COPY celeritas_cli ./celeritas_cli
+COPY celeritas_plugins ./celeritas_plugins
 COPY celeritas_core ./celeritas_core
 COPY celeritas_tf ./celeritas_tf
 COPY tasks ./tasks

@@ -19,6 +19,7 @@ RUN sh docker/constraints-gpu.sh constraints.txt constraints-gpu.txt \
     && pip install -c constraints-gpu.txt -r docker/requirements-gpu-worker.txt
 COPY pyproject.toml README.md ./
 COPY celeritas_cli ./celeritas_cli
+COPY celeritas_plugins ./celeritas_plugins
 COPY celeritas_core ./celeritas_core
 COPY celeritas_tf ./celeritas_tf
 COPY tasks ./tasks

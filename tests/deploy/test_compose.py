@@ -82,7 +82,8 @@ def test_airflow_services_share_the_celery_postgres_redis_settings(services: dic
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://airflow:"), name
         assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://"), name
-        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://"), name
+        # SQLAlchemy 2 reads plain postgresql:// as psycopg 3, which the images do not have
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://"), name
         assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000", name
         assert env["AWS_ENDPOINT_URL"] == "http://minio:9000", name
         # one JWT secret for every component: workers' tokens are checked by the api-server

@@ -156,3 +156,16 @@ def test_hadolint_passes_both_dockerfiles(tmp_path: Path) -> None:
     result = subprocess.run([binary, "--no-color", *map(str, DOCKERFILES.values())],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", sorted(DOCKERFILES))
+def test_every_package_of_the_project_is_copied_before_it_is_installed(name: str) -> None:
+    """`pip install .` installs only the packages it finds: one not copied (the Airflow plugin, say)
+    would be missing from the image without an error at build time."""
+    import tomllib
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*") for pattern in found["include"]}
+    copied = {w.rstrip("/") for stage in _stages(name) for ins, args in stage.instructions
+              if ins == "COPY" and "--from=" not in args for w in args.split()[:-1] if not w.startswith("--")}
+    assert packages <= copied, f"{name}: not copied: {sorted(packages - copied)}"
