@@ -233,6 +233,36 @@ class Stack:
             return error.code, json.loads(error.read() or b"{}")
 
 
+    # ---------------------------------------------------------------- DAG runs
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 180) -> None:
+        """Wait until the DAG processor has parsed ``dag_id``; unpause it."""
+        token = self.token()
+        deadline = time.monotonic() + timeout_s
+        while self.call("GET", f"/api/v2/dags/{dag_id}", token=token)[0] != 200:
+            assert time.monotonic() < deadline, f"{dag_id} never parsed:\n{self.log_tail('dag-processor')}"
+            time.sleep(2)
+        status, answer = self.call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, token=token)
+        assert status == 200, answer
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float) -> str:
+        """The run's final state (success or failed), waiting at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status, run = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            assert status == 200, run
+            if run["state"] in ("success", "failed"):
+                return str(run["state"])
+            assert time.monotonic() < deadline, (
+                f"run {run_id} still {run['state']} after {timeout_s} s;\nscheduler:\n"
+                f"{self.log_tail('scheduler')}\ngpu worker:\n{self.log_tail('worker-gpu')}")
+            time.sleep(3)
+
+    def runs(self, dag_id: str) -> list[dict]:
+        status, answer = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
+        assert status == 200, answer
+        return list(answer["dag_runs"])
+
+
 def _password(home: Path) -> str:
     """The admin password the simple auth manager generated."""
     path = home / "simple_auth_manager_passwords.json.generated"

@@ -4,10 +4,6 @@ run in MLflow."""
 
 from __future__ import annotations
 
-import time
-
-import pytest
-
 from tests.integration.stack import Stack
 
 DAG = "celeritas_placement"
@@ -21,30 +17,6 @@ GPU_TASKS = {"calibrate_comm", "profile_small_batches", "remeasure_large_batch",
 RUN_TIMEOUT_S = 900
 
 
-def wait_for_dag(stack: Stack, token: str, timeout_s: float = 180) -> None:
-    """Wait until the DAG processor has parsed the placement DAG; unpause it."""
-    deadline = time.monotonic() + timeout_s
-    while stack.call("GET", f"/api/v2/dags/{DAG}", token=token)[0] != 200:
-        assert time.monotonic() < deadline, f"DAG never parsed:\n{stack.log_tail('dag-processor')}"
-        time.sleep(2)
-    status, answer = stack.call("PATCH", f"/api/v2/dags/{DAG}", {"is_paused": False}, token=token)
-    assert status == 200, answer
-
-
-def wait_for_run(stack: Stack, run_id: str, timeout_s: float = RUN_TIMEOUT_S) -> str:
-    """The run's final state (success or failed), waiting at most ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        status, run = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}")
-        assert status == 200, run
-        if run["state"] in ("success", "failed"):
-            return str(run["state"])
-        if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} still {run['state']} after {timeout_s} s;\nscheduler:\n"
-                        f"{stack.log_tail('scheduler')}\ngpu worker:\n{stack.log_tail('worker-gpu')}")
-        time.sleep(3)
-
-
 def task_instances(stack: Stack, run_id: str) -> list[dict]:
     status, answer = stack.call("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances?limit=100")
     assert status == 200, answer
@@ -52,12 +24,10 @@ def task_instances(stack: Stack, run_id: str) -> list[dict]:
 
 
 def test_the_placement_dag_runs_on_celery_with_gpu_tasks_on_the_gpu_worker(stack: Stack) -> None:
-    token = stack.token()
-    wait_for_dag(stack, token)
-    status, run = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", {"logical_date": None, "conf": TINY},
-                             token=token)
+    stack.wait_for_dag(DAG)
+    status, run = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns", {"logical_date": None, "conf": TINY})
     assert status == 200, run
-    state = wait_for_run(stack, run["dag_run_id"])
+    state = stack.wait_for_run(DAG, run["dag_run_id"], RUN_TIMEOUT_S)
     instances = task_instances(stack, run["dag_run_id"])
     failed = {ti["task_id"]: ti["state"] for ti in instances if ti["state"] not in ("success", "skipped")}
     assert state == "success", (failed, stack.log_tail("worker-gpu"), stack.log_tail("worker-default"))
@@ -89,3 +59,16 @@ def _check_mlflow(stack: Stack, run_id: str) -> None:
     assert sorted(c.data.tags["celeritas.placer"] for c in children) == sorted(TINY["placers"])
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "placement")}
     assert {"placement/gantt.png", "placement/memory.png"} <= artifacts  # served by the MLflow server
+
+
+def test_a_rest_trigger_with_a_bad_parameter_gets_one_sentence_and_starts_no_run(stack: Stack) -> None:
+    stack.wait_for_dag(DAG)
+    before = len(stack.runs(DAG))
+    status, answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns",
+                                {"logical_date": None, "conf": {**TINY, "batch_size": 0}})
+    assert status == 400, answer
+    assert answer["detail"] == "parameter 'batch_size': Batch size must be at least 1, not 0"
+    status, answer = stack.call("POST", f"/api/v2/dags/{DAG}/dagRuns",
+                                {"logical_date": None, "conf": {**TINY, "placers": ["fastest"]}})
+    assert status == 400 and "\"fastest\" is not one of celeritas" in answer["detail"], answer
+    assert len(stack.runs(DAG)) == before
