@@ -7,11 +7,10 @@ single op heavier than ``M`` forms its own cluster).
 
 Implementation: with ``POut`` the prefix sums of per-position outgoing transfer time,
 ``cost(i, j) = POut[j] - POut[i] - internal(i, j)``, where ``internal`` (edges with both ends in
-``[i, j)``) obeys the 2-D inclusion–exclusion
-``internal(i, j) = internal(i, j-1) + internal(i+1, j) - internal(i+1, j-1) + c(i -> j-1)``,
-evaluated for all ``i`` at once, one segment length at a time (O(n·R) vectorised work). The DP
-itself is one short vector operation per position. References: B. W. Kernighan, "Optimal
-sequential partitions of graphs", J. ACM 18(1), 1971; Celeritas paper, eqs. 4–6.
+``[i, j)``) is kept for the ``R`` open segment starts and updated by the edges ending at each new
+position; the DP runs in one compiled pass (:mod:`celeritas_core.jit`), O(n·R + edges) time and
+O(n) memory. References: B. W. Kernighan, "Optimal sequential partitions of graphs", J. ACM
+18(1), 1971; Celeritas paper, eqs. 4–6.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.graph import Graph
+from celeritas_core.jit import jit
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.orders import cpd_topo_order
 
@@ -93,80 +93,67 @@ def optimal_breakpoints(
     np.cumsum(node_memory[order], out=pmem[1:])
     # cost = POut difference - internal cancels; snap rounding noise to 0 so ties stay ties
     tolerance = 1e-9 * (float(pout[-1]) + 1.0)
-    cost_by_end = _segment_costs(a, b, c, pout, pmem, R, memory_cap, tolerance)
-    return _best_segmentation(cost_by_end, R, tolerance)
-
-
-def _segment_costs(a: np.ndarray, b: np.ndarray, c: np.ndarray, pout: np.ndarray, pmem: np.ndarray,
-                   R: int, memory_cap: float, tolerance: float) -> np.ndarray:
-    """``cost_by_end[j, t]``: transfer time (µs) out of the segment ``[j - d, j)`` with
-    ``d = R - t`` (inf when not allowed), for edges at order positions ``a -> b`` costing ``c``.
-
-    ``internal(i, i + d)`` (edges inside the segment) follows by inclusion–exclusion from the
-    lengths ``d - 1`` and ``d - 2``, plus the edges of span ``d - 1`` starting at ``i``.
-    """
-    n = len(pout) - 1
-    # Short edges (span < R) can be internal to a segment; bucket them by span.
-    span = b - a
-    short = span < R
-    s_span, s_src, s_c = span[short], a[short], c[short]
-    by_span = np.argsort(s_span, kind="stable")
-    s_span, s_src, s_c = s_span[by_span], s_src[by_span], s_c[by_span]
-    cuts = np.searchsorted(s_span, np.arange(R + 1))
-
-    cost_by_end = np.full((n + 1, R), np.inf)
-    width = n + 2
-    prev2 = np.zeros(width)  # internal(i, i + d - 2)
-    prev1 = np.zeros(width)  # internal(i, i + d - 1)
-    idx = np.arange(n + 1)
-    for d in range(1, R + 1):
-        if d == 1:
-            cur = np.zeros(width)
-        else:
-            cur = prev1.copy()
-            cur[:-1] += prev1[1:]
-            cur[:-1] -= prev2[1:]
-            lo, hi = cuts[d - 1], cuts[d] if d < len(cuts) else len(s_span)
-            if hi > lo:
-                cur[: n + 1] += np.bincount(s_src[lo:hi], weights=s_c[lo:hi], minlength=n + 1)
-        starts = idx[: n + 1 - d]
-        seg = pout[starts + d] - pout[starts] - cur[starts]
-        seg[seg < tolerance] = 0.0
-        if d > 1 and np.isfinite(memory_cap):
-            seg = np.where(pmem[starts + d] - pmem[starts] > memory_cap, np.inf, seg)
-        cost_by_end[d:, R - d] = seg
-        prev2, prev1 = prev1, cur
-    return cost_by_end
-
-
-def _best_segmentation(cost_by_end: np.ndarray, R: int, tolerance: float) -> tuple[np.ndarray, float]:
-    """Dynamic program ``S(j) = min_d S(j - d) + cost(j - d, j)``, one vector op per position;
-    return the segment bounds and the optimum (µs).
-
-    Costs equal up to rounding noise (``tolerance``) are ties; ties go to the fewer clusters,
-    then to the longer last segment (so zero-cost stretches such as optimizer groups are not split).
-    """
-    n = cost_by_end.shape[0] - 1
-    s_pad = np.full(n + 1 + R, np.inf)  # s_pad[R + j] = S(j)
-    s_pad[R] = 0.0
-    count_pad = np.zeros(n + 1 + R, dtype=np.int64)  # clusters of the optimum ending at j
-    choice = np.zeros(n + 1, dtype=np.int64)
-    no_count = np.iinfo(np.int64).max
-    for j in range(1, n + 1):
-        vals = cost_by_end[j] + s_pad[j:j + R]
-        best = vals.min()
-        near = vals <= best + tolerance
-        counts = np.where(near, count_pad[j:j + R], no_count)
-        t = int(counts.argmin())  # first minimum: the longest segment among the fewest clusters
-        s_pad[R + j] = vals[t]
-        count_pad[R + j] = counts[t] + 1
-        choice[j] = j - (R - t)
+    short = np.flatnonzero(b - a < R)  # only an edge shorter than R can lie inside a segment
+    by_end = short[np.argsort(b[short], kind="stable")]
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(b[by_end], minlength=n), out=in_ptr[1:])
+    choice, total = _segment_dp(in_ptr, a[by_end], c[by_end], pout, pmem, R, float(memory_cap), tolerance)
     bounds = [n]
     j = n
     while j > 0:
         j = int(choice[j])
         bounds.append(j)
-    return np.asarray(bounds[::-1], dtype=np.int64), float(s_pad[R + n])
+    return np.asarray(bounds[::-1], dtype=np.int64), float(total)
+
+
+@jit
+def _segment_dp(in_ptr: np.ndarray, in_src: np.ndarray, in_c: np.ndarray, pout: np.ndarray,
+                pmem: np.ndarray, R: int, memory_cap: float, tolerance: float) -> tuple[np.ndarray, float]:
+    """``S(j) = min_d S(j - d) + cost(j - d, j)`` over positions ``j`` of the order, ``d <= R``;
+    returns the chosen start of the last segment ending at each ``j`` and ``S(n)`` (µs).
+
+    ``cost(i, j) = POut[j] - POut[i] - internal(i, j)``; ``internal(i, j)`` (transfer time of
+    the edges inside ``[i, j)``) is kept for the ``R`` open starts and grows, when ``j`` advances,
+    by the edges that end at ``j - 1`` (``in_src``/``in_c`` by end position, CSR ``in_ptr``):
+    one suffix sum over the window, so O(n·R + edges) time and O(n) memory. A segment longer
+    than one op may hold at most ``memory_cap`` bytes (prefix sums ``pmem``). Costs within
+    ``tolerance`` of the best are ties: the fewest clusters win, then the longest last segment.
+    """
+    n = len(pout) - 1
+    internal = np.zeros(n + 1)  # internal[i] = internal(i, j) for the current end j
+    pending = np.zeros(n + 1)  # transfer time of edges ending at j - 1, by start position
+    best_s = np.full(n + 1, np.inf)
+    best_s[0] = 0.0
+    clusters = np.zeros(n + 1, dtype=np.int64)
+    choice = np.zeros(n + 1, dtype=np.int64)
+    values = np.empty(R)
+    for j in range(1, n + 1):
+        first = max(0, j - R)
+        for k in range(in_ptr[j - 1], in_ptr[j]):
+            if in_src[k] >= first:
+                pending[in_src[k]] += in_c[k]
+        running = 0.0
+        for i in range(j - 1, first - 1, -1):  # edges i' -> j-1 with i' >= i are inside [i, j)
+            running += pending[i]
+            pending[i] = 0.0
+            internal[i] += running
+        lowest = np.inf
+        for i in range(first, j):
+            seg = pout[j] - pout[i] - internal[i]
+            if seg < tolerance:
+                seg = 0.0
+            if j - i > 1 and pmem[j] - pmem[i] > memory_cap:
+                seg = np.inf
+            values[i - first] = best_s[i] + seg
+            lowest = min(lowest, values[i - first])
+        pick, pick_count = first, np.iinfo(np.int64).max
+        for i in range(first, j):  # longest segment first among the fewest clusters
+            if values[i - first] <= lowest + tolerance and clusters[i] < pick_count:
+                pick, pick_count = i, clusters[i]
+        best_s[j] = values[pick - first]
+        clusters[j] = pick_count + 1
+        choice[j] = pick
+    return choice, best_s[n]
 
 
 def coarse_graph(graph: Graph, cluster_of: np.ndarray, num_clusters: int,

@@ -408,23 +408,14 @@ class Graph:
         smallest index is popped first, and each node's newly ready successors are popped before
         older ready nodes (depth-first), so this is *not* the lexicographically smallest order.
         """
+        from celeritas_core.dagloops import stack_order
+
         n = self.num_nodes
-        indeg = self.in_degree.tolist()
-        ptr = self.succ_ptr.tolist()
-        nbr = self.succ_idx.tolist()
-        stack = [i for i in range(n - 1, -1, -1) if indeg[i] == 0]
-        order: list[int] = []
-        while stack:
-            u = stack.pop()
-            order.append(u)
-            for k in range(ptr[u], ptr[u + 1]):
-                v = nbr[k]
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    stack.append(v)
+        sources = np.flatnonzero(self.in_degree == 0).astype(np.int64)
+        order = stack_order(self.succ_ptr, self.succ_idx, self.in_degree, sources)
         if len(order) != n:
             raise CeleritasInputError(f"graph has a cycle through {self._describe_cycle(order)}")
-        return np.asarray(order, dtype=np.int64)
+        return order
 
     @cached_property
     def topological_rank(self) -> np.ndarray:
@@ -433,7 +424,7 @@ class Graph:
         rank[self.topological_order] = np.arange(self.num_nodes)
         return rank
 
-    def _describe_cycle(self, acyclic_part: list[int]) -> str:
+    def _describe_cycle(self, acyclic_part: np.ndarray) -> str:
         import networkx as nx
 
         done = np.zeros(self.num_nodes, dtype=bool)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from celeritas_core.cluster import Cluster
+from celeritas_core.dagloops import bottom_levels, top_levels
 from celeritas_core.graph import Graph
 
 
@@ -22,41 +23,18 @@ def edge_comm_us(graph: Graph, cluster: Cluster) -> np.ndarray:
 
 def tlevel(graph: Graph, comm_us: np.ndarray | None = None) -> np.ndarray:
     """Longest path (µs) from any source to each node, excluding the node's own time."""
-    n = graph.num_nodes
-    w = graph.time_us.tolist()
-    comm = (np.zeros(graph.num_edges) if comm_us is None else comm_us).tolist()
-    ptr = graph.succ_ptr.tolist()
-    nbr = graph.succ_idx.tolist()
-    eid = graph.succ_edge.tolist()
-    tl = [0.0] * n
-    for u in graph.topological_order.tolist():
-        base = tl[u] + w[u]
-        for k in range(ptr[u], ptr[u + 1]):
-            v = nbr[k]
-            cand = base + comm[eid[k]]
-            if cand > tl[v]:
-                tl[v] = cand
-    return np.asarray(tl)
+    comm = np.zeros(graph.num_edges) if comm_us is None else np.asarray(comm_us, dtype=np.float64)
+    return top_levels(graph.topological_order, graph.succ_ptr, graph.succ_idx, graph.succ_edge,
+                      np.asarray(graph.time_us, dtype=np.float64), comm)
 
 
 def blevel(graph: Graph, comm_us: np.ndarray | None = None, time_us: np.ndarray | None = None) -> np.ndarray:
     """Longest path (µs) from each node to any sink, including the node's own time (``time_us``,
     default the graph's op times; HEFT's upward rank passes mean times over devices)."""
-    n = graph.num_nodes
-    w = (graph.time_us if time_us is None else time_us).tolist()
-    comm = (np.zeros(graph.num_edges) if comm_us is None else comm_us).tolist()
-    ptr = graph.succ_ptr.tolist()
-    nbr = graph.succ_idx.tolist()
-    eid = graph.succ_edge.tolist()
-    bl = [0.0] * n
-    for u in reversed(graph.topological_order.tolist()):
-        best = 0.0
-        for k in range(ptr[u], ptr[u + 1]):
-            cand = bl[nbr[k]] + comm[eid[k]]
-            if cand > best:
-                best = cand
-        bl[u] = best + w[u]
-    return np.asarray(bl)
+    comm = np.zeros(graph.num_edges) if comm_us is None else np.asarray(comm_us, dtype=np.float64)
+    weight = graph.time_us if time_us is None else time_us
+    return bottom_levels(graph.topological_order, graph.succ_ptr, graph.succ_idx, graph.succ_edge,
+                         np.asarray(weight, dtype=np.float64), comm)
 
 
 def cpath(graph: Graph, comm_us: np.ndarray | None = None) -> np.ndarray:

@@ -7,73 +7,39 @@ M-TOPO from Baechi (Jeon et al., SoCC 2020); DFS-TOPO and CPD-TOPO from the Cele
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
+from celeritas_core.dagloops import fifo_order, stack_order
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath as cpath_levels
 
 
 def m_topo_order(graph: Graph) -> np.ndarray:
     """M-TOPO: a FIFO queue of zero-in-degree nodes (sources in index order), children appended."""
-    indeg = graph.in_degree.tolist()
-    ptr = graph.succ_ptr.tolist()
-    nbr = graph.succ_idx.tolist()
-    queue = deque(i for i in range(graph.num_nodes) if indeg[i] == 0)
-    order: list[int] = []
-    while queue:
-        u = queue.popleft()
-        order.append(u)
-        for k in range(ptr[u], ptr[u + 1]):
-            v = nbr[k]
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.append(v)
-    return np.asarray(order, dtype=np.int64)
+    return fifo_order(graph.succ_ptr, graph.succ_idx, graph.in_degree)
 
 
-def _head_first_order(graph: Graph, sources: list[int], children_sorted: list[list[int]]) -> np.ndarray:
-    """Shared loop of DFS-TOPO and CPD-TOPO.
-
-    Take the head of the queue; each child whose in-degree drops to zero goes to the head, in the
-    order of ``children_sorted[u]``, so the last such child is taken next.
-    """
-    indeg = graph.in_degree.tolist()
-    queue = deque(sources)
-    order: list[int] = []
-    while queue:
-        u = queue.popleft()
-        order.append(u)
-        for v in children_sorted[u]:
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                queue.appendleft(v)
-    return np.asarray(order, dtype=np.int64)
-
-
-def _children_by_key(graph: Graph, key: np.ndarray | None) -> list[list[int]]:
-    """Successor lists (one entry per edge) sorted by increasing ``key`` (CSR order if None)."""
-    ptr = graph.succ_ptr
+def _children_by_key(graph: Graph, key: np.ndarray) -> np.ndarray:
+    """Successor slots (one per edge, CSR rows of :attr:`Graph.succ_ptr`) sorted within each row
+    by increasing ``key`` of the successor, then by its index."""
     nbr = graph.succ_idx
-    if key is not None and len(nbr):
-        rows = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
-        perm = np.lexsort((nbr, key[nbr], rows))
-        nbr = nbr[perm]
-    flat = nbr.tolist()
-    bounds = ptr.tolist()
-    return [flat[bounds[u]:bounds[u + 1]] for u in range(graph.num_nodes)]
+    if not len(nbr):
+        return nbr
+    rows = np.repeat(np.arange(graph.num_nodes), np.diff(graph.succ_ptr))
+    return nbr[np.lexsort((nbr, key[nbr], rows))]
 
 
 def dfs_topo_order(graph: Graph) -> np.ndarray:
     """DFS-TOPO: like M-TOPO, but newly ready children go to the head of the queue.
 
-    Children are pushed in reverse edge order so that the first-listed child is taken first;
-    sources start in index order.
+    Sources start in index order; the first-listed ready child of the taken node is taken next
+    (a LIFO stack fed each row's children in reverse edge order).
     """
-    children = [list(reversed(c)) for c in _children_by_key(graph, None)]
-    sources = np.flatnonzero(graph.in_degree == 0).tolist()
-    return _head_first_order(graph, sources, children)
+    ptr = graph.succ_ptr
+    rows = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
+    reversed_rows = graph.succ_idx[np.lexsort((-np.arange(len(rows)), rows))]
+    sources = np.flatnonzero(graph.in_degree == 0).astype(np.int64)
+    return stack_order(ptr, reversed_rows, graph.in_degree, sources)
 
 
 def cpd_topo_order(graph: Graph, comm_us: np.ndarray | None = None, *,
@@ -86,10 +52,9 @@ def cpd_topo_order(graph: Graph, comm_us: np.ndarray | None = None, *,
     times (µs) used for the levels; pass ``cpath`` to reuse precomputed values.
     """
     cp = cpath_levels(graph, comm_us) if cpath is None else cpath
-    children = _children_by_key(graph, cp)
     src = np.flatnonzero(graph.in_degree == 0)
-    sources = src[np.lexsort((src, -cp[src]))].tolist()
-    return _head_first_order(graph, sources, children)
+    sources = src[np.lexsort((src, -cp[src]))].astype(np.int64)
+    return stack_order(graph.succ_ptr, _children_by_key(graph, cp), graph.in_degree, sources)
 
 
 def is_topological(graph: Graph, order: np.ndarray) -> bool:
