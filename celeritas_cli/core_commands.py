@@ -260,11 +260,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 #: ``celeritas generate`` kinds beyond the paper models -> the options each accepts.
 _GENERATE_KINDS: dict[str, tuple[str, ...]] = {
+    **{model: ("ops",) for model in ("tensor_holography", "inception_v3", "nmt", "transformer")},
     "layered": ("tasks", "ccr", "mean_predecessors"),
     "inception-modules": ("modules", "batch_size"),
     "towers": ("towers", "batch_size"),
 }
-_GENERATE_OPTIONS = ("tasks", "ccr", "mean_predecessors", "modules", "towers", "batch_size")
+_GENERATE_OPTIONS = ("ops", "tasks", "ccr", "mean_predecessors", "modules", "towers", "batch_size")
 
 
 def _generated_graph(args: argparse.Namespace) -> Graph:
@@ -277,7 +278,7 @@ def _generated_graph(args: argparse.Namespace) -> Graph:
         if getattr(args, option) is not None and option not in accepted:
             flag = "--" + option.replace("_", "-")
             users = [k for k, opts in _GENERATE_KINDS.items() if option in opts]
-            raise CeleritasInputError(f"{flag}: applies to {' and '.join(users)} only, not {args.kind!r}")
+            raise CeleritasInputError(f"{flag}: applies to {', '.join(users)} only, not {args.kind!r}")
     given = {k: getattr(args, k) for k in accepted if getattr(args, k) is not None}
     try:
         if args.kind == "layered":
@@ -288,9 +289,11 @@ def _generated_graph(args: argparse.Namespace) -> Graph:
             return families.inception_graph(seed=args.seed, **given)
         if args.kind == "towers":
             return families.towers_graph(seed=args.seed, **given)
-        return paper_shaped_graph(args.kind, seed=args.seed)
+        return paper_shaped_graph(args.kind, seed=args.seed, nodes=given.get("ops"))
     except CeleritasInputError as exc:
         field = exc.message.split(":", 1)[0]
+        if field == "nodes":  # the library's keyword for what the command calls --ops
+            raise CeleritasInputError("--ops" + exc.message[len(field):]) from None
         if field in (*_GENERATE_OPTIONS, "seed"):  # name the flag, not the keyword argument
             raise CeleritasInputError("--" + field.replace("_", "-") + exc.message[len(field):]) from None
         raise
@@ -409,13 +412,18 @@ def _add_generate(sub: typing.Any) -> None:
                                    "scheduling benchmarks (`layered`: integer task times in [1, 100] µs, "
                                    "edge bytes scaled to an exact CCR at 1e-4 µs/byte and no latency), "
                                    "an inference graph of Inception-like modules (`inception-modules`) "
-                                   "or a multi-tower inference graph (`towers`). Generators: "
+                                   "or a multi-tower inference graph (`towers`). `--ops N` sizes a "
+                                   "training step to N ops (e.g. `transformer --ops 1000000`); "
+                                   "Generators: "
                                    "celeritas_core/synthetic.py and celeritas_core/families.py.")
     g.add_argument("kind", metavar="KIND",
                    choices=["tensor_holography", "inception_v3", "nmt", "transformer", *_GENERATE_KINDS],
                    help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "
                         "steps), layered, inception-modules or towers")
     g.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default: %(default)s)")
+    g.add_argument("--ops", type=int, metavar="N",
+                   help="paper-shaped training steps: build N ops instead of the paper's count (more "
+                        "or fewer layers of the same shape and CCR), up to 10,000,000")
     g.add_argument("--tasks", type=int, metavar="N",
                    help="layered: number of tasks, 2..2,000,000 (default 100)")
     g.add_argument("--ccr", type=float, metavar="X",

@@ -97,6 +97,8 @@ _NOISE_SIGMA = 0.25  # log-normal spread of op times
 _FLOAT = 4  # bytes per element
 _SMALL = 16  # bytes of a shape or offset vector
 _DEFAULT_CLUSTER_MEMORY = 32 * 2**30  # bytes per device of the default 4-device cluster
+#: Most ops :func:`paper_shaped_graph` builds (a 10M-op graph takes about a minute and ~10 GiB).
+MAX_GENERATED_NODES = 10_000_000
 
 
 def _heavy_us(flops: float) -> float:
@@ -740,7 +742,7 @@ def _layers_for(shape: _Shape, nodes: int) -> int:
     c3 = len(_build(_Spec(layers=3, **asdict(shape))).names)
     per = c3 - c2
     if nodes < c2:
-        raise CeleritasInputError(f"cannot build a {nodes}-node graph: two layers already need {c2}")
+        raise CeleritasInputError(f"nodes: cannot build {nodes:,} ops: two layers already need {c2:,}")
     return 2 + (nodes - c2) // per
 
 
@@ -776,7 +778,8 @@ def _scale_to_ccr(graph: Graph, target: float, cluster: Cluster) -> Graph:
         meta=meta, check_acyclic=False)
 
 
-def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = None) -> Graph:
+def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = None,
+                       nodes: int | None = None) -> Graph:
     """A synthetic training step with the node count and CCR of one of the paper's models.
 
     Args:
@@ -784,9 +787,11 @@ def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = N
         seed: seed of the op-time noise.
         cluster: the transfer model the CCR is measured with (default: 4 devices, default
             transfer model; only its slope and intercept matter).
+        nodes: build this many ops instead of the paper's count (more or fewer layers of the
+            same shape, same CCR), from the two layers' minimum up to :data:`MAX_GENERATED_NODES`.
 
     Returns:
-        A graph named ``model`` with exactly ``PAPER_MODELS[model].nodes`` nodes and
+        A graph named ``model`` with exactly ``nodes`` (default ``PAPER_MODELS[model].nodes``) nodes and
         ``levels.ccr(graph, cluster)`` within 1 % (in practice ~1e-6) of the table's CCR.
 
     Raises:
@@ -798,8 +803,11 @@ def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = N
             f"unknown model {model!r}; known models: {', '.join(PAPER_MODELS)}")
     paper = PAPER_MODELS[model]
     shape = _SHAPES[model]
-    graph = training_step_graph(layers=_layers_for(shape, paper.nodes), seed=seed, name=model,
-                                num_nodes=paper.nodes, model=model, **asdict(shape))
+    count = paper.nodes if nodes is None else _check_int(nodes, "nodes", 1)
+    if count > MAX_GENERATED_NODES:
+        raise CeleritasInputError(f"nodes: must be at most {MAX_GENERATED_NODES:,}, got {count:,}")
+    graph = training_step_graph(layers=_layers_for(shape, count), seed=seed, name=model,
+                                num_nodes=count, model=model, **asdict(shape))
     if cluster is None:
         cluster = Cluster.homogeneous(4, _DEFAULT_CLUSTER_MEMORY)
     return _scale_to_ccr(graph, paper.ccr, cluster)

@@ -249,6 +249,8 @@ GENERATE_FLAGS = [
     ["inception-modules", "--modules", "0"], ["inception-modules", "--modules", "121"],
     ["towers", "--towers", "0"], ["towers", "--batch-size", "0"], ["towers", "--batch-size", "2000000"],
     ["towers", "--seed", "-1"], ["nmt", "--tasks", "5"], ["bogus"],
+    ["transformer", "--ops", "5"], ["transformer", "--ops", "0"], ["nmt", "--ops", "20000000"],
+    ["layered", "--ops", "1000"], ["inception_v3", "--ops", "x"],
 ]
 
 

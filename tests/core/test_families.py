@@ -191,6 +191,7 @@ def test_training_and_inference_families_memory_setups():
     ["layered", "--tasks", "40", "--ccr", "0", "--mean-predecessors", "2"],
     ["inception-modules", "--modules", "2", "--batch-size", "8"],
     ["towers", "--towers", "3"],
+    ["transformer", "--ops", "2500", "--seed", "1"],
 ])
 def test_generate_writes_loadable_graphs(argv, tmp_path, capsys):
     out = tmp_path / "g.json"
@@ -200,6 +201,8 @@ def test_generate_writes_loadable_graphs(argv, tmp_path, capsys):
     if argv[0] == "layered":
         assert graph.num_nodes == int(argv[2])
         assert abs(ccr(graph, layered_cluster(2, 1e12)) - float(argv[4])) < 1e-9
+    if "--ops" in argv:
+        assert graph.num_nodes == int(argv[argv.index("--ops") + 1])
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -214,6 +217,9 @@ def test_generate_writes_loadable_graphs(argv, tmp_path, capsys):
     (["layered", "--ccr", "nan"], "--ccr: must be a finite number >= 0"),
     (["towers", "--towers", "0"], "--towers: must be an integer in [1, 100000]"),
     (["towers", "--tasks", "5"], "--tasks: applies to layered only"),
+    (["transformer", "--ops", "100"], "--ops: cannot build 100 ops: two layers already need"),
+    (["nmt", "--ops", "10000001"], "--ops: must be at most 10,000,000"),
+    (["layered", "--ops", "1000"], "--ops: applies to tensor_holography, inception_v3, nmt, transformer"),
     (["inception-modules", "--seed", "-1"], "--seed: must be an integer >= 0"),
 ])
 def test_generate_rejects_bad_values_with_exit_2(argv, message, tmp_path, capsys):

@@ -231,6 +231,22 @@ def test_bad_parameters(kwargs: dict[str, object], field: str) -> None:
 
 
 # ---------------------------------------------------------------------------- files
+@pytest.mark.parametrize("model", MODELS)
+def test_any_node_count_keeps_the_shape_and_ccr(model: str) -> None:
+    paper = PAPER_MODELS[model]
+    for nodes in (paper.nodes // 3, 2 * paper.nodes + 17):
+        g = paper_shaped_graph(model, nodes=nodes)
+        assert g.num_nodes == nodes
+        assert ccr(g, DEFAULT_CLUSTER) == pytest.approx(paper.ccr, rel=0.01)
+        assert set(g.ops) == set(_paper(model).ops)
+
+
+@pytest.mark.parametrize("nodes", [0, 5, 10_000_001, 2.5, True])
+def test_impossible_node_counts_name_the_field(nodes: object) -> None:
+    with pytest.raises(CeleritasInputError, match=r"^nodes: "):
+        paper_shaped_graph("transformer", nodes=nodes)  # type: ignore[arg-type]
+
+
 def test_small_training_graph() -> None:
     graph = small_training_graph()
     assert graph.name == "training_step_small"
