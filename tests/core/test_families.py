@@ -274,3 +274,19 @@ def test_bench_quality_without_optimal_says_so(tmp_path):
     doc = json.loads(out.read_text())
     assert "heft" not in doc["placers"] and "optimal placer not available" in doc["notes"]
     assert any(line.startswith("SKIP") and "MILP optimum" in line for line in doc["checks"])
+
+
+def test_bench_scale_runs_and_checks_its_targets(tmp_path):
+    out = tmp_path / "scale.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_scale.py"), "--sizes", "3000",
+                           "--out", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert {(r["ops"], r["placer"]) for r in doc["rows"]} == {(3000, "celeritas"), (3000, "metis")}
+    for row in doc["rows"]:
+        assert row["placement_seconds"] > 0 and row["wall_seconds"] > row["placement_seconds"]
+        assert row["peak_rss_bytes"] > 10 * 2**20 and row["step_time_us"] > 0
+    assert any("Celeritas placement" in line and "Metis's" in line for line in doc["targets"])
+    assert "3,000 ops" in proc.stdout
