@@ -146,14 +146,30 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
     pool.add(winner.name + "+refined", refined[unit_of])
 
 
+#: Estimated cost of the optional stages, in µs per op plus edge of the graph, measured on the
+#: 2-core build machine (one core, a 36k-op training step; HEFT grows faster than linearly, so its
+#: figure is the one at that size). A stage starts only if its estimate fits in the time left.
+STAGE_US_PER_ITEM: dict[str, float] = {
+    "multilevel": 1.0, "heft": 46.0, "etf/fused": 3.5, "sct/fused": 9.5, "etf": 5.0,
+}
+
+
+def stage_fits(graph: Graph, stage: str, deadline: float) -> bool:
+    """Whether the optional ``stage``'s estimated cost (:data:`STAGE_US_PER_ITEM`) ends before the
+    wall-clock ``deadline`` (``time.perf_counter()`` seconds)."""
+    estimate = STAGE_US_PER_ITEM[stage] * 1e-6 * (graph.num_nodes + graph.num_edges)
+    return time.perf_counter() + estimate <= deadline
+
+
 def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
     """Offer a multilevel (METIS, through pymetis) memory-repaired partition of the op graph onto
     the largest ``k`` devices, for every ``k`` from the fewest that hold the graph to all.
 
     The coarse min-cut candidates cut only between fusion clusters; a multilevel partition of the
-    ops finds cuts inside them (recurrent and attention graphs). The first (fewest devices) always
-    runs; the others only while the wall-clock ``deadline`` (s) leaves room for a partition, its
-    repair and its replay (about three replays). Skipped without pymetis.
+    ops finds cuts inside them (recurrent and attention graphs). The first (fewest devices) and
+    the one onto all devices (what the ``metis`` placer returns) always run; the others only
+    while the wall-clock ``deadline`` (s) leaves room for one (:func:`stage_fits`). Skipped
+    without pymetis.
     """
     from celeritas_core.partition import parts_needed
     from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
@@ -169,8 +185,8 @@ def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, d
     by_capacity = np.argsort(-capacity, kind="stable")
     first = max(2, parts_needed(units.memory_bytes, capacity))
     for k in range(first, cluster.num_devices + 1):
-        if k > first and time.perf_counter() + 3 * pool.replay_seconds > deadline:
-            return
+        if first < k < cluster.num_devices and not stage_fits(graph, "multilevel", deadline):
+            continue
         device = metis_partition(units, cluster, np.sort(by_capacity[:k]))
         repair_memory(units, device, capacity)
         pool.add(f"multilevel/{k}", device[units.unit_of])
@@ -231,16 +247,15 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool
     and ``m-sct`` placers on Baechi's fused co-placement graph (their defaults) and ``m-etf`` on the
     ops, each with its default parameters.
 
-    Each runs only while the wall-clock ``deadline`` (s) leaves room for it and its replay, its cost
-    estimated in replays of the graph as measured on a 25k-op graph (HEFT 8, ETF 7–10, SCT's LP
-    about 100), so large graphs skip them.
+    Each runs only while the wall-clock ``deadline`` (s) leaves room for its estimated cost
+    (:func:`stage_fits`), so large graphs skip them.
     """
     from celeritas_core.placers.base import get_placer
 
-    schedules = (("heft", "heft", {}, 10), ("etf/fused", "m-etf", {}, 10),
-                 ("sct/fused", "m-sct", {}, 100), ("etf", "m-etf", {"fusion": False}, 12))
-    for name, placer, params, cost_in_replays in schedules:
-        if time.perf_counter() + cost_in_replays * pool.replay_seconds <= deadline:
+    schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", {}), ("sct/fused", "m-sct", {}),
+                 ("etf", "m-etf", {"fusion": False}))
+    for name, placer, params in schedules:
+        if stage_fits(graph, name, deadline):
             spec = get_placer(placer)
             pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
 
