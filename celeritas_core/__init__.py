@@ -1,5 +1,7 @@
 """Celeritas placement engine: pure numpy/networkx/scipy algorithms over dataflow graphs.
 
+The loops over every op and edge are compiled by Numba when it is installed (:mod:`celeritas_core.jit`).
+
 Framework adapters (TensorFlow: ``celeritas_tf``), the pipeline and the CLI live in their own
 packages above this one; nothing here imports them (``lint-imports`` checks it).
 """
