@@ -25,7 +25,9 @@ from celeritas_core.formats import (
     fits_from_json,
     fits_to_json,
     graph_from_json,
+    json_bytes,
     load_graph,
+    parse_json,
     placement_from_json,
 )
 from celeritas_core.graph import Graph
@@ -232,3 +234,44 @@ def test_profile_values_the_issue_listed_are_refused() -> None:
         doc["profiles"][1][field] = value
         with pytest.raises(CeleritasInputError, match=f"profiles\\[1\\].*'{field}'"):
             check_profile_document(doc, "profile.json")
+
+
+# ---------------------------------------------------------------------------- the fast paths
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of equal types all the way down (an int is not a float; NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@FUZZ
+@given(json_values, st.sampled_from([b"", b"\xef\xbb\xbf"]))
+def test_parse_json_reads_what_the_json_module_reads(value: Any, bom: bool) -> None:
+    """orjson where it can, the json module otherwise: the same values and types either way
+    (NaN and Infinity literals, integers beyond 64 bits, lone surrogates, a BOM)."""
+    text = json.dumps(value)
+    assert _same(parse_json(bom + text.encode("utf-8")), json.loads(text)), text
+
+
+@FUZZ
+@given(json_values, st.sampled_from([None, 0, 1, 2, 4]))
+def test_json_bytes_writes_what_the_json_module_writes(value: Any, indent: int | None) -> None:
+    """The same document, refused exactly when ``json.dumps(allow_nan=False)`` refuses it; text
+    identical to the json module's for documents without floats (indentation included)."""
+    try:
+        expected = json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False)
+    except ValueError:
+        with pytest.raises(ValueError, match="JSON"):
+            json_bytes(value, indent=indent)
+        return
+    written = json_bytes(value, indent=indent).decode("utf-8")
+    assert _same(json.loads(written), json.loads(expected))
+    if indent is not None and "." not in expected and "e" not in expected.lower():  # the json module's
+        # text; documents orjson leaves to the json module come out ASCII-escaped, as they always were
+        assert written in (expected, json.dumps(value, indent=indent, allow_nan=False))
