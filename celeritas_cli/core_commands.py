@@ -105,14 +105,14 @@ def _cmd_place(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import load_graph, load_placement, read_json
+    from celeritas_core.formats import load_graph, placement_from_json, read_json
     from celeritas_core.placers import evaluate_placement
 
     check_cluster_flags(args)
     graph = load_graph(args.graph)
+    doc = read_json(args.placement)  # parsed once: a million-op placement is tens of MB
     fallback = None
     if args.cluster is None and args.devices is None and args.device_memory is None:
-        doc = read_json(args.placement)
         caps = doc.get("device_capacity_bytes") if isinstance(doc, dict) else None
         devices = doc.get("devices") if isinstance(doc, dict) else None
         if (isinstance(caps, list) and isinstance(devices, list) and len(caps) == len(devices) and caps
@@ -122,7 +122,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             except CeleritasInputError as exc:
                 raise exc.with_source(args.placement) from None
     cluster = cluster_from_args(args, fallback)
-    placement = evaluate_placement(graph, cluster, load_placement(args.placement, graph, cluster))
+    try:
+        placed = placement_from_json(doc, graph, cluster)
+    except CeleritasInputError as exc:
+        raise exc.with_source(args.placement) from None
+    placement = evaluate_placement(graph, cluster, placed)
     print(_summary(graph, cluster, placement))
     return 0
 

@@ -8,12 +8,13 @@ failed run leaves no half-written output. The formats are documented in docs/for
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ import orjson
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph, Liveness
+from celeritas_core.graph_columns import GraphColumns, json_columns, out_of_range
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
@@ -236,29 +238,50 @@ def _time(value: Any, where: str, field_name: str) -> float:
 
 # ---------------------------------------------------------------------------- graph
 def graph_from_json(doc: Any) -> Graph:
-    """Validate a ``celeritas-graph/1`` document and build a :class:`Graph`."""
+    """Validate a ``celeritas-graph/1`` document and build a :class:`Graph`.
+
+    The node and edge fields are gathered and checked column by column
+    (:func:`~celeritas_core.graph_columns.json_columns`); when that finds anything wrong, the
+    node-by-node loop runs instead and names the first offending node or edge.
+    """
     name, meta, raw_nodes, raw_edges = _graph_header(doc)
-    nodes = _read_nodes(raw_nodes)
-    src, dst, nbytes, out = _read_edges(raw_edges, nodes.index)
-    _check_graph_totals(nodes.time_us, nodes.memory, nbytes, nodes.persistent, nodes.scratch, nodes.outputs)
-    modelled = any(p is not None or s is not None or o is not None
-                   for p, s, o in zip(nodes.persistent, nodes.scratch, nodes.outputs, strict=True))
-    aliases = _alias_fields(raw_nodes, nodes.index, nodes.outputs)
+    with gc_paused():
+        cols = json_columns(raw_nodes, raw_edges) or _read_columns(raw_nodes, raw_edges)
+    check_graph_totals(cols.time_us, cols.memory_bytes, cols.edge_bytes, cols.live_total)
+    liveness = _with_aliases(cols.liveness, _alias_fields(raw_nodes, cols))
+    return graph_from_columns(name, meta, cols, liveness)
+
+
+def graph_from_columns(name: str, meta: Mapping[str, Any], cols: GraphColumns,
+                       liveness: Liveness | None) -> Graph:
+    """The :class:`Graph` of checked columns (raises on output aliases that name no input, and on
+    a cycle)."""
     return Graph.from_arrays(
         name=name,
-        node_names=nodes.names,
-        ops=nodes.ops,
-        time_us=nodes.time_us,
-        memory_bytes=nodes.memory,
-        colocation=nodes.groups,
-        edge_src=src,
-        edge_dst=dst,
-        edge_bytes=nbytes,
-        edge_src_output=out,
+        node_names=cols.names,
+        ops=cols.ops,
+        time_us=cols.time_us,
+        memory_bytes=cols.memory_bytes,
+        colocation=cols.groups,
+        edge_src=cols.edge_src,
+        edge_dst=cols.edge_dst,
+        edge_bytes=cols.edge_bytes,
+        edge_src_output=cols.edge_src_output,
         meta=meta,
-        liveness=(Liveness.from_lists(nodes.persistent, nodes.scratch, nodes.outputs, aliases)
-                  if modelled else None),
+        liveness=liveness,
     )
+
+
+def _read_columns(raw_nodes: list[Any], raw_edges: list[Any]) -> GraphColumns:
+    """The node-by-node reading of :func:`graph_from_json`: raises at the first bad node or edge."""
+    nodes = _read_nodes(raw_nodes)
+    src, dst, nbytes, out = _read_edges(raw_edges, nodes.index)
+    modelled = any(p is not None or s is not None or o is not None
+                   for p, s, o in zip(nodes.persistent, nodes.scratch, nodes.outputs, strict=True))
+    liveness = Liveness.from_lists(nodes.persistent, nodes.scratch, nodes.outputs) if modelled else None
+    rows = [i for i, node in enumerate(raw_nodes) if "output_aliases" in node]
+    return GraphColumns(nodes.names, nodes.ops, nodes.groups, nodes.time_us, nodes.memory, src, dst, nbytes,
+                        out, liveness, rows, nodes.index)
 
 
 def _graph_header(doc: Any) -> tuple[str, dict[str, Any], list[Any], list[Any]]:
@@ -378,21 +401,36 @@ def _read_edges(edges: list[Any], index: Mapping[str, int]
     return src, dst, nbytes, out
 
 
-def _alias_fields(nodes: list[Any], index: Mapping[str, int],
-                  outputs: list[list[float] | None]) -> list[list[tuple[int, int] | None] | None] | None:
-    """Each node's optional ``output_aliases`` as ``(producer index, output)`` pairs (None: none)."""
-    result: list[list[tuple[int, int] | None] | None] = [None] * len(nodes)
-    for i, node in enumerate(nodes):
-        if "output_aliases" not in node:
-            continue
+def _alias_fields(nodes: list[Any], cols: GraphColumns) -> dict[int, list[tuple[int, int] | None]]:
+    """The optional ``output_aliases`` of the nodes that give them, as ``(producer index, output)``
+    pairs per declared output (None: the output's own buffer)."""
+    ptr = cols.liveness.output_ptr if cols.liveness is not None else None
+    result: dict[int, list[tuple[int, int] | None]] = {}
+    for i in cols.alias_rows:
+        node = nodes[i]
         where = f"node {node['name']!r}"
         raw = node["output_aliases"]
-        declared = outputs[i] or []
-        if not isinstance(raw, list) or len(raw) != len(declared):
+        declared = int(ptr[i + 1] - ptr[i]) if ptr is not None else 0
+        if not isinstance(raw, list) or len(raw) != declared:
             raise CeleritasInputError(f"{where}: field 'output_aliases' must be a list with one entry per "
-                                      f"output_bytes entry ({len(declared)})")
-        result[i] = [_alias_entry(x, index, where, k) for k, x in enumerate(raw)]
-    return result if any(r for r in result) else None
+                                      f"output_bytes entry ({declared})")
+        result[i] = [_alias_entry(x, cols.index, where, k) for k, x in enumerate(raw)]
+    return result
+
+
+def _with_aliases(liveness: Liveness | None,
+                  aliases: Mapping[int, list[tuple[int, int] | None]]) -> Liveness | None:
+    """``liveness`` with the output aliases of :func:`_alias_fields` (unchanged when no node lists any)."""
+    if liveness is None or not any(aliases.values()):
+        return liveness
+    node = np.full(len(liveness.output_bytes), -1, dtype=np.int64)
+    output = np.full(len(liveness.output_bytes), -1, dtype=np.int64)
+    for i, entries in aliases.items():
+        start = int(liveness.output_ptr[i])
+        for o, target in enumerate(entries):
+            if target is not None:
+                node[start + o], output[start + o] = target
+    return dataclasses.replace(liveness, alias_node=node, alias_output=output)
 
 
 def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tuple[int, int] | None:
@@ -423,106 +461,114 @@ def _liveness_fields(node: dict[str, Any],
     return persistent, scratch, outputs
 
 
-def _check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
-                        persistent: list[float | None], scratch: list[float | None],
-                        outputs: list[list[float] | None]) -> None:
+def check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
+                        live_total: float) -> None:
     """The graph's sums stay within the limits: total time, total memory, total edge bytes and
-    the total of the liveness fields (docs/formats.md, "Limits")."""
+    ``live_total``, the total of the liveness fields (docs/formats.md, "Limits")."""
     check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
     check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
     check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
-    live = (sum(x for x in persistent if x is not None) + sum(x for x in scratch if x is not None)
-            + sum(sum(o) for o in outputs if o is not None))
-    check_total(float(live), MAX_BYTES,
+    check_total(live_total, MAX_BYTES,
                 "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
-
-
-def _out_of_range(values: np.ndarray, limit: float = MAX_BYTES) -> np.ndarray:
-    """Where ``values`` are not finite, negative or above ``limit``."""
-    return ~np.isfinite(values) | (values < 0) | (values > limit)
 
 
 def _first_out_of_range(values: np.ndarray, limit: float) -> int | None:
     """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
-    bad = np.flatnonzero(_out_of_range(values, limit))
+    bad = np.flatnonzero(out_of_range(values, limit))
     return int(bad[0]) if len(bad) else None
+
+
+def check_cost_column(values: np.ndarray, where: Callable[[int], str], field_name: str, *,
+                      limit: float = MAX_BYTES, unit: str = " bytes",
+                      field_of: Callable[[int], str] | None = None) -> None:
+    """Raise at the first value of ``values`` that is not finite, negative or above ``limit``,
+    with the reader's message: ``where(i)`` names entry ``i`` (``node 'X'``), ``field_of(i)`` its
+    field (default ``field_name``)."""
+    i = _first_out_of_range(values, limit)
+    if i is not None:
+        _cost(float(values[i]), where(i), field_of(i) if field_of else field_name, limit=limit, unit=unit)
 
 
 def check_graph_limits(graph: Graph) -> None:
     """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
     the reader enforces, so that what :func:`save_graph` writes can be read back."""
     names = graph.node_names
-    for values, field_name, limit, unit in ((graph.time_us, "time_us", MAX_TIME_US, " µs"),
-                                            (graph.memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
-        i = _first_out_of_range(values, limit)
-        if i is not None:
-            _cost(float(values[i]), f"node {names[i]!r}", field_name, limit=limit, unit=unit)
-    k = _first_out_of_range(graph.edge_bytes, MAX_BYTES)
-    if k is not None:
-        _cost(float(graph.edge_bytes[k]), f"edges[{k}]", "bytes")
+
+    def node(i: int) -> str:
+        return f"node {names[i]!r}"
+
+    check_cost_column(graph.time_us, node, "time_us", limit=MAX_TIME_US, unit=" µs")
+    check_cost_column(graph.memory_bytes, node, "memory_bytes")
+    check_cost_column(graph.edge_bytes, lambda k: f"edges[{k}]", "bytes")
     bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
     if len(bad):
         raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
                                   f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
-    parts: tuple[list[float | None], list[float | None], list[list[float] | None]] = ([], [], [])
+    live_total = 0.0
     live = graph.liveness
     if live is not None:
         modelled = np.asarray(live.modelled, dtype=bool)
         owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
-        bad_node = modelled & (_out_of_range(live.persistent_bytes) | _out_of_range(live.scratch_bytes))
-        bad_node[owner[_out_of_range(live.output_bytes) & modelled[owner]]] = True
+        bad_node = modelled & (out_of_range(live.persistent_bytes) | out_of_range(live.scratch_bytes))
+        bad_node[owner[out_of_range(live.output_bytes) & modelled[owner]]] = True
         if bad_node.any():  # the first such node's first bad value, named as the reader names it
             i = int(np.flatnonzero(bad_node)[0])
             own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
             for k, x in enumerate(own):
-                _cost(x, f"node {names[i]!r}", "liveness bytes" if k < 2 else "output_bytes")
-        flat, ptr = live.output_bytes.tolist(), live.output_ptr.tolist()
-        rows = np.flatnonzero(modelled).tolist()
-        parts = (live.persistent_bytes[rows].tolist(), live.scratch_bytes[rows].tolist(),
-                 [flat[ptr[i]:ptr[i + 1]] for i in rows])
-    _check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, *parts)
+                _cost(x, node(i), "liveness bytes" if k < 2 else "output_bytes")
+        live_total = float(live.persistent_bytes[modelled].sum() + live.scratch_bytes[modelled].sum()
+                           + live.output_bytes[modelled[owner]].sum())
+    check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, live_total)
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
     """The ``celeritas-graph/1`` document of ``graph``."""
     names = graph.node_names
-    nodes = []
-    for i, node in enumerate(names):
-        entry: dict[str, Any] = {
-            "name": node,
-            "op": graph.ops[i],
-            "time_us": float(graph.time_us[i]),
-            "memory_bytes": int(graph.memory_bytes[i])
-            if float(graph.memory_bytes[i]).is_integer() else float(graph.memory_bytes[i]),
-        }
-        if graph.colocation[i] is not None:
-            entry["colocation"] = graph.colocation[i]
-        live = graph.liveness
-        if live is not None and live.modelled[i]:
-            entry["persistent_bytes"] = _json_number(live.persistent_bytes[i])
-            entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
-            if live.scratch_bytes[i]:
-                entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
-            aliases = live.aliases(i)
-            if any(a is not None for a in aliases):
-                entry["output_aliases"] = [None if a is None else {"node": names[a[0]], "output": a[1]}
-                                           for a in aliases]
-        nodes.append(entry)
-    edges = []
-    for s, d, b, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
-                          graph.edge_bytes.tolist(), graph.edge_src_output.tolist(), strict=True):
-        edge: dict[str, Any] = {"src": names[s], "dst": names[d],
-                                "bytes": int(b) if float(b).is_integer() else b}
-        if o:
-            edge["src_output"] = o
-        edges.append(edge)
+    with gc_paused():
+        nodes = [{"name": node, "op": op, "time_us": t, "memory_bytes": m}
+                 for node, op, t, m in zip(names, graph.ops, graph.time_us.tolist(),
+                                           _json_numbers(graph.memory_bytes), strict=True)]
+        for i, group in enumerate(graph.colocation):
+            if group is not None:
+                nodes[i]["colocation"] = group
+        if graph.liveness is not None:
+            _liveness_to_json(graph.liveness, names, nodes)
+        edges = [{"src": s, "dst": d, "bytes": b}
+                 for s, d, b in zip(map(names.__getitem__, graph.edge_src.tolist()),
+                                    map(names.__getitem__, graph.edge_dst.tolist()),
+                                    _json_numbers(graph.edge_bytes), strict=True)]
+        out = graph.edge_src_output
+        for k in np.flatnonzero(out).tolist():
+            edges[k]["src_output"] = int(out[k])
     return {"format": GRAPH_FORMAT, "name": graph.name, "meta": dict(graph.meta),
             "nodes": nodes, "edges": edges}
+
+
+def _liveness_to_json(live: Liveness, names: tuple[str, ...], nodes: list[dict[str, Any]]) -> None:
+    """Add the liveness fields of the modelled nodes to their ``nodes`` entries."""
+    for i in np.flatnonzero(live.modelled).tolist():
+        entry = nodes[i]
+        entry["persistent_bytes"] = _json_number(live.persistent_bytes[i])
+        entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
+        if live.scratch_bytes[i]:
+            entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
+        aliases = live.aliases(i)
+        if any(a is not None for a in aliases):
+            entry["output_aliases"] = [None if a is None else {"node": names[a[0]], "output": a[1]}
+                                       for a in aliases]
 
 
 def _json_number(x: float) -> int | float:
     """An integral float as an int (bytes read back exactly), any other as a float."""
     return int(x) if float(x).is_integer() else float(x)
+
+
+def _json_numbers(values: np.ndarray) -> list[int | float]:
+    """:func:`_json_number` of each value (a whole column of integral floats at once)."""
+    if len(values) and np.isfinite(values).all() and np.abs(values).max() < 2**62 \
+            and (values == np.floor(values)).all():
+        return values.astype(np.int64).tolist()
+    return [int(x) if x.is_integer() else x for x in values.tolist()]
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
@@ -538,7 +584,8 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
     """Write ``graph`` atomically as ``celeritas-graph/1`` (a graph beyond the limits, which the
     reader would refuse, is refused here)."""
     check_graph_limits(graph)
-    return write_json_atomic(path, graph_to_json(graph), inputs=inputs)
+    json_bytes(dict(graph.meta))  # the one part whose floats check_graph_limits does not check
+    return write_json_atomic(path, graph_to_json(graph), inputs=inputs, finite=True)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -642,18 +689,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     assignment = doc.get("assignment")
     if not isinstance(assignment, Mapping):
         raise CeleritasInputError("field 'assignment' must be an object mapping node name to device")
-    result = np.full(graph.num_nodes, -1, dtype=np.int64)
-    index = graph.index
-    for node, dev in assignment.items():
-        i = index.get(node)
-        if i is None:
-            raise CeleritasInputError(f"assignment: node {node!r} is not in graph {graph.name!r}")
-        if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < len(devices):
-            raise CeleritasInputError(
-                f"assignment: node {node!r} has device {short_repr(dev)}, "
-                f"expected an index 0..{len(devices) - 1}"
-            )
-        result[i] = dev
+    result = _assignment(assignment, graph, len(devices))
     missing = np.flatnonzero(result < 0)
     if len(missing):
         raise CeleritasInputError(
@@ -686,6 +722,32 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         placement_seconds=float(seconds or 0.0),
         coarse_nodes=coarse_nodes,
     )
+
+
+def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -> np.ndarray:
+    """Each node's device index from an ``assignment`` object (-1: not placed). Gathered column by
+    column; on any problem the loop below names the first offending node."""
+    result = np.full(graph.num_nodes, -1, dtype=np.int64)
+    index = graph.index
+    values = list(assignment.values())
+    if set(map(type, values)) <= {int}:
+        with contextlib.suppress(KeyError, TypeError, OverflowError):
+            rows = np.fromiter(map(index.__getitem__, assignment), dtype=np.int64, count=len(values))
+            devices = np.array(values, dtype=np.int64)
+            if not ((devices < 0) | (devices >= num_devices)).any():
+                result[rows] = devices
+                return result
+    for node, dev in assignment.items():
+        i = index.get(node)
+        if i is None:
+            raise CeleritasInputError(f"assignment: node {node!r} is not in graph {graph.name!r}")
+        if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < num_devices:
+            raise CeleritasInputError(
+                f"assignment: node {node!r} has device {short_repr(dev)}, "
+                f"expected an index 0..{num_devices - 1}"
+            )
+        result[i] = dev
+    return result
 
 
 def placement_to_json(placement: Placement) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from celeritas_core import formats
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import (
@@ -31,8 +32,9 @@ from celeritas_core.formats import (
     placement_from_json,
 )
 from celeritas_core.graph import Graph
+from celeritas_core.graph_columns import json_columns
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
-from tests.documents import cluster_doc, graph_doc_with_liveness, placement_doc
+from tests.documents import cluster_doc, graph_doc, graph_doc_with_liveness, placement_doc
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -275,3 +277,28 @@ def test_json_bytes_writes_what_the_json_module_writes(value: Any, indent: int |
     if indent is not None and "." not in expected and "e" not in expected.lower():  # the json module's
         # text; documents orjson leaves to the json module come out ASCII-escaped, as they always were
         assert written in (expected, json.dumps(value, indent=indent, allow_nan=False))
+
+
+@FUZZ
+@given(mutated(GRAPH))
+def test_the_vectorised_graph_reader_agrees_with_the_loop(doc: Any) -> None:
+    """json_columns accepts a document's nodes and edges only when the node-by-node loop does, and
+    then gathers the same columns (else the loop runs and names the problem)."""
+    if not (isinstance(doc, dict) and isinstance(doc.get("nodes"), list)
+            and isinstance(doc.get("edges"), list)):
+        return
+    fast = json_columns(doc["nodes"], doc["edges"])
+    slow = _only_input_errors(lambda: formats._read_columns(doc["nodes"], doc["edges"]))
+    if fast is None:
+        return
+    assert slow is not None, "the fast path accepted what the loop refuses"
+    assert (fast.names, fast.ops, fast.groups, fast.alias_rows) == (slow.names, slow.ops, slow.groups,
+                                                                    slow.alias_rows)
+    for attr in ("time_us", "memory_bytes", "edge_src", "edge_dst", "edge_bytes", "edge_src_output"):
+        np.testing.assert_array_equal(getattr(fast, attr), getattr(slow, attr), err_msg=attr)
+    assert fast.live_total == slow.live_total
+
+
+def test_valid_documents_take_the_vectorised_path() -> None:
+    for doc in (GRAPH, graph_doc(), {**graph_doc(), "edges": []}):
+        assert json_columns(doc["nodes"], doc["edges"]) is not None
