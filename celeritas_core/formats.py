@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 
 # Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
+#: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
+GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
 PLACEMENT_FORMAT = "celeritas-placement/1"
 COMPARE_FORMAT = "celeritas-compare/1"
@@ -571,18 +573,50 @@ def _json_numbers(values: np.ndarray) -> list[int | float]:
     return [int(x) if x.is_integer() else x for x in values.tolist()]
 
 
-def load_graph(path: str | os.PathLike[str]) -> Graph:
-    """Read and validate a graph file."""
+def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
+    """Validate a graph file's content and build the :class:`Graph`: the columnar format when it
+    is a zip archive (it starts with ``PK\\x03\\x04``), ``celeritas-graph/1`` JSON otherwise.
+    Errors name ``source``."""
+    from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz
+
     try:
-        return graph_from_json(read_json(path))
+        if data[:4] in ZIP_MAGICS:
+            return graph_from_npz(data)
+        return graph_from_json(parse_json(data, source))
     except CeleritasInputError as exc:
-        raise exc.with_source(str(path)) from None
+        raise exc.with_source(source) if source else exc from None
+
+
+def load_graph(path: str | os.PathLike[str]) -> Graph:
+    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`)."""
+    source = os.fspath(path)
+    return graph_from_bytes(read_input_bytes(source), source)
+
+
+#: The graph file formats :func:`save_graph` writes, by name.
+GRAPH_FILE_FORMATS = ("json", "npz")
+
+
+def graph_file_format(path: str | os.PathLike[str], file_format: str | None = None) -> str:
+    """``file_format`` when given, else the format of ``path``'s extension: ``npz`` for ``.npz``
+    (any case), ``json`` for anything else."""
+    if file_format is not None:
+        if file_format not in GRAPH_FILE_FORMATS:
+            raise CeleritasInputError(f"unknown graph file format {file_format!r} (expected json or npz)")
+        return file_format
+    return "npz" if os.fspath(path).lower().endswith(".npz") else "json"
 
 
 def save_graph(graph: Graph, path: str | os.PathLike[str], *,
-               inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``graph`` atomically as ``celeritas-graph/1`` (a graph beyond the limits, which the
-    reader would refuse, is refused here)."""
+               inputs: Iterable[str | os.PathLike[str] | None] = (), file_format: str | None = None) -> Path:
+    """Write ``graph`` atomically as ``celeritas-graph/1`` JSON, or as the columnar
+    ``celeritas-graph-columns/1`` when ``path`` ends in ``.npz`` (or ``file_format`` says so). A
+    graph beyond the limits, which the reader would refuse, is refused here."""
+    if graph_file_format(path, file_format) == "npz":
+        from celeritas_core.columnar import npz_bytes
+
+        data = npz_bytes(graph)
+        return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
     check_graph_limits(graph)
     json_bytes(dict(graph.meta))  # the one part whose floats check_graph_limits does not check
     return write_json_atomic(path, graph_to_json(graph), inputs=inputs, finite=True)

@@ -5,6 +5,7 @@ else (no OverflowError, TypeError, KeyError, numpy errors, ...). Derandomized: a
 from __future__ import annotations
 
 import copy
+import io
 import json
 import math
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from celeritas_core import formats
 from celeritas_core.cluster import Cluster
+from celeritas_core.columnar import graph_arrays, npz_bytes
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import (
     check_fits_document,
@@ -302,3 +304,49 @@ def test_the_vectorised_graph_reader_agrees_with_the_loop(doc: Any) -> None:
 def test_valid_documents_take_the_vectorised_path() -> None:
     for doc in (GRAPH, graph_doc(), {**graph_doc(), "edges": []}):
         assert json_columns(doc["nodes"], doc["edges"]) is not None
+
+
+_NPZ = npz_bytes(graph_from_json(copy.deepcopy(GRAPH)))
+_ARRAYS = graph_arrays(graph_from_json(copy.deepcopy(GRAPH)))
+_DTYPES = ["<f8", "<i8", "|u1", "|b1", "<f4", "<i4", ">f8", "<U2", "|S3", "<c16"]
+
+
+@st.composite
+def corrupt_archives(draw: st.DrawFn) -> bytes:
+    """A valid archive with bytes flipped, cut or inserted, or a member replaced by another array."""
+    kind = draw(st.sampled_from(["flip", "cut", "insert", "member"]))
+    data = bytearray(_NPZ)
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 4))):
+            data[draw(st.integers(0, len(data) - 1))] ^= draw(st.integers(1, 255))
+        return bytes(data)
+    if kind == "cut":
+        return bytes(data[:draw(st.integers(0, len(data) - 1))])
+    if kind == "insert":
+        at = draw(st.integers(0, len(data)))
+        return bytes(data[:at]) + draw(st.binary(min_size=1, max_size=16)) + bytes(data[at:])
+    members: dict[str, np.ndarray] = dict(_ARRAYS)
+    key = draw(st.sampled_from(sorted(members)))
+    dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
+    length = draw(st.integers(0, 8))
+    values = draw(st.lists(st.sampled_from([*EXTREME_NUMBERS[:19], -1, 2, 3, 4, 7]), min_size=length,
+                           max_size=length))
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            members[key] = np.array(values, dtype=np.float64).astype(dtype)
+    except (OverflowError, ValueError, TypeError):
+        members[key] = np.zeros(length, dtype=dtype)
+    buffer = io.BytesIO()
+    np.savez(buffer, **members)
+    return buffer.getvalue()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(corrupt_archives())
+def test_corrupt_columnar_files(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    """Every corruption of an archive is a one-line input error or a graph within the limits."""
+    path = tmp_path_factory.mktemp("npz") / "g.npz"
+    Path(path).write_bytes(data)
+    graph = _only_input_errors(lambda: load_graph(path))
+    if graph is not None:
+        _assert_graph_within_limits(graph)
