@@ -48,6 +48,7 @@ bench: setup
 	$(PY) bench/bench_placers.py
 	$(PY) bench/bench_quality.py
 	$(PY) bench/bench_tf.py
+	$(PY) bench/bench_io.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis
