@@ -13,7 +13,6 @@ import gc
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,16 +171,19 @@ def _first_non_finite(doc: Any) -> float | None:
     return None
 
 
-_ONE_SPACE_INDENT = re.compile(rb"(?m)^( +)\1(?! )")
-_INDENT = re.compile(rb"(?m)^(?:  )+")
-
-
 def _reindent(data: bytes, indent: int) -> bytes:
     """orjson's two-space indentation as ``indent`` spaces per level (what ``json.dumps`` writes).
-    Lines start with indentation only: strings never hold a raw line break."""
-    if indent == 1:
-        return _ONE_SPACE_INDENT.sub(rb"\1", data)
-    return _INDENT.sub(lambda m: b" " * (len(m.group(0)) // 2 * max(indent, 0)), data)
+
+    A line's indentation follows its line break; strings never hold a raw line break or NUL. Each
+    depth, deepest first, becomes that many NULs (so shallower patterns cannot match it), then
+    each NUL ``indent`` spaces: a few passes of ``bytes.replace`` whatever the number of lines.
+    """
+    depth = 0
+    while b"\n" + b"  " * (depth + 1) in data:
+        depth += 1
+    for level in range(depth, 0, -1):
+        data = data.replace(b"\n" + b"  " * level, b"\n" + b"\0" * level)
+    return data.replace(b"\0", b" " * max(indent, 0))
 
 
 def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None,
