@@ -48,6 +48,7 @@ bench: setup
 	$(PY) bench/bench_placers.py
 	$(PY) bench/bench_quality.py
 	$(PY) bench/bench_tf.py
+	$(PY) bench/bench_io.py
 	$(PY) bench/bench_scale.py
 
 clean:

@@ -105,14 +105,14 @@ def _cmd_place(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import load_graph, load_placement, read_json
+    from celeritas_core.formats import load_graph, placement_from_json, read_json
     from celeritas_core.placers import evaluate_placement
 
     check_cluster_flags(args)
     graph = load_graph(args.graph)
+    doc = read_json(args.placement)  # parsed once: a million-op placement is tens of MB
     fallback = None
     if args.cluster is None and args.devices is None and args.device_memory is None:
-        doc = read_json(args.placement)
         caps = doc.get("device_capacity_bytes") if isinstance(doc, dict) else None
         devices = doc.get("devices") if isinstance(doc, dict) else None
         if (isinstance(caps, list) and isinstance(devices, list) and len(caps) == len(devices) and caps
@@ -122,7 +122,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             except CeleritasInputError as exc:
                 raise exc.with_source(args.placement) from None
     cluster = cluster_from_args(args, fallback)
-    placement = evaluate_placement(graph, cluster, load_placement(args.placement, graph, cluster))
+    try:
+        placed = placement_from_json(doc, graph, cluster)
+    except CeleritasInputError as exc:
+        raise exc.with_source(args.placement) from None
+    placement = evaluate_placement(graph, cluster, placed)
     print(_summary(graph, cluster, placement))
     return 0
 
@@ -238,7 +242,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from celeritas_core.formats import check_graph_limits, graph_to_json, write_json_atomic
+    from celeritas_core.formats import check_graph_limits, save_graph
     from celeritas_core.safe_io import check_outputs
 
     start = time.perf_counter()
@@ -249,11 +253,27 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except CeleritasInputError as exc:
         raise CeleritasInputError(f"the generated graph exceeds the limits (docs/formats.md, "
                                   f"\"Limits\"): {exc.message}") from None
-    write_json_atomic(args.out, graph_to_json(graph))  # what save_graph writes, limits checked above
+    save_graph(graph, args.out)  # JSON, or the columnar format for a .npz path
     detail = ""
     if args.kind == "layered":
         detail = f", CCR {graph.meta['target_ccr']:g} at 1e-4 µs/B and no latency"
     print(f"wrote {args.out}: {graph.name}, {graph.num_nodes:,} ops, {graph.num_edges:,} edges{detail} "
+          f"in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from celeritas_core.formats import graph_file_format, load_graph, save_graph
+    from celeritas_core.safe_io import check_input_file, check_outputs
+
+    start = time.perf_counter()
+    file_format = graph_file_format(args.out, args.format)
+    check_input_file(args.graph)
+    check_outputs([args.out], inputs=[args.graph])  # never the input itself, nor a link to it
+    graph = load_graph(args.graph)
+    out = save_graph(graph, args.out, inputs=[args.graph], file_format=file_format)
+    print(f"wrote {out}: {graph.name}, {graph.num_nodes:,} ops, {graph.num_edges:,} edges, {file_format} "
+          f"{format_bytes(out.stat().st_size)} (from {format_bytes(Path(args.graph).stat().st_size)}) "
           f"in {time.perf_counter() - start:.2f} s")
     return 0
 
@@ -300,6 +320,9 @@ def _generated_graph(args: argparse.Namespace) -> Graph:
 
 
 # ---------------------------------------------------------------------------- parser
+_GRAPH_HELP = "graph file: celeritas-graph/1 JSON or the columnar celeritas-graph-columns/1 (.npz)"
+
+
 def add_commands(sub: typing.Any) -> None:
     """Register the engine's commands on the CLI's subparsers (in the order ``--help`` lists them)."""
     _add_place(sub)
@@ -308,6 +331,7 @@ def add_commands(sub: typing.Any) -> None:
     _add_placers(sub)
     _add_compare(sub)
     _add_generate(sub)
+    _add_convert(sub)
 
 
 def _add_place(sub: typing.Any) -> None:
@@ -317,7 +341,7 @@ def _add_place(sub: typing.Any) -> None:
                        description="Place GRAPH (celeritas-graph/1) on a cluster, print a summary "
                                    "(simulated step time, vs single device, vs lower bound, "
                                    "per-device memory, OOM) and write a celeritas-placement/1 file.")
-    p.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    p.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
     add_cluster_args(p)
     p.add_argument("--placer", default="celeritas",
                    help="placer name (default: %(default)s; `celeritas placers` lists them)")
@@ -352,7 +376,7 @@ def _add_simulate(sub: typing.Any) -> None:
                                    "(docs/simulator.md) and print the summary. Without cluster "
                                    "options, the placement's own devices and capacities are used "
                                    "with the default transfer model.")
-    s.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    s.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
     s.add_argument("placement", metavar="PLACEMENT", help="placement JSON (celeritas-placement/1)")
     add_cluster_args(s)
     s.set_defaults(func=_cmd_simulate)
@@ -362,7 +386,7 @@ def _add_info(sub: typing.Any) -> None:
     i = sub.add_parser("info", help="print a graph's size, CCR, totals and lower bound",
                        description="Print statistics of GRAPH; CCR uses the cluster's transfer model "
                                    "(defaults when no cluster is given).")
-    i.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    i.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
     add_cluster_args(i)
     i.set_defaults(func=_cmd_info)
 
@@ -383,7 +407,7 @@ def _add_compare(sub: typing.Any) -> None:
                                    "compare.csv, gantt.png (the best placement) and memory.png "
                                    "(every placer) to --out-dir. The best placement is the fastest "
                                    "one without OOM.")
-    c.add_argument("graph", metavar="GRAPH", help="graph JSON (celeritas-graph/1)")
+    c.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
     add_cluster_args(c)
     c.add_argument("--placers", metavar="A,B,...",
                    help="comma-separated placer names (default: single, metis, m-topo, m-etf, m-sct, "
@@ -406,7 +430,8 @@ def _add_compare(sub: typing.Any) -> None:
 
 def _add_generate(sub: typing.Any) -> None:
     g = sub.add_parser("generate", help="write a seeded synthetic graph (training step, task DAG, inference)",
-                       description="Write a seeded synthetic graph (celeritas-graph/1): a training step "
+                       description="Write a seeded synthetic graph (celeritas-graph/1 JSON, or the columnar "
+                                   "celeritas-graph-columns/1 for a .npz --out): a training step "
                                    "shaped like one of the paper's models (node count and CCR of its "
                                    "Table 2), a random layered task DAG in the style of the STG "
                                    "scheduling benchmarks (`layered`: integer task times in [1, 100] µs, "
@@ -436,5 +461,21 @@ def _add_generate(sub: typing.Any) -> None:
                    help="towers: number of towers, 1..100,000 (default 4)")
     g.add_argument("--batch-size", dest="batch_size", type=int, metavar="B",
                    help="inception-modules and towers: batch size, 1..1,000,000 (default 32 and 256)")
-    g.add_argument("--out", required=True, metavar="FILE", help="output graph JSON")
+    g.add_argument("--out", required=True, metavar="FILE",
+                   help="output graph: the columnar celeritas-graph-columns/1 when FILE ends in .npz, "
+                        "celeritas-graph/1 JSON otherwise")
     g.set_defaults(func=_cmd_generate)
+
+
+def _add_convert(sub: typing.Any) -> None:
+    c = sub.add_parser("convert", help="convert a graph between JSON and the columnar .npz format",
+                       description="Read GRAPH (celeritas-graph/1 JSON or celeritas-graph-columns/1 .npz, "
+                                   "told apart by content), validate it and write it to OUT: the columnar "
+                                   "format when OUT ends in .npz, JSON otherwise, or as --format says. "
+                                   "Prints one line (ops, edges, sizes, seconds). OUT may not be GRAPH "
+                                   "itself; on bad input nothing is written (docs/formats.md).")
+    c.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
+    c.add_argument("out", metavar="OUT", help="the converted graph file")
+    c.add_argument("--format", choices=("json", "npz"), default=None,
+                   help="write this format whatever OUT's extension (default: by extension, .npz is npz)")
+    c.set_defaults(func=_cmd_convert)

@@ -7,19 +7,24 @@ failed run leaves no half-written output. The formats are documented in docs/for
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph, Liveness
+from celeritas_core.graph_columns import GraphColumns, json_columns, out_of_range
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
@@ -43,6 +48,8 @@ if TYPE_CHECKING:
 
 # Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
+#: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
+GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
 PLACEMENT_FORMAT = "celeritas-placement/1"
 COMPARE_FORMAT = "celeritas-compare/1"
@@ -54,17 +61,55 @@ PUBLISH_FORMAT = "celeritas-publish/1"
 
 
 # ---------------------------------------------------------------------------- file helpers
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file, turning I/O and syntax problems into one-line input errors.
+_BOM = b"\xef\xbb\xbf"
+#: A run of this many digits may be an integer literal beyond 64 bits, which orjson would read as
+#: a float (or refuse): such documents are parsed by the standard library, as they always were.
+_LONG_DIGITS = 19
+_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # digits kept, the rest spaces
+_SCAN_CHUNK = 1 << 24  # bytes translated at a time by the digit scan (16 MiB)
 
-    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
-    (:func:`celeritas_core.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
-    before anything is read.
-    """
-    source = os.fspath(path)
-    data = read_input_bytes(source)
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: parsing a large document allocates millions of
+    containers, none of them cyclic, and each collection pass would walk them all again."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        return json.loads(data.decode("utf-8-sig"))  # UTF-8 only (docs/formats.md), a BOM allowed
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _has_long_digit_run(data: bytes | memoryview) -> bool:
+    """Whether ``data`` holds :data:`_LONG_DIGITS` consecutive ASCII digits (about 0.1 s per 100 MB)."""
+    run = b"0" * _LONG_DIGITS
+    for start in range(0, len(data), _SCAN_CHUNK):
+        chunk = bytes(data[max(start - _LONG_DIGITS + 1, 0):start + _SCAN_CHUNK])
+        if chunk.translate(_DIGITS_ONLY).find(run) >= 0:
+            return True
+    return False
+
+
+def parse_json(data: bytes, source: str | None = None) -> Any:
+    """Parse a JSON document (UTF-8, a BOM allowed), turning syntax problems into one-line input
+    errors naming ``source``.
+
+    orjson parses it when it can; the standard library decides everything else (the ``NaN`` and
+    ``Infinity`` literals, integers beyond 64 bits, lone surrogates, deep nesting, every error
+    message), so the accepted documents and the messages are those of :mod:`json`.
+    """
+    body = memoryview(data)[len(_BOM):] if data.startswith(_BOM) else data
+    if not _has_long_digit_run(body):
+        try:
+            with gc_paused():
+                return orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass  # the standard library parses it or names the problem
+    try:
+        with gc_paused():
+            return json.loads(data.decode("utf-8-sig"))  # UTF-8 only (docs/formats.md), a BOM allowed
     except json.JSONDecodeError as exc:
         raise CeleritasInputError(
             f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", source=source
@@ -78,12 +123,81 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise CeleritasInputError(f"not valid JSON ({reason})", source=source) from None
 
 
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Parse a JSON file (:func:`parse_json`), turning I/O and syntax problems into one-line input errors.
+
+    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
+    (:func:`celeritas_core.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
+    before anything is read.
+    """
+    source = os.fspath(path)
+    return parse_json(read_input_bytes(source), source)
+
+
+def json_bytes(doc: Any, *, indent: int | None = None, finite: bool = False) -> bytes:
+    """``doc`` as UTF-8 JSON: on one line, or ``indent`` spaces per level.
+
+    orjson writes it; what orjson refuses (integers beyond 64 bits, lone surrogates, keys that are
+    not strings, other types) is written or refused by :func:`json.dumps`, and a non-finite float
+    (which orjson would write as ``null``) raises ``ValueError`` as ``json.dumps(allow_nan=False)``
+    does. ``finite=True``: the caller has checked that every float is finite (skips that scan).
+    """
+    try:
+        data = orjson.dumps(doc, option=0 if indent is None else orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:
+        return json.dumps(doc, indent=indent, allow_nan=False).encode("utf-8")
+    if not finite and b"null" in data:
+        bad = _first_non_finite(doc)
+        if bad is not None:
+            raise ValueError(f"Out of range float values are not JSON compliant: {bad!r}")
+    return data if indent is None or indent == 2 else _reindent(data, indent)
+
+
+def _first_non_finite(doc: Any) -> float | None:
+    """The first float in ``doc`` (nested dicts, lists, tuples) that is NaN or infinite, or None."""
+    stack = [doc]
+    while stack:
+        obj = stack.pop()
+        values = list(obj.values()) if isinstance(obj, dict) else obj
+        if not isinstance(values, list | tuple):
+            values = [values]
+        kinds = set(map(type, values))
+        if float in kinds:
+            bad = next((v for v in values if type(v) is float and not math.isfinite(v)), None)
+            if bad is not None:
+                return bad
+        if any(issubclass(k, dict | list | tuple) for k in kinds):
+            stack.extend(v for v in values if isinstance(v, dict | list | tuple))
+    return None
+
+
+def _reindent(data: bytes, indent: int) -> bytes:
+    """orjson's two-space indentation as ``indent`` spaces per level (what ``json.dumps`` writes).
+
+    A line's indentation follows its line break; strings never hold a raw line break or NUL. Each
+    depth, deepest first, becomes that many NULs (so shallower patterns cannot match it), then
+    each NUL ``indent`` spaces: a few passes of ``bytes.replace`` whatever the number of lines.
+    """
+    depth = 0
+    while b"\n" + b"  " * (depth + 1) in data:
+        depth += 1
+    for level in range(depth, 0, -1):
+        data = data.replace(b"\n" + b"  " * level, b"\n" + b"\0" * level)
+    return data.replace(b"\0", b" " * max(indent, 0))
+
+
 def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None,
-                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``doc`` as JSON to ``path`` through a temporary file and an atomic rename
-    (:func:`celeritas_core.safe_io.write_atomic`; ``inputs`` may not be overwritten)."""
-    return write_atomic(path, lambda fh: (json.dump(doc, fh, indent=indent, allow_nan=False),
-                                           fh.write("\n")), inputs=inputs)
+                      inputs: Iterable[str | os.PathLike[str] | None] = (), finite: bool = False) -> Path:
+    """Write ``doc`` as JSON (:func:`json_bytes`) to ``path`` through a temporary file and an atomic
+    rename (:func:`celeritas_core.safe_io.write_atomic`; ``inputs`` may not be overwritten)."""
+    data = json_bytes(doc, indent=indent, finite=finite)
+    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
+
+
+def _write_json_bytes(fh: IO[bytes], data: bytes) -> None:
+    """Write a serialized document and its final line break."""
+    fh.write(data)
+    fh.write(b"\n")
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *,
@@ -128,29 +242,50 @@ def _time(value: Any, where: str, field_name: str) -> float:
 
 # ---------------------------------------------------------------------------- graph
 def graph_from_json(doc: Any) -> Graph:
-    """Validate a ``celeritas-graph/1`` document and build a :class:`Graph`."""
+    """Validate a ``celeritas-graph/1`` document and build a :class:`Graph`.
+
+    The node and edge fields are gathered and checked column by column
+    (:func:`~celeritas_core.graph_columns.json_columns`); when that finds anything wrong, the
+    node-by-node loop runs instead and names the first offending node or edge.
+    """
     name, meta, raw_nodes, raw_edges = _graph_header(doc)
-    nodes = _read_nodes(raw_nodes)
-    src, dst, nbytes, out = _read_edges(raw_edges, nodes.index)
-    _check_graph_totals(nodes.time_us, nodes.memory, nbytes, nodes.persistent, nodes.scratch, nodes.outputs)
-    modelled = any(p is not None or s is not None or o is not None
-                   for p, s, o in zip(nodes.persistent, nodes.scratch, nodes.outputs, strict=True))
-    aliases = _alias_fields(raw_nodes, nodes.index, nodes.outputs)
+    with gc_paused():
+        cols = json_columns(raw_nodes, raw_edges) or _read_columns(raw_nodes, raw_edges)
+    check_graph_totals(cols.time_us, cols.memory_bytes, cols.edge_bytes, cols.live_total)
+    liveness = _with_aliases(cols.liveness, _alias_fields(raw_nodes, cols))
+    return graph_from_columns(name, meta, cols, liveness)
+
+
+def graph_from_columns(name: str, meta: Mapping[str, Any], cols: GraphColumns,
+                       liveness: Liveness | None) -> Graph:
+    """The :class:`Graph` of checked columns (raises on output aliases that name no input, and on
+    a cycle)."""
     return Graph.from_arrays(
         name=name,
-        node_names=nodes.names,
-        ops=nodes.ops,
-        time_us=nodes.time_us,
-        memory_bytes=nodes.memory,
-        colocation=nodes.groups,
-        edge_src=src,
-        edge_dst=dst,
-        edge_bytes=nbytes,
-        edge_src_output=out,
+        node_names=cols.names,
+        ops=cols.ops,
+        time_us=cols.time_us,
+        memory_bytes=cols.memory_bytes,
+        colocation=cols.groups,
+        edge_src=cols.edge_src,
+        edge_dst=cols.edge_dst,
+        edge_bytes=cols.edge_bytes,
+        edge_src_output=cols.edge_src_output,
         meta=meta,
-        liveness=(Liveness.from_lists(nodes.persistent, nodes.scratch, nodes.outputs, aliases)
-                  if modelled else None),
+        liveness=liveness,
     )
+
+
+def _read_columns(raw_nodes: list[Any], raw_edges: list[Any]) -> GraphColumns:
+    """The node-by-node reading of :func:`graph_from_json`: raises at the first bad node or edge."""
+    nodes = _read_nodes(raw_nodes)
+    src, dst, nbytes, out = _read_edges(raw_edges, nodes.index)
+    modelled = any(p is not None or s is not None or o is not None
+                   for p, s, o in zip(nodes.persistent, nodes.scratch, nodes.outputs, strict=True))
+    liveness = Liveness.from_lists(nodes.persistent, nodes.scratch, nodes.outputs) if modelled else None
+    rows = [i for i, node in enumerate(raw_nodes) if "output_aliases" in node]
+    return GraphColumns(nodes.names, nodes.ops, nodes.groups, nodes.time_us, nodes.memory, src, dst, nbytes,
+                        out, liveness, rows, nodes.index)
 
 
 def _graph_header(doc: Any) -> tuple[str, dict[str, Any], list[Any], list[Any]]:
@@ -270,21 +405,36 @@ def _read_edges(edges: list[Any], index: Mapping[str, int]
     return src, dst, nbytes, out
 
 
-def _alias_fields(nodes: list[Any], index: Mapping[str, int],
-                  outputs: list[list[float] | None]) -> list[list[tuple[int, int] | None] | None] | None:
-    """Each node's optional ``output_aliases`` as ``(producer index, output)`` pairs (None: none)."""
-    result: list[list[tuple[int, int] | None] | None] = [None] * len(nodes)
-    for i, node in enumerate(nodes):
-        if "output_aliases" not in node:
-            continue
+def _alias_fields(nodes: list[Any], cols: GraphColumns) -> dict[int, list[tuple[int, int] | None]]:
+    """The optional ``output_aliases`` of the nodes that give them, as ``(producer index, output)``
+    pairs per declared output (None: the output's own buffer)."""
+    ptr = cols.liveness.output_ptr if cols.liveness is not None else None
+    result: dict[int, list[tuple[int, int] | None]] = {}
+    for i in cols.alias_rows:
+        node = nodes[i]
         where = f"node {node['name']!r}"
         raw = node["output_aliases"]
-        declared = outputs[i] or []
-        if not isinstance(raw, list) or len(raw) != len(declared):
+        declared = int(ptr[i + 1] - ptr[i]) if ptr is not None else 0
+        if not isinstance(raw, list) or len(raw) != declared:
             raise CeleritasInputError(f"{where}: field 'output_aliases' must be a list with one entry per "
-                                      f"output_bytes entry ({len(declared)})")
-        result[i] = [_alias_entry(x, index, where, k) for k, x in enumerate(raw)]
-    return result if any(r for r in result) else None
+                                      f"output_bytes entry ({declared})")
+        result[i] = [_alias_entry(x, cols.index, where, k) for k, x in enumerate(raw)]
+    return result
+
+
+def _with_aliases(liveness: Liveness | None,
+                  aliases: Mapping[int, list[tuple[int, int] | None]]) -> Liveness | None:
+    """``liveness`` with the output aliases of :func:`_alias_fields` (unchanged when no node lists any)."""
+    if liveness is None or not any(aliases.values()):
+        return liveness
+    node = np.full(len(liveness.output_bytes), -1, dtype=np.int64)
+    output = np.full(len(liveness.output_bytes), -1, dtype=np.int64)
+    for i, entries in aliases.items():
+        start = int(liveness.output_ptr[i])
+        for o, target in enumerate(entries):
+            if target is not None:
+                node[start + o], output[start + o] = target
+    return dataclasses.replace(liveness, alias_node=node, alias_output=output)
 
 
 def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tuple[int, int] | None:
@@ -315,101 +465,101 @@ def _liveness_fields(node: dict[str, Any],
     return persistent, scratch, outputs
 
 
-def _check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
-                        persistent: list[float | None], scratch: list[float | None],
-                        outputs: list[list[float] | None]) -> None:
+def check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
+                        live_total: float) -> None:
     """The graph's sums stay within the limits: total time, total memory, total edge bytes and
-    the total of the liveness fields (docs/formats.md, "Limits")."""
+    ``live_total``, the total of the liveness fields (docs/formats.md, "Limits")."""
     check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
     check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
     check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
-    live = (sum(x for x in persistent if x is not None) + sum(x for x in scratch if x is not None)
-            + sum(sum(o) for o in outputs if o is not None))
-    check_total(float(live), MAX_BYTES,
+    check_total(live_total, MAX_BYTES,
                 "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
-
-
-def _out_of_range(values: np.ndarray, limit: float = MAX_BYTES) -> np.ndarray:
-    """Where ``values`` are not finite, negative or above ``limit``."""
-    return ~np.isfinite(values) | (values < 0) | (values > limit)
 
 
 def _first_out_of_range(values: np.ndarray, limit: float) -> int | None:
     """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
-    bad = np.flatnonzero(_out_of_range(values, limit))
+    bad = np.flatnonzero(out_of_range(values, limit))
     return int(bad[0]) if len(bad) else None
+
+
+def check_cost_column(values: np.ndarray, where: Callable[[int], str], field_name: str, *,
+                      limit: float = MAX_BYTES, unit: str = " bytes",
+                      field_of: Callable[[int], str] | None = None) -> None:
+    """Raise at the first value of ``values`` that is not finite, negative or above ``limit``,
+    with the reader's message: ``where(i)`` names entry ``i`` (``node 'X'``), ``field_of(i)`` its
+    field (default ``field_name``)."""
+    i = _first_out_of_range(values, limit)
+    if i is not None:
+        _cost(float(values[i]), where(i), field_of(i) if field_of else field_name, limit=limit, unit=unit)
 
 
 def check_graph_limits(graph: Graph) -> None:
     """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
     the reader enforces, so that what :func:`save_graph` writes can be read back."""
     names = graph.node_names
-    for values, field_name, limit, unit in ((graph.time_us, "time_us", MAX_TIME_US, " µs"),
-                                            (graph.memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
-        i = _first_out_of_range(values, limit)
-        if i is not None:
-            _cost(float(values[i]), f"node {names[i]!r}", field_name, limit=limit, unit=unit)
-    k = _first_out_of_range(graph.edge_bytes, MAX_BYTES)
-    if k is not None:
-        _cost(float(graph.edge_bytes[k]), f"edges[{k}]", "bytes")
+
+    def node(i: int) -> str:
+        return f"node {names[i]!r}"
+
+    check_cost_column(graph.time_us, node, "time_us", limit=MAX_TIME_US, unit=" µs")
+    check_cost_column(graph.memory_bytes, node, "memory_bytes")
+    check_cost_column(graph.edge_bytes, lambda k: f"edges[{k}]", "bytes")
     bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
     if len(bad):
         raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
                                   f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
-    parts: tuple[list[float | None], list[float | None], list[list[float] | None]] = ([], [], [])
+    live_total = 0.0
     live = graph.liveness
     if live is not None:
         modelled = np.asarray(live.modelled, dtype=bool)
         owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
-        bad_node = modelled & (_out_of_range(live.persistent_bytes) | _out_of_range(live.scratch_bytes))
-        bad_node[owner[_out_of_range(live.output_bytes) & modelled[owner]]] = True
+        bad_node = modelled & (out_of_range(live.persistent_bytes) | out_of_range(live.scratch_bytes))
+        bad_node[owner[out_of_range(live.output_bytes) & modelled[owner]]] = True
         if bad_node.any():  # the first such node's first bad value, named as the reader names it
             i = int(np.flatnonzero(bad_node)[0])
             own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
             for k, x in enumerate(own):
-                _cost(x, f"node {names[i]!r}", "liveness bytes" if k < 2 else "output_bytes")
-        flat, ptr = live.output_bytes.tolist(), live.output_ptr.tolist()
-        rows = np.flatnonzero(modelled).tolist()
-        parts = (live.persistent_bytes[rows].tolist(), live.scratch_bytes[rows].tolist(),
-                 [flat[ptr[i]:ptr[i + 1]] for i in rows])
-    _check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, *parts)
+                _cost(x, node(i), "liveness bytes" if k < 2 else "output_bytes")
+        live_total = float(live.persistent_bytes[modelled].sum() + live.scratch_bytes[modelled].sum()
+                           + live.output_bytes[modelled[owner]].sum())
+    check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, live_total)
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
     """The ``celeritas-graph/1`` document of ``graph``."""
     names = graph.node_names
-    nodes = []
-    for i, node in enumerate(names):
-        entry: dict[str, Any] = {
-            "name": node,
-            "op": graph.ops[i],
-            "time_us": float(graph.time_us[i]),
-            "memory_bytes": int(graph.memory_bytes[i])
-            if float(graph.memory_bytes[i]).is_integer() else float(graph.memory_bytes[i]),
-        }
-        if graph.colocation[i] is not None:
-            entry["colocation"] = graph.colocation[i]
-        live = graph.liveness
-        if live is not None and live.modelled[i]:
-            entry["persistent_bytes"] = _json_number(live.persistent_bytes[i])
-            entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
-            if live.scratch_bytes[i]:
-                entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
-            aliases = live.aliases(i)
-            if any(a is not None for a in aliases):
-                entry["output_aliases"] = [None if a is None else {"node": names[a[0]], "output": a[1]}
-                                           for a in aliases]
-        nodes.append(entry)
-    edges = []
-    for s, d, b, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(),
-                          graph.edge_bytes.tolist(), graph.edge_src_output.tolist(), strict=True):
-        edge: dict[str, Any] = {"src": names[s], "dst": names[d],
-                                "bytes": int(b) if float(b).is_integer() else b}
-        if o:
-            edge["src_output"] = o
-        edges.append(edge)
+    with gc_paused():
+        nodes = [{"name": node, "op": op, "time_us": t, "memory_bytes": m}
+                 for node, op, t, m in zip(names, graph.ops, graph.time_us.tolist(),
+                                           _json_numbers(graph.memory_bytes), strict=True)]
+        for i, group in enumerate(graph.colocation):
+            if group is not None:
+                nodes[i]["colocation"] = group
+        if graph.liveness is not None:
+            _liveness_to_json(graph.liveness, names, nodes)
+        edges = [{"src": s, "dst": d, "bytes": b}
+                 for s, d, b in zip(map(names.__getitem__, graph.edge_src.tolist()),
+                                    map(names.__getitem__, graph.edge_dst.tolist()),
+                                    _json_numbers(graph.edge_bytes), strict=True)]
+        out = graph.edge_src_output
+        for k in np.flatnonzero(out).tolist():
+            edges[k]["src_output"] = int(out[k])
     return {"format": GRAPH_FORMAT, "name": graph.name, "meta": dict(graph.meta),
             "nodes": nodes, "edges": edges}
+
+
+def _liveness_to_json(live: Liveness, names: tuple[str, ...], nodes: list[dict[str, Any]]) -> None:
+    """Add the liveness fields of the modelled nodes to their ``nodes`` entries."""
+    for i in np.flatnonzero(live.modelled).tolist():
+        entry = nodes[i]
+        entry["persistent_bytes"] = _json_number(live.persistent_bytes[i])
+        entry["output_bytes"] = [_json_number(x) for x in live.outputs(i)]
+        if live.scratch_bytes[i]:
+            entry["scratch_bytes"] = _json_number(live.scratch_bytes[i])
+        aliases = live.aliases(i)
+        if any(a is not None for a in aliases):
+            entry["output_aliases"] = [None if a is None else {"node": names[a[0]], "output": a[1]}
+                                       for a in aliases]
 
 
 def _json_number(x: float) -> int | float:
@@ -417,20 +567,61 @@ def _json_number(x: float) -> int | float:
     return int(x) if float(x).is_integer() else float(x)
 
 
-def load_graph(path: str | os.PathLike[str]) -> Graph:
-    """Read and validate a graph file."""
+def _json_numbers(values: np.ndarray) -> list[int | float]:
+    """:func:`_json_number` of each value (a whole column of integral floats at once)."""
+    if len(values) and np.isfinite(values).all() and np.abs(values).max() < 2**62 \
+            and (values == np.floor(values)).all():
+        return values.astype(np.int64).tolist()
+    return [int(x) if x.is_integer() else x for x in values.tolist()]
+
+
+def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
+    """Validate a graph file's content and build the :class:`Graph`: the columnar format when it
+    is a zip archive (it starts with ``PK\\x03\\x04``), ``celeritas-graph/1`` JSON otherwise.
+    Errors name ``source``."""
+    from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz
+
     try:
-        return graph_from_json(read_json(path))
+        if data[:4] in ZIP_MAGICS:
+            return graph_from_npz(data)
+        return graph_from_json(parse_json(data, source))
     except CeleritasInputError as exc:
-        raise exc.with_source(str(path)) from None
+        raise exc.with_source(source) if source else exc from None
+
+
+def load_graph(path: str | os.PathLike[str]) -> Graph:
+    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`)."""
+    source = os.fspath(path)
+    return graph_from_bytes(read_input_bytes(source), source)
+
+
+#: The graph file formats :func:`save_graph` writes, by name.
+GRAPH_FILE_FORMATS = ("json", "npz")
+
+
+def graph_file_format(path: str | os.PathLike[str], file_format: str | None = None) -> str:
+    """``file_format`` when given, else the format of ``path``'s extension: ``npz`` for ``.npz``
+    (any case), ``json`` for anything else."""
+    if file_format is not None:
+        if file_format not in GRAPH_FILE_FORMATS:
+            raise CeleritasInputError(f"unknown graph file format {file_format!r} (expected json or npz)")
+        return file_format
+    return "npz" if os.fspath(path).lower().endswith(".npz") else "json"
 
 
 def save_graph(graph: Graph, path: str | os.PathLike[str], *,
-               inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``graph`` atomically as ``celeritas-graph/1`` (a graph beyond the limits, which the
-    reader would refuse, is refused here)."""
+               inputs: Iterable[str | os.PathLike[str] | None] = (), file_format: str | None = None) -> Path:
+    """Write ``graph`` atomically as ``celeritas-graph/1`` JSON, or as the columnar
+    ``celeritas-graph-columns/1`` when ``path`` ends in ``.npz`` (or ``file_format`` says so). A
+    graph beyond the limits, which the reader would refuse, is refused here."""
+    if graph_file_format(path, file_format) == "npz":
+        from celeritas_core.columnar import npz_bytes
+
+        data = npz_bytes(graph)
+        return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
     check_graph_limits(graph)
-    return write_json_atomic(path, graph_to_json(graph), inputs=inputs)
+    json_bytes(dict(graph.meta))  # the one part whose floats check_graph_limits does not check
+    return write_json_atomic(path, graph_to_json(graph), inputs=inputs, finite=True)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -534,18 +725,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     assignment = doc.get("assignment")
     if not isinstance(assignment, Mapping):
         raise CeleritasInputError("field 'assignment' must be an object mapping node name to device")
-    result = np.full(graph.num_nodes, -1, dtype=np.int64)
-    index = graph.index
-    for node, dev in assignment.items():
-        i = index.get(node)
-        if i is None:
-            raise CeleritasInputError(f"assignment: node {node!r} is not in graph {graph.name!r}")
-        if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < len(devices):
-            raise CeleritasInputError(
-                f"assignment: node {node!r} has device {short_repr(dev)}, "
-                f"expected an index 0..{len(devices) - 1}"
-            )
-        result[i] = dev
+    result = _assignment(assignment, graph, len(devices))
     missing = np.flatnonzero(result < 0)
     if len(missing):
         raise CeleritasInputError(
@@ -578,6 +758,32 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         placement_seconds=float(seconds or 0.0),
         coarse_nodes=coarse_nodes,
     )
+
+
+def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -> np.ndarray:
+    """Each node's device index from an ``assignment`` object (-1: not placed). Gathered column by
+    column; on any problem the loop below names the first offending node."""
+    result = np.full(graph.num_nodes, -1, dtype=np.int64)
+    index = graph.index
+    values = list(assignment.values())
+    if set(map(type, values)) <= {int}:
+        with contextlib.suppress(KeyError, TypeError, OverflowError):
+            rows = np.fromiter(map(index.__getitem__, assignment), dtype=np.int64, count=len(values))
+            devices = np.array(values, dtype=np.int64)
+            if not ((devices < 0) | (devices >= num_devices)).any():
+                result[rows] = devices
+                return result
+    for node, dev in assignment.items():
+        i = index.get(node)
+        if i is None:
+            raise CeleritasInputError(f"assignment: node {node!r} is not in graph {graph.name!r}")
+        if not isinstance(dev, int) or isinstance(dev, bool) or not 0 <= dev < num_devices:
+            raise CeleritasInputError(
+                f"assignment: node {node!r} has device {short_repr(dev)}, "
+                f"expected an index 0..{num_devices - 1}"
+            )
+        result[i] = dev
+    return result
 
 
 def placement_to_json(placement: Placement) -> dict[str, Any]:

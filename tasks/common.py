@@ -92,14 +92,11 @@ def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
 
 
 def load_graph_uri(uri: str) -> Any:
-    """A ``celeritas-graph/1`` artifact as a Graph."""
-    from celeritas_core.errors import CeleritasInputError
-    from celeritas_core.formats import graph_from_json
+    """A graph artifact (``celeritas-graph/1`` JSON or the columnar ``.npz``, told apart by content)
+    as a Graph; errors name ``uri``."""
+    from celeritas_core.formats import graph_from_bytes
 
-    try:
-        return graph_from_json(storage.read_json(uri))
-    except CeleritasInputError as exc:
-        raise exc.with_source(uri) from None
+    return graph_from_bytes(storage.read_bytes(uri), uri)
 
 
 def log_documents(run_id: str, documents: Mapping[str, Any], artifact_path: str | None = None) -> None:

@@ -160,7 +160,7 @@ def test_place_bad_params_are_one_line_errors(graph_file, tmp_path, capsys, argv
 
 
 @pytest.mark.parametrize("command", [[], ["place"], ["compare"], ["simulate"], ["info"], ["placers"],
-                                     ["generate"], ["models"], ["graph"], ["profile"], ["fit"],
+                                     ["generate"], ["convert"], ["models"], ["graph"], ["profile"], ["fit"],
                                      ["remeasure"], ["validate"], ["calibrate-comm"], ["run"], ["runs"],
                                      ["runs", "compare"]])
 def test_help_on_every_command(command):

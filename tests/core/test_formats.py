@@ -633,12 +633,12 @@ def test_failed_write_in_the_middle_of_dumping(tmp_path: Path, monkeypatch: pyte
                                                graph: Graph) -> None:
     dest = _write_text(tmp_path / "g.json", "old graph\n")
 
-    def half_dump(obj: Any, fh: Any, **kwargs: Any) -> None:
-        fh.write('{"format": "celeritas-graph/1", "nodes": [')
+    def half_write(fh: Any, data: bytes) -> None:
+        fh.write(data[: len(data) // 2])
         fh.flush()
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(formats.json, "dump", half_dump)
+    monkeypatch.setattr(formats, "_write_json_bytes", half_write)
     with pytest.raises(RuntimeError, match="disk on fire"):
         save_graph(graph, dest)
     with pytest.raises(RuntimeError):

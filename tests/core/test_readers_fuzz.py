@@ -5,6 +5,7 @@ else (no OverflowError, TypeError, KeyError, numpy errors, ...). Derandomized: a
 from __future__ import annotations
 
 import copy
+import io
 import json
 import math
 from collections.abc import Callable
@@ -16,7 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from celeritas_core import formats
 from celeritas_core.cluster import Cluster
+from celeritas_core.columnar import graph_arrays, npz_bytes
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import (
     check_fits_document,
@@ -25,12 +28,15 @@ from celeritas_core.formats import (
     fits_from_json,
     fits_to_json,
     graph_from_json,
+    json_bytes,
     load_graph,
+    parse_json,
     placement_from_json,
 )
 from celeritas_core.graph import Graph
+from celeritas_core.graph_columns import json_columns
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
-from tests.documents import cluster_doc, graph_doc_with_liveness, placement_doc
+from tests.documents import cluster_doc, graph_doc, graph_doc_with_liveness, placement_doc
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -232,3 +238,115 @@ def test_profile_values_the_issue_listed_are_refused() -> None:
         doc["profiles"][1][field] = value
         with pytest.raises(CeleritasInputError, match=f"profiles\\[1\\].*'{field}'"):
             check_profile_document(doc, "profile.json")
+
+
+# ---------------------------------------------------------------------------- the fast paths
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of equal types all the way down (an int is not a float; NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+@FUZZ
+@given(json_values, st.sampled_from([b"", b"\xef\xbb\xbf"]))
+def test_parse_json_reads_what_the_json_module_reads(value: Any, bom: bool) -> None:
+    """orjson where it can, the json module otherwise: the same values and types either way
+    (NaN and Infinity literals, integers beyond 64 bits, lone surrogates, a BOM)."""
+    text = json.dumps(value)
+    assert _same(parse_json(bom + text.encode("utf-8")), json.loads(text)), text
+
+
+@FUZZ
+@given(json_values, st.sampled_from([None, 0, 1, 2, 4]))
+def test_json_bytes_writes_what_the_json_module_writes(value: Any, indent: int | None) -> None:
+    """The same document, refused exactly when ``json.dumps(allow_nan=False)`` refuses it; text
+    identical to the json module's for documents without floats (indentation included)."""
+    try:
+        expected = json.dumps(value, indent=indent, allow_nan=False, ensure_ascii=False)
+    except ValueError:
+        with pytest.raises(ValueError, match="JSON"):
+            json_bytes(value, indent=indent)
+        return
+    written = json_bytes(value, indent=indent).decode("utf-8")
+    assert _same(json.loads(written), json.loads(expected))
+    if indent is not None and "." not in expected and "e" not in expected.lower():  # the json module's
+        # text; documents orjson leaves to the json module come out ASCII-escaped, as they always were
+        assert written in (expected, json.dumps(value, indent=indent, allow_nan=False))
+
+
+@FUZZ
+@given(mutated(GRAPH))
+def test_the_vectorised_graph_reader_agrees_with_the_loop(doc: Any) -> None:
+    """json_columns accepts a document's nodes and edges only when the node-by-node loop does, and
+    then gathers the same columns (else the loop runs and names the problem)."""
+    if not (isinstance(doc, dict) and isinstance(doc.get("nodes"), list)
+            and isinstance(doc.get("edges"), list)):
+        return
+    fast = json_columns(doc["nodes"], doc["edges"])
+    slow = _only_input_errors(lambda: formats._read_columns(doc["nodes"], doc["edges"]))
+    if fast is None:
+        return
+    assert slow is not None, "the fast path accepted what the loop refuses"
+    assert (fast.names, fast.ops, fast.groups, fast.alias_rows) == (slow.names, slow.ops, slow.groups,
+                                                                    slow.alias_rows)
+    for attr in ("time_us", "memory_bytes", "edge_src", "edge_dst", "edge_bytes", "edge_src_output"):
+        np.testing.assert_array_equal(getattr(fast, attr), getattr(slow, attr), err_msg=attr)
+    assert fast.live_total == slow.live_total
+
+
+def test_valid_documents_take_the_vectorised_path() -> None:
+    for doc in (GRAPH, graph_doc(), {**graph_doc(), "edges": []}):
+        assert json_columns(doc["nodes"], doc["edges"]) is not None
+
+
+_NPZ = npz_bytes(graph_from_json(copy.deepcopy(GRAPH)))
+_ARRAYS = graph_arrays(graph_from_json(copy.deepcopy(GRAPH)))
+_DTYPES = ["<f8", "<i8", "|u1", "|b1", "<f4", "<i4", ">f8", "<U2", "|S3", "<c16"]
+
+
+@st.composite
+def corrupt_archives(draw: st.DrawFn) -> bytes:
+    """A valid archive with bytes flipped, cut or inserted, or a member replaced by another array."""
+    kind = draw(st.sampled_from(["flip", "cut", "insert", "member"]))
+    data = bytearray(_NPZ)
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 4))):
+            data[draw(st.integers(0, len(data) - 1))] ^= draw(st.integers(1, 255))
+        return bytes(data)
+    if kind == "cut":
+        return bytes(data[:draw(st.integers(0, len(data) - 1))])
+    if kind == "insert":
+        at = draw(st.integers(0, len(data)))
+        return bytes(data[:at]) + draw(st.binary(min_size=1, max_size=16)) + bytes(data[at:])
+    members: dict[str, np.ndarray] = dict(_ARRAYS)
+    key = draw(st.sampled_from(sorted(members)))
+    dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
+    length = draw(st.integers(0, 8))
+    values = draw(st.lists(st.sampled_from([*EXTREME_NUMBERS[:19], -1, 2, 3, 4, 7]), min_size=length,
+                           max_size=length))
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            members[key] = np.array(values, dtype=np.float64).astype(dtype)
+    except (OverflowError, ValueError, TypeError):
+        members[key] = np.zeros(length, dtype=dtype)
+    buffer = io.BytesIO()
+    np.savez(buffer, **members)
+    return buffer.getvalue()
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(corrupt_archives())
+def test_corrupt_columnar_files(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> None:
+    """Every corruption of an archive is a one-line input error or a graph within the limits."""
+    path = tmp_path_factory.mktemp("npz") / "g.npz"
+    Path(path).write_bytes(data)
+    graph = _only_input_errors(lambda: load_graph(path))
+    if graph is not None:
+        _assert_graph_within_limits(graph)
