@@ -1,10 +1,10 @@
 """Scaling benchmark: Celeritas and Metis on training-shaped graphs from 10k to 1M ops.
 
 For each size, ``celeritas generate MODEL --ops N`` builds a training step (the paper model's
-layer shape and CCR, more layers) once; then, for each placer, ``celeritas place`` runs in a
-fresh process pinned to one core, exactly as a user runs it: read the graph file, place it on 4
-identical devices that each hold 30 % of the model's memory, replay it in the simulator and
-write the placement file. Per run it prints
+layer shape and CCR, more layers) once, as JSON (``--format npz``: the columnar file); then,
+for each placer, ``celeritas place`` runs in a fresh process pinned to one core, exactly as a
+user runs it: read the graph file, place it on 4 identical devices that each hold 30 % of the
+model's memory, replay it in the simulator and write the placement file. Per run it prints
 
 * **place s**: the placer alone (``placement_seconds`` of the placement file: planning memory
   and the placer, not the replay that fills the step time);
@@ -82,11 +82,11 @@ def place_run(graph_file: Path, placer: str, memory_bytes: int, out: Path) -> di
             "peak_rss_bytes": peak, "step_time_us": doc["predicted_step_time_us"], "oom": doc["oom"]}
 
 
-def run(model: str, sizes: list[int], workdir: Path, seed: int) -> list[dict[str, object]]:
+def run(model: str, sizes: list[int], workdir: Path, seed: int, fmt: str) -> list[dict[str, object]]:
     """Generate each size, place it with each placer; one row per (size, placer)."""
     rows = []
     for ops in sizes:
-        graph_file = workdir / f"{model}-{ops}.json"
+        graph_file = workdir / f"{model}-{ops}.{fmt}"
         gen_wall, _, _ = run_cli(["generate", model, "--ops", str(ops), "--seed", str(seed),
                                   "--out", str(graph_file)])
         graph = load_graph(graph_file)
@@ -175,22 +175,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="transformer",
                         help="paper model whose layer shape and CCR the graphs take (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
+    parser.add_argument("--format", choices=("json", "npz"), default="json",
+                        help="graph file format the placements read (default: %(default)s)")
     parser.add_argument("--out", default="build/bench/scale.json", help="where to write the figures")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     with tempfile.TemporaryDirectory(prefix="celeritas-scale-") as tmp:
         warm = warm_up(Path(tmp))
-        rows = run(args.model, sizes, Path(tmp), args.seed)
-    print(f"Scaling benchmark: {args.model}-shaped training steps, {DEVICES} devices x "
+        rows = run(args.model, sizes, Path(tmp), args.seed, args.format)
+    print(f"Scaling benchmark: {args.model}-shaped training steps read from {args.format} files, "
+          f"{DEVICES} devices x "
           f"{DEVICE_SHARE:.0%} of model memory, one core per run, seed {args.seed} "
           f"(warm-up, compiling and caching the hot loops: {warm:.1f} s)\n")
     print_table(rows)
     print()
     lines = check_targets(rows)
     print("\n".join(lines))
-    write_json_atomic(Path(args.out), {"model": args.model, "rows": rows, "targets": lines,
-                                       "warm_up_seconds": warm}, indent=1)
+    write_json_atomic(Path(args.out), {"model": args.model, "format": args.format, "rows": rows,
+                                       "targets": lines, "warm_up_seconds": warm}, indent=1)
     print(f"\nwrote {args.out}")
     return 1 if args.strict and any(line.startswith("MISS") for line in lines) else 0
 
