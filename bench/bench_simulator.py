@@ -4,9 +4,9 @@ Builds the paper's transformer shape at the requested sizes (CCR scaled as the p
 on 4 identical devices holding 30 % of the model's memory each, and times ``simulate`` for a
 contiguous split and a random assignment, plus ``critical_chain`` on the contiguous replay. The
 first call of each (graph caches) is reported apart from the median of ``--repeat`` further
-calls. Before that, the first replay of a 2-op graph measures Numba's compile time (or, with a
-warm on-disk cache, its load time; ``--fresh-cache`` compiles into an empty cache directory).
-Seconds, on one core.
+calls. Before that, the first replay and critical chain of a 2-op graph measure Numba's compile
+time (or, with a warm on-disk cache, its load time; ``--fresh-cache`` compiles into an empty
+cache directory). Seconds, on one core.
 
 Run: ``.venv/bin/python bench/bench_simulator.py [--nodes 100000 1000000] [--repeat 3] [--fresh-cache]``.
 """
@@ -60,13 +60,16 @@ def timed(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     return first, statistics.median(times)
 
 
-def compile_seconds() -> float:
-    """Seconds of the first replay of a 2-op graph: Numba's compile (or cache load)."""
+def compile_seconds() -> tuple[float, float]:
+    """Seconds of the first replay and critical chain of a 2-op graph: Numba's compile (or cache load)."""
     g = Graph.from_arrays(name="two", node_names=["a", "b"], time_us=[1.0, 2.0], memory_bytes=[1.0, 1.0],
                           edge_src=[0], edge_dst=[1], edge_bytes=[8.0])
+    assign = np.array([0, 1])
     start = time.perf_counter()
-    simulate(g, Cluster.homogeneous(2, 1e9), np.array([0, 1]))
-    return time.perf_counter() - start
+    result = simulate(g, Cluster.homogeneous(2, 1e9), assign)
+    middle = time.perf_counter()
+    critical_chain(g, assign, result)
+    return middle - start, time.perf_counter() - middle
 
 
 def bench_size(n: int, repeat: int) -> None:
@@ -94,7 +97,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fresh-cache", action="store_true", help="compile into an empty Numba cache")
     args = parser.parse_args()
-    print(f"first replay (compile or cache load): {compile_seconds():.2f} s")
+    replay_s, chain_s = compile_seconds()
+    print(f"first call on a 2-op graph (compile or cache load): simulate {replay_s:.2f} s, "
+          f"critical_chain {chain_s:.2f} s")
     for n in args.nodes:
         bench_size(n, args.repeat)
 
