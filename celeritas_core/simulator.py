@@ -226,15 +226,7 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
             _heap_push(heap_t, heap_k, base, size, d, 0.0, r)
             num_touched = _touch(touched, num_touched, stamp, step, d)
     while True:
-        for i in range(num_touched):  # phase 2
-            d = touched[i]
-            if not busy[d] and size[d] > 0:
-                r = _heap_pop(heap_t, heap_k, base, size, d)
-                u = order[r]
-                busy[d] = True
-                start[u] = now
-                finish[u] = now + dur[u]
-                _heap_push(heap_t, heap_k, base, size, events, finish[u], _FINISH * n + r)
+        _dispatch(now, touched, num_touched, busy, order, dur, start, finish, heap_t, heap_k, base, size)
         if size[events] == 0:
             return start, finish, g_start, g_end
         now, num_touched, step = heap_t[base[events]], 0, step + 1
@@ -263,6 +255,23 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
                     num_touched = _touch(touched, num_touched, stamp, step, dev[v])
                 else:
                     _heap_push(heap_t, heap_k, base, size, events, ready_at[v], _READY * n + rank[v])
+
+
+@jit
+def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarray, order: np.ndarray,
+              dur: np.ndarray, start: np.ndarray, finish: np.ndarray, heap_t: np.ndarray, heap_k: np.ndarray,
+              base: np.ndarray, size: np.ndarray) -> None:
+    """Phase 2 at ``now`` µs: each device of ``touched[:num_touched]`` that is idle starts the op of
+    smallest (ready time, rank) in its queue, for ``dur`` µs; its finish becomes an event (last heap)."""
+    events, n = len(size) - 1, len(order)
+    for d in touched[:num_touched]:
+        if not busy[d] and size[d] > 0:
+            r = _heap_pop(heap_t, heap_k, base, size, d)
+            u = order[r]
+            busy[d] = True
+            start[u] = now
+            finish[u] = now + dur[u]
+            _heap_push(heap_t, heap_k, base, size, events, finish[u], _FINISH * n + r)
 
 
 @jit
