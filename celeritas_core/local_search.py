@@ -27,6 +27,7 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
+from celeritas_core.jit import jit
 from celeritas_core.memory import MemoryProfile, live_bytes_by_op, memory_profile
 from celeritas_core.simulator import SimulationResult, simulate
 
@@ -125,44 +126,82 @@ def critical_chain(graph: Graph, assignment: np.ndarray, result: SimulationResul
     ran just before it on the same device; the walk follows that cause back to time 0.
     """
     start, finish = result.start_us, result.finish_us
-    tr = result.transfers
-    arrival = dict(zip(zip(tr.src_node.tolist(), tr.src_output.tolist(), tr.dst_device.tolist(),
-                           strict=True), tr.end_us.tolist(), strict=True))
+    assignment = np.asarray(assignment, dtype=np.int64)
     by_device = np.lexsort((finish, start, assignment))
     previous_on_device = np.full(graph.num_nodes, -1, dtype=np.int64)
     same = assignment[by_device[1:]] == assignment[by_device[:-1]]
     previous_on_device[by_device[1:][same]] = by_device[:-1][same]
     tolerance = 1e-9 * (float(finish.max(initial=0.0)) + 1.0)
-    chain: list[int] = []
-    seen: set[int] = set()
-    v = int(np.argmax(finish)) if graph.num_nodes else -1
-    while v >= 0 and v not in seen:
-        chain.append(v)
-        seen.add(v)
+    last = int(np.argmax(finish)) if graph.num_nodes else -1
+    keys, ends, num_keys = _arrival_table(graph, assignment, result)
+    chain = _walk_causes(last, start, finish, assignment, previous_on_device, graph.pred_ptr, graph.pred_idx,
+                         graph.tensors.edge_tensor[graph.pred_edge], keys, ends, num_keys, tolerance)
+    return chain.tolist()  # type: ignore[no-any-return]
+
+
+def _arrival_table(graph: Graph, assignment: np.ndarray,
+                   result: SimulationResult) -> tuple[np.ndarray, np.ndarray, int]:
+    """The transfers of ``result`` as a lookup table: ascending keys ``tensor * num_keys +
+    destination device`` (tensor ids of :attr:`Graph.tensors`) and the end of each (µs). Of
+    transfers with the same key the last one listed is kept; ones of no graph tensor are dropped."""
+    tr = result.transfers
+    num_keys = int(max(assignment.max(initial=0), tr.dst_device.max(initial=0))) + 1
+    tensor = graph.tensors.ids(tr.src_node, tr.src_output)
+    known = np.flatnonzero(tensor >= 0)
+    keys = tensor[known] * num_keys + tr.dst_device[known]
+    order = np.argsort(keys, kind="stable")
+    keys, ends = keys[order], tr.end_us[known][order]
+    last = np.ones(len(keys), dtype=bool)
+    last[:-1] = keys[1:] != keys[:-1]
+    return keys[last], ends[last].astype(np.float64), num_keys
+
+
+@jit
+def _walk_causes(
+    v: int, start: np.ndarray, finish: np.ndarray, assignment: np.ndarray, previous_on_device: np.ndarray,
+    pred_ptr: np.ndarray, pred_idx: np.ndarray, pred_tensor: np.ndarray,
+    keys: np.ndarray, ends: np.ndarray, num_keys: int, tolerance: float,
+) -> np.ndarray:
+    """The chain from op ``v`` back through :func:`_cause_of_start` until an op starts by
+    ``tolerance`` µs, has no cause or is met again."""
+    chain = np.empty(len(start), dtype=np.int64)
+    seen = np.zeros(len(start), dtype=np.bool_)
+    length = 0
+    while v >= 0 and not seen[v]:
+        chain[length] = v
+        length += 1
+        seen[v] = True
         if start[v] <= tolerance:
             break
-        v = _cause_of_start(graph, assignment, start, finish, arrival, previous_on_device, v, tolerance)
-    return chain
+        v = _cause_of_start(v, start, finish, assignment, previous_on_device, pred_ptr, pred_idx, pred_tensor,
+                            keys, ends, num_keys, tolerance)
+    return chain[:length]
 
 
-def _cause_of_start(graph: Graph, assignment: np.ndarray, start: np.ndarray, finish: np.ndarray,
-                    arrival: dict[tuple[int, int, int], float], previous_on_device: np.ndarray,
-                    v: int, tolerance: float) -> int:
-    """The op whose finish (or whose tensor's arrival) released ``v`` at its start; -1 if none."""
-    d = int(assignment[v])
+@jit
+def _cause_of_start(
+    v: int, start: np.ndarray, finish: np.ndarray, assignment: np.ndarray, previous_on_device: np.ndarray,
+    pred_ptr: np.ndarray, pred_idx: np.ndarray, pred_tensor: np.ndarray,
+    keys: np.ndarray, ends: np.ndarray, num_keys: int, tolerance: float,
+) -> int:
+    """The op whose finish (or whose tensor's arrival, :func:`_arrival_table`) released ``v`` at
+    its start, else the op before it on its device if that finished then; -1 if none. Inputs
+    come by predecessor slot (:attr:`Graph.pred_ptr`): producer ``pred_idx``, tensor ``pred_tensor``."""
+    d = assignment[v]
     best, best_time = -1, -np.inf
-    for k in range(int(graph.pred_ptr[v]), int(graph.pred_ptr[v + 1])):
-        u = int(graph.pred_idx[k])
-        e = int(graph.pred_edge[k])
-        if int(assignment[u]) == d:
-            t = float(finish[u])
-        else:
-            t = arrival.get((u, int(graph.edge_src_output[e]), d), float(finish[u]))
+    for k in range(pred_ptr[v], pred_ptr[v + 1]):
+        u = pred_idx[k]
+        t = finish[u]
+        if assignment[u] != d:  # the transfer's end, if the replay has one
+            key = pred_tensor[k] * num_keys + d
+            i = np.searchsorted(keys, key)
+            if i < len(keys) and keys[i] == key:
+                t = ends[i]
         if t > best_time:
             best, best_time = u, t
     if best >= 0 and best_time >= start[v] - tolerance:
         return best
-    w = int(previous_on_device[v])
+    w = previous_on_device[v]
     return w if w >= 0 and finish[w] >= start[v] - tolerance else best
 
 

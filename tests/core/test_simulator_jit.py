@@ -1,0 +1,181 @@
+"""The compiled replay (simulator._replay) gives bit-for-bit the timings of the same loop run as
+Python, and of the original ``heapq`` event loop kept here as the reference, on random inputs
+full of ties (integer and zero durations, zero-byte edges, shared outputs, 1-6 devices of mixed
+speeds, channels on and off)."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pytest
+
+from celeritas_core import jit, simulator
+from celeritas_core.cluster import Cluster
+from celeritas_core.families import layered_dag
+from celeritas_core.graph import Graph
+from celeritas_core.synthetic import training_step_graph
+
+
+# ---------------------------------------------------------------------------- reference
+def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: simulator._Groups,
+                     num_dev: int, channels: bool) -> tuple[np.ndarray, ...]:
+    """The replay's event loop as it was on Python lists and ``heapq`` tuples ``(time, kind, rank)``:
+    op start, op finish, transfer start, transfer end (µs)."""
+    finish_kind, ready_kind = 0, 1
+    rank, node_of_rank = graph.topological_rank.tolist(), graph.topological_order.tolist()
+    dev, dur_l = assign.tolist(), dur.tolist()
+    succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
+    slot_group = groups.edge_group[graph.succ_edge].tolist()
+    g_ptr, g_comm, g_dst = groups.ptr.tolist(), groups.comm_us.tolist(), groups.dst_dev.tolist()
+    g_start, g_end = [0.0] * len(g_comm), [0.0] * len(g_comm)
+    n = graph.num_nodes
+    pending, ready_at, start, finish = graph.in_degree.tolist(), [0.0] * n, [0.0] * n, [0.0] * n
+    send_free, recv_free, idle = [0.0] * num_dev, [0.0] * num_dev, [True] * num_dev
+    queues: list[list[tuple[float, int]]] = [[] for _ in range(num_dev)]
+    events = [(0.0, ready_kind, r) for r in sorted(graph.topological_rank[graph.in_degree == 0].tolist())]
+    heapq.heapify(events)
+    while events:
+        now = events[0][0]
+        touched = []
+        while events and events[0][0] == now:
+            _, kind, r = heapq.heappop(events)
+            u = node_of_rank[r]
+            d = dev[u]
+            touched.append(d)
+            if kind == ready_kind:
+                heapq.heappush(queues[d], (now, r))
+                continue
+            idle[d] = True
+            for g in range(g_ptr[u], g_ptr[u + 1]):
+                dd, s = g_dst[g], now
+                if channels:
+                    s = max(s, send_free[d], recv_free[dd])
+                g_start[g], g_end[g] = s, s + g_comm[g]
+                if channels:
+                    send_free[d] = recv_free[dd] = g_end[g]
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                v, g = succ_idx[k], slot_group[k]
+                ready_at[v] = max(ready_at[v], now if g < 0 else g_end[g])
+                pending[v] -= 1
+                if pending[v] == 0:
+                    if ready_at[v] == now:
+                        heapq.heappush(queues[dev[v]], (now, rank[v]))
+                        touched.append(dev[v])
+                    else:
+                        heapq.heappush(events, (ready_at[v], ready_kind, rank[v]))
+        for d in touched:
+            if idle[d] and queues[d]:
+                _, r = heapq.heappop(queues[d])
+                u = node_of_rank[r]
+                idle[d] = False
+                start[u], finish[u] = now, now + dur_l[u]
+                heapq.heappush(events, (finish[u], finish_kind, r))
+    return tuple(np.asarray(x, dtype=np.float64) for x in (start, finish, g_start, g_end))
+
+
+# ---------------------------------------------------------------------------- random inputs
+def tie_heavy_graph(rng: np.random.Generator) -> Graph:
+    """Up to 80 ops in shuffled index order, durations mostly in {0, 1, 2, 3, 10} µs, up to three
+    outputs per op with some large output ids, a tenth of the edges of 0 bytes."""
+    n = int(rng.integers(1, 80))
+    pairs = np.array([(i, j) for i in range(n) for j in range(i + 1, n)], dtype=np.int64).reshape(-1, 2)
+    pairs = pairs[rng.random(len(pairs)) < rng.choice([0.02, 0.1, 0.3])]
+    perm = rng.permutation(n)
+    outputs = rng.integers(1, 4, n)
+    src_output = rng.integers(0, outputs[pairs[:, 0]]) if len(pairs) else np.zeros(0, dtype=np.int64)
+    nbytes = rng.integers(0, 1000, len(pairs)).astype(np.float64) * (rng.random(len(pairs)) < 0.9)
+    times = rng.choice([0.0, 1.0, 2.0, 3.0, 10.0], n) if rng.random() < 0.7 else rng.random(n) * 100
+    return Graph.from_arrays(name="ties", node_names=[f"n{i}" for i in range(n)],
+                             time_us=times[np.argsort(perm)], memory_bytes=np.ones(n),
+                             edge_src=perm[pairs[:, 0]], edge_dst=perm[pairs[:, 1]],
+                             edge_bytes=nbytes, edge_src_output=src_output * rng.choice([1, 7, 2**40]))
+
+
+def random_graph(rng: np.random.Generator) -> Graph:
+    """A tie-heavy graph, a layered task DAG (integer times) or a small training step."""
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        return layered_dag(tasks=int(rng.integers(2, 300)), ccr=float(rng.choice([0.0, 0.5, 5.0])),
+                           seed=int(rng.integers(0, 1000)), shape=float(rng.choice([0.5, 1.0, 2.0])))
+    if kind == 1:
+        return training_step_graph(layers=int(rng.integers(1, 4)), width=int(rng.integers(3, 64)),
+                                   seed=int(rng.integers(0, 100)), branches=int(rng.integers(1, 4)),
+                                   join=str(rng.choice(["concat", "add"])), residual=bool(rng.random() < 0.5),
+                                   norm=bool(rng.random() < 0.5), reshapes=int(rng.integers(0, 3)))
+    return tie_heavy_graph(rng)
+
+
+def random_cluster(rng: np.random.Generator) -> Cluster:
+    """1-6 devices, equal, rounded or arbitrary speeds, transfer slopes and intercepts (some 0)."""
+    num = int(rng.integers(1, 7))
+    speed = rng.choice([0.5, 1.0, 2.0, 3.0], num) if rng.random() < 0.5 else rng.uniform(0.2, 4.0, num)
+    speed = speed if rng.random() < 0.7 else None
+    return Cluster.build([f"gpu:{i}" for i in range(num)], [1e12] * num, speed,
+                         slope_us_per_byte=float(rng.choice([0.0, 1e-5, 1e-3, 0.01, 1e-4 * rng.random()])),
+                         intercept_us=float(rng.choice([0.0, 1.0, 5.0, 50.0, 10 * rng.random()])))
+
+
+def random_assignment(rng: np.random.Generator, graph: Graph, num: int) -> np.ndarray:
+    """Random, contiguous along the topological order, all on one device, or round robin."""
+    n = graph.num_nodes
+    kind = rng.integers(0, 4)
+    if kind == 0:
+        return rng.integers(0, num, n)
+    if kind == 1:
+        out = np.empty(n, dtype=np.int64)
+        out[graph.topological_order] = np.arange(n) * num // n
+        return out
+    return np.full(n, int(rng.integers(0, num))) if kind == 2 else np.arange(n) % num
+
+
+def replay_inputs(seed: int) -> tuple[Graph, np.ndarray, np.ndarray, simulator._Groups, int, bool]:
+    """Everything :func:`simulator._run_events` takes, for one random case."""
+    rng = np.random.default_rng(seed)
+    graph, cluster = random_graph(rng), random_cluster(rng)
+    assign = random_assignment(rng, graph, cluster.num_devices)
+    dur = graph.time_us / cluster.speed[assign]
+    groups = simulator._transfer_groups(graph, cluster, assign)
+    return graph, assign, dur, groups, cluster.num_devices, bool(rng.random() < 0.7)
+
+
+def assert_identical(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -> None:
+    """Same dtypes, shapes and bytes: no tolerance."""
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes(), np.flatnonzero(a != b)[:5]
+
+
+SEEDS = range(120)
+
+
+# ---------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("block", range(4))
+def test_replay_matches_the_heapq_reference_bit_for_bit(block: int) -> None:
+    for seed in SEEDS[block::4]:
+        inputs = replay_inputs(seed)
+        assert_identical(simulator._run_events(*inputs), reference_events(*inputs))
+
+
+@pytest.mark.skipif(not jit.ENABLED, reason="the replay runs as Python already")
+def test_compiled_replay_equals_the_same_loop_run_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = [simulator._run_events(*replay_inputs(seed)) for seed in SEEDS[:40]]
+    for name, func in list(vars(simulator).items()):  # every compiled function, so the loop runs as Python
+        if hasattr(func, "py_func"):
+            monkeypatch.setattr(simulator, name, func.py_func)
+    for seed, want in zip(SEEDS[:40], compiled, strict=True):
+        assert_identical(simulator._run_events(*replay_inputs(seed)), want)
+
+
+def test_long_device_queues_match_the_reference() -> None:
+    # 3,000 sources at time 0 on two devices, then a fan-in: long device queues exercise the heaps
+    n = 3001
+    graph = Graph.from_arrays(name="wide", node_names=[f"n{i}" for i in range(n)],
+                              time_us=np.r_[np.tile([0.0, 1.0, 2.0], 1000), 1.0], memory_bytes=np.ones(n),
+                              edge_src=np.arange(n - 1), edge_dst=np.full(n - 1, n - 1),
+                              edge_bytes=np.zeros(n - 1))
+    cluster = Cluster.homogeneous(2, 1e12)
+    assign = np.arange(n) % 2
+    dur = graph.time_us / cluster.speed[assign]
+    inputs = (graph, assign, dur, simulator._transfer_groups(graph, cluster, assign), 2, True)
+    assert_identical(simulator._run_events(*inputs), reference_events(*inputs))
