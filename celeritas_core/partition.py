@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from celeritas_core.graph import Graph
+from celeritas_core.jit import jit
 
 #: Largest graph whose spectral order is computed with a dense eigensolver (O(n³) time).
 SPECTRAL_MAX_NODES = 1500
@@ -70,15 +71,22 @@ def spectral_order(w: sp.csr_matrix, chain: np.ndarray) -> np.ndarray | None:
 def split_order(order: np.ndarray, memory: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """Cut ``order`` into ``len(capacity)`` contiguous runs with memory shares proportional to
     ``capacity`` (bytes); a run closes early rather than exceed its capacity. Returns part per node."""
+    memory = np.asarray(memory, dtype=np.float64)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    targets = np.cumsum(capacity / capacity.sum()) * float(memory.sum())
+    return _split(np.asarray(order, dtype=np.int64), memory, capacity, targets)
+
+
+@jit
+def _split(order: np.ndarray, memory: np.ndarray, capacity: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """The loop of :func:`split_order`: ``targets`` are the cumulative memory (bytes) each run ends at."""
     k = len(capacity)
     parts = np.empty(len(order), dtype=np.int64)
-    total = float(memory.sum())
-    targets = np.cumsum(capacity / capacity.sum()) * total
     used = np.zeros(k)
     part = 0
     filled = 0.0
-    for v in order.tolist():
-        m = float(memory[v])
+    for v in order:
+        m = memory[v]
         while part < k - 1 and (filled + m / 2 > targets[part] or used[part] + m > capacity[part]):
             part += 1
         parts[v] = part
@@ -93,57 +101,200 @@ def fm_refine(w: sp.csr_matrix, memory: np.ndarray, capacity: np.ndarray, parts:
 
     A move is allowed when the target part has room for the node (bytes), so refinement never
     adds overflow (and moves out of an over-full part reduce it). Each pass moves every node at
-    most once, greedily by gain, and keeps the prefix with the largest total gain; passes stop
-    when none improves. Only single moves: parts filled exactly to capacity cannot trade nodes.
+    most once, greedily by gain (ties: lowest node, then lowest part), and keeps the prefix with
+    the largest total gain; passes stop when none improves, after ``max_passes`` at most. Only
+    single moves: parts filled exactly to capacity cannot trade nodes.
+
+    The best allowed move is found with one max-segment tree per target part over the nodes
+    sorted by memory (those that fit are a prefix), so a pass costs O((n + nnz) · k · log n) and
+    the whole refinement O(max_passes · (n + nnz) · k · log n) (Fiduccia and Mattheyses 1982 use
+    gain buckets for integer gains; the gains here are transfer times in µs, floats).
     """
-    parts = parts.copy()
-    n = len(parts)
-    k = len(capacity)
+    out = parts.copy()
+    n, k = len(parts), len(capacity)
     if n == 0 or k < 2:
-        return parts
-    indptr, indices, data = w.indptr, w.indices, w.data
-    onehot = np.zeros((n, k))
-    onehot[np.arange(n), parts] = 1.0
-    links = np.asarray(w @ onehot)  # links[v, p]: weight from v to part p
-    used = np.bincount(parts, weights=memory, minlength=k).astype(np.float64)
-    rows = np.arange(n)
-    tolerance = 1e-9 * (float(data.sum()) + 1.0)
+        return out
+    w = sp.csr_matrix(w)
+    if not w.has_canonical_format:
+        w = w.copy()
+        w.sum_duplicates()
+    memory = np.asarray(memory, dtype=np.float64)
+    work = np.asarray(parts, dtype=np.int64).copy()
+    used = np.bincount(work, weights=memory, minlength=k).astype(np.float64)
+    by_memory = np.argsort(memory, kind="stable").astype(np.int64)
+    tolerance = 1e-9 * (float(w.data.sum()) + 1.0)
+    _fm_passes(w.indptr.astype(np.int64), w.indices.astype(np.int64), w.data.astype(np.float64),
+               memory, np.asarray(capacity, dtype=np.float64), work, used, by_memory, tolerance,
+               max_passes)
+    out[:] = work
+    return out
 
-    def move(v: int, source: int, target: int) -> None:
-        lo, hi = indptr[v], indptr[v + 1]
-        links[indices[lo:hi], source] -= data[lo:hi]
-        links[indices[lo:hi], target] += data[lo:hi]
-        used[source] -= memory[v]
-        used[target] += memory[v]
-        parts[v] = target
 
+@jit
+def _fm_passes(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, memory: np.ndarray,
+               capacity: np.ndarray, parts: np.ndarray, used: np.ndarray, by_memory: np.ndarray,
+               tolerance: float, max_passes: int) -> None:
+    """The passes of :func:`fm_refine` on CSR arrays; updates ``parts`` and ``used`` (bytes) in place."""
+    n, k = len(parts), len(capacity)
+    links = np.zeros((n, k))  # links[v, p]: weight (µs) from v to part p, summed in CSR order
+    for v in range(n):
+        for jj in range(indptr[v], indptr[v + 1]):
+            links[v, parts[indices[jj]]] += data[jj]
+    position = np.empty(n, dtype=np.int64)
+    position[by_memory] = np.arange(n)
+    sorted_memory = memory[by_memory]
+    size = 1
+    while size < n:
+        size *= 2
+    tree = np.full((k, 2 * size), -1, dtype=np.int64)
+    gain = np.empty((n, k))
+    locked = np.zeros(n, dtype=np.bool_)
+    moves = np.empty((n, 3), dtype=np.int64)
     for _ in range(max_passes):
-        locked = np.zeros(n, dtype=bool)
-        moves: list[tuple[int, int, int]] = []
+        locked[:] = False
+        for v in range(n):
+            _fm_gain_row(v, links, parts, gain)
+        _fm_build(tree, gain, parts, position, locked, size)
+        count = 0
         total = best_total = 0.0
         best_len = 0
         for _step in range(n):
-            own = links[rows, parts]
-            gain = links - own[:, None]
-            allowed = (used[None, :] + memory[:, None] <= capacity[None, :]) & ~locked[:, None]
-            allowed[rows, parts] = False
-            if not allowed.any():
+            v, target = _fm_best_move(tree, gain, used, capacity, sorted_memory, size)
+            if v < 0:
                 break
-            gain[~allowed] = -np.inf
-            flat = int(np.argmax(gain))
-            v, target = divmod(flat, k)
-            source = int(parts[v])
-            total += float(gain[v, target])
-            move(v, source, target)
+            source = parts[v]
+            total += gain[v, target]
+            _fm_move(v, source, target, indptr, indices, data, memory, links, used, parts)
             locked[v] = True
-            moves.append((v, source, target))
+            moves[count, 0], moves[count, 1], moves[count, 2] = v, source, target
+            count += 1
+            _fm_refresh(v, indptr, indices, links, parts, gain, tree, position, locked, size)
             if total > best_total + tolerance:
-                best_total, best_len = total, len(moves)
-        for v, source, target in reversed(moves[best_len:]):
-            move(v, target, source)
+                best_total, best_len = total, count
+        for i in range(count - 1, best_len - 1, -1):
+            _fm_move(moves[i, 0], moves[i, 2], moves[i, 1], indptr, indices, data, memory, links, used, parts)
         if best_len == 0:
             break
-    return parts
+
+
+@jit
+def _fm_move(v: int, source: int, target: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+             memory: np.ndarray, links: np.ndarray, used: np.ndarray, parts: np.ndarray) -> None:
+    """Move node ``v`` from ``source`` to ``target``: its neighbours' links and the parts' bytes."""
+    for jj in range(indptr[v], indptr[v + 1]):
+        links[indices[jj], source] -= data[jj]
+    for jj in range(indptr[v], indptr[v + 1]):
+        links[indices[jj], target] += data[jj]
+    used[source] -= memory[v]
+    used[target] += memory[v]
+    parts[v] = target
+
+
+@jit
+def _fm_gain_row(v: int, links: np.ndarray, parts: np.ndarray, gain: np.ndarray) -> None:
+    """Cut reduction (µs) of moving ``v`` to each part; -inf for its own part."""
+    own = links[v, parts[v]]
+    for p in range(links.shape[1]):
+        gain[v, p] = -np.inf if p == parts[v] else links[v, p] - own
+
+
+@jit
+def _fm_better(a: int, b: int, gain: np.ndarray, t: int) -> int:
+    """The node of ``a`` and ``b`` (-1: none) with the larger gain toward ``t``, ties to the lower."""
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    if gain[a, t] > gain[b, t] or (gain[a, t] == gain[b, t] and a < b):
+        return a
+    return b
+
+
+@jit
+def _fm_build(tree: np.ndarray, gain: np.ndarray, parts: np.ndarray, position: np.ndarray,
+              locked: np.ndarray, size: int) -> None:
+    """Fill every part's segment tree: leaves by memory rank, inner nodes the best of their two."""
+    k = tree.shape[0]
+    tree[:, :] = -1
+    for v in range(len(parts)):
+        if not locked[v]:
+            for t in range(k):
+                if t != parts[v]:
+                    tree[t, size + position[v]] = v
+    for t in range(k):
+        for i in range(size - 1, 0, -1):
+            tree[t, i] = _fm_better(tree[t, 2 * i], tree[t, 2 * i + 1], gain, t)
+
+
+@jit
+def _fm_update(tree: np.ndarray, gain: np.ndarray, t: int, leaf: int, value: int, changed: int) -> None:
+    """Set one leaf of part ``t``'s tree and recompute its ancestors (O(log n)) after node
+    ``changed`` left the tree or changed gain; stops where an ancestor keeps another winner."""
+    i = leaf
+    tree[t, i] = value
+    i //= 2
+    while i >= 1:
+        winner = _fm_better(tree[t, 2 * i], tree[t, 2 * i + 1], gain, t)
+        if winner == tree[t, i] and winner != changed:
+            break
+        tree[t, i] = winner
+        i //= 2
+
+
+@jit
+def _fm_refresh(v: int, indptr: np.ndarray, indices: np.ndarray, links: np.ndarray, parts: np.ndarray,
+                gain: np.ndarray, tree: np.ndarray, position: np.ndarray, locked: np.ndarray,
+                size: int) -> None:
+    """After moving ``v``: take it out of every tree and re-rank its unlocked neighbours' changed gains."""
+    k = tree.shape[0]
+    for t in range(k):
+        _fm_update(tree, gain, t, size + position[v], -1, v)
+    for jj in range(indptr[v], indptr[v + 1]):
+        u = indices[jj]
+        if locked[u]:
+            continue
+        own = links[u, parts[u]]
+        for t in range(k):
+            if t != parts[u] and links[u, t] - own != gain[u, t]:
+                gain[u, t] = links[u, t] - own
+                _fm_update(tree, gain, t, size + position[u], u, u)
+
+
+@jit
+def _fm_best_move(tree: np.ndarray, gain: np.ndarray, used: np.ndarray, capacity: np.ndarray,
+                  sorted_memory: np.ndarray, size: int) -> tuple[int, int]:
+    """The allowed move of largest gain (ties: lowest node, then lowest part), or (-1, -1)."""
+    best_v, best_t = -1, -1
+    for t in range(tree.shape[0]):
+        lo, hi = 0, len(sorted_memory)  # nodes that fit into t: a prefix by memory
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if used[t] + sorted_memory[mid] <= capacity[t]:
+                lo = mid + 1
+            else:
+                hi = mid
+        v = _fm_prefix_best(tree, gain, t, lo, size)
+        if v >= 0 and (best_v < 0 or gain[v, t] > gain[best_v, best_t]
+                       or (gain[v, t] == gain[best_v, best_t] and v < best_v)):
+            best_v, best_t = v, t
+    return best_v, best_t
+
+
+@jit
+def _fm_prefix_best(tree: np.ndarray, gain: np.ndarray, t: int, count: int, size: int) -> int:
+    """Best node among the first ``count`` leaves (by memory) of part ``t``'s tree, or -1."""
+    best = -1
+    lo, hi = size, size + count
+    while lo < hi:
+        if lo & 1:
+            best = _fm_better(best, tree[t, lo], gain, t)
+            lo += 1
+        if hi & 1:
+            hi -= 1
+            best = _fm_better(best, tree[t, hi], gain, t)
+        lo //= 2
+        hi //= 2
+    return best
 
 
 def parts_needed(memory: np.ndarray, capacity: np.ndarray) -> int:
