@@ -347,62 +347,211 @@ def connectivity_refine(incidence: sp.csr_matrix, cost: np.ndarray, memory: np.n
     so pins of a net that are split evenly can still come together. A unit moves only when it
     ranks first among the candidates on every one of its nets, so the gains of one round add up
     exactly; the cost never rises, and rounds of gain 0 strictly raise Σ cost × pins² per part,
-    so refinement ends. Moves into a part are taken best first while its free memory (bytes,
-    before the round) lasts. Vectorised sparse algebra: O(pins · k) per round.
+    so refinement ends (after ``max_rounds`` at most). Moves into a part are taken best first
+    while its free memory (bytes, before the round) lasts. ``incidence`` is binary (nets × units).
+
+    Each unit's per-part sums over its nets are kept between rounds and recomputed only for the
+    pins of nets a move touched, so a round costs O(units · k) plus the pins of the nets of its
+    candidates and movers, and the whole refinement O(pins · k + max_rounds · (units · k + pins)).
     """
-    parts = parts.copy()
-    n = len(parts)
-    k = len(capacity)
+    out = parts.copy()
+    n, k = len(parts), len(capacity)
     if n == 0 or k < 2 or incidence.shape[0] == 0:
-        return parts
-    rows = np.arange(n)
+        return out
     pins_t = incidence.T.tocsr()  # units × nets
-    weighted_t = pins_t.multiply(cost[None, :]).tocsr()
-    own_weight = np.asarray(weighted_t.sum(axis=1)).ravel()  # Σ cost of each unit's nets
-    net_starts = incidence.indptr[:-1]
-    unit_has = np.diff(pins_t.indptr) > 0
-    unit_starts = np.minimum(pins_t.indptr[:-1], max(pins_t.nnz - 1, 0))
+    weighted_t = pins_t.multiply(np.asarray(cost)[None, :]).tocsr()  # the sums' order: scipy's
+    own_weight = np.asarray(weighted_t.sum(axis=1), dtype=np.float64).ravel()  # Σ cost of each unit's nets
     tolerance = 1e-9 * (float(cost.sum()) + 1.0)
-    for _ in range(max_rounds):
-        onehot = sp.csr_matrix((np.ones(n), (rows, parts)), shape=(n, k))
-        count = np.asarray((incidence @ onehot).todense())  # pins of each net in each part
-        join = np.asarray(weighted_t @ (count == 0).astype(np.float64))
-        alone = np.asarray(weighted_t @ (count == 1).astype(np.float64))
-        pull = np.asarray(weighted_t @ count)  # Σ cost × pins already in each part
-        gain = alone[rows, parts][:, None] - join
-        # tie-break among equal gains: join the part where the unit's nets have more pins
-        attraction = pull - pull[rows, parts][:, None] + own_weight[:, None]
-        used = np.bincount(parts, weights=memory, minlength=k)
+    work = np.asarray(parts, dtype=np.int64).copy()
+    index = (incidence.indptr, incidence.indices, pins_t.indptr, pins_t.indices, weighted_t.indptr,
+             weighted_t.indices)
+    _connectivity_rounds(*(a.astype(np.int64) for a in index), weighted_t.data.astype(np.float64),
+                         own_weight, np.asarray(memory, dtype=np.float64),
+                         np.asarray(capacity, dtype=np.float64), work, tolerance, max_rounds)
+    out[:] = work
+    return out
+
+
+@jit
+def _connectivity_rounds(net_ptr: np.ndarray, net_pins: np.ndarray, unit_ptr: np.ndarray,
+                         unit_nets: np.ndarray, weighted_ptr: np.ndarray, weighted_nets: np.ndarray,
+                         weighted_cost: np.ndarray, own_weight: np.ndarray, memory: np.ndarray,
+                         capacity: np.ndarray, parts: np.ndarray, tolerance: float, max_rounds: int) -> None:
+    """The rounds of :func:`connectivity_refine` on CSR arrays; updates ``parts`` in place."""
+    n, k = len(parts), len(capacity)
+    count = np.zeros((len(net_ptr) - 1, k), dtype=np.int64)  # pins of each net in each part
+    for e in range(len(net_ptr) - 1):
+        for jj in range(net_ptr[e], net_ptr[e + 1]):
+            count[e, parts[net_pins[jj]]] += 1
+    sums = np.zeros((n, 3, k))  # per unit and part: Σ cost of nets absent, alone, Σ cost × pins
+    movable = np.zeros(n, dtype=np.bool_)
+    pull_stale = np.zeros(n, dtype=np.bool_)  # sums[u, 2] out of date (the others are not)
+    weighted = (weighted_ptr, weighted_nets, weighted_cost)
+    for u in range(n):
+        _unit_sums(u, weighted, count, parts, tolerance, sums, movable, pull_stale)
+    target = np.zeros(n, dtype=np.int64)
+    best = np.full(n, -np.inf)
+    pulled = np.full(n, -np.inf)
+    owner = np.full(len(net_ptr) - 1, -1, dtype=np.int64)
+    stamp = np.full(n, -1, dtype=np.int64)
+    stale = np.empty(n, dtype=np.int64)
+    for round_ in range(max_rounds):
+        used = np.zeros(k)
+        for v in range(n):
+            used[parts[v]] += memory[v]
         room = capacity - used
-        blocked = memory[:, None] > room[None, :]
-        blocked[rows, parts] = True
-        gain[blocked] = -np.inf
-        top = gain.max(axis=1)
-        attraction[blocked | (gain < top[:, None] - tolerance)] = -np.inf
-        target = np.argmax(attraction, axis=1)
-        best = gain[rows, target]
-        pulled = attraction[rows, target]
-        candidate = (best > tolerance) | ((best >= -tolerance) & (pulled > tolerance))
-        if not candidate.any():
+        candidates = _choose_moves(parts, memory, room, weighted, count, sums, movable, pull_stale,
+                                   own_weight, tolerance, target, best, pulled)
+        if len(candidates) == 0:
             break
-        # one mover per net: the candidate with the highest (gain, attraction, index) rank
-        rank = np.empty(n)
-        rank[np.lexsort((rows, np.where(candidate, pulled, -np.inf), np.where(candidate, best, -np.inf)))] = \
-            np.arange(n, dtype=np.float64)
-        priority = np.where(candidate, rank, -1.0)
-        net_best = np.maximum.reduceat(priority[incidence.indices], net_starts)
-        blocker = np.full(n, -1.0)
-        reduced = np.maximum.reduceat(net_best[pins_t.indices], unit_starts)
-        blocker[unit_has] = reduced[unit_has]
-        movers = np.flatnonzero(candidate & (priority >= blocker))
-        # memory: per target part, the best-ranked movers first while its room lasts
-        movers = movers[np.lexsort((-priority[movers], target[movers]))]
-        tgt = target[movers]
-        cum = np.cumsum(memory[movers])
-        first = np.searchsorted(tgt, np.arange(k))
-        base = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0.0)
-        movers = movers[cum - base[tgt] <= room[tgt]]
+        movers = _net_winners(candidates, unit_ptr, unit_nets, best, pulled, owner)
+        movers = _within_room(movers, target, best, pulled, memory, room)
         if len(movers) == 0:
             break
-        parts[movers] = target[movers]
-    return parts
+        num_stale = _apply_moves(movers, target, parts, round_, net_ptr, net_pins, unit_ptr, unit_nets,
+                                 count, stamp, stale, pull_stale)
+        for u in stale[:num_stale]:
+            _unit_sums(u, weighted, count, parts, tolerance, sums, movable, pull_stale)
+
+
+@jit
+def _unit_sums(u: int, weighted: tuple[np.ndarray, np.ndarray, np.ndarray], count: np.ndarray,
+               parts: np.ndarray, tolerance: float, sums: np.ndarray, movable: np.ndarray,
+               pull_stale: np.ndarray) -> None:
+    """Unit ``u``'s sums (µs) per part over its nets: cost of those without a pin there (joining),
+    with one pin there (leaving alone) and cost × pins there (pull), in CSR order; ``movable``:
+    whether some move of ``u`` has gain ≥ -tolerance, memory aside (else it is no candidate)."""
+    weighted_ptr, weighted_nets, weighted_cost = weighted
+    k = count.shape[1]
+    sums[u, :, :] = 0.0
+    pull_stale[u] = False
+    for jj in range(weighted_ptr[u], weighted_ptr[u + 1]):
+        e, c = weighted_nets[jj], weighted_cost[jj]
+        for p in range(k):
+            pins = count[e, p]
+            if pins == 0:
+                sums[u, 0, p] += c
+            elif pins == 1:
+                sums[u, 1, p] += c
+            sums[u, 2, p] += c * float(pins)
+    movable[u] = False
+    for p in range(k):
+        if p != parts[u] and sums[u, 1, parts[u]] - sums[u, 0, p] >= -tolerance:
+            movable[u] = True
+
+
+@jit
+def _choose_moves(parts: np.ndarray, memory: np.ndarray, room: np.ndarray,
+                  weighted: tuple[np.ndarray, np.ndarray, np.ndarray], count: np.ndarray, sums: np.ndarray,
+                  movable: np.ndarray, pull_stale: np.ndarray, own_weight: np.ndarray, tolerance: float,
+                  target: np.ndarray, best: np.ndarray, pulled: np.ndarray) -> np.ndarray:
+    """Every ``movable`` unit's best move (``target``, gain ``best`` µs, attraction ``pulled``) to a
+    part with room (its sums brought up to date first); returns the units whose move is a candidate
+    (gain > 0, or 0 and gathering pins)."""
+    n, k = len(parts), len(room)
+    gain = np.empty(k)
+    chosen = np.zeros(n, dtype=np.bool_)
+    for v in range(n):
+        if not movable[v]:
+            continue
+        if pull_stale[v]:
+            _unit_sums(v, weighted, count, parts, tolerance, sums, movable, pull_stale)
+        own = parts[v]
+        top = -np.inf
+        for p in range(k):
+            gain[p] = -np.inf if p == own or memory[v] > room[p] else sums[v, 1, own] - sums[v, 0, p]
+            top = max(top, gain[p])
+        target[v], pulled[v] = 0, -np.inf
+        for p in range(k):
+            if gain[p] > -np.inf and not gain[p] < top - tolerance:
+                attraction = sums[v, 2, p] - sums[v, 2, own] + own_weight[v]
+                if attraction > pulled[v]:
+                    target[v], pulled[v] = p, attraction
+        best[v] = gain[target[v]]
+        chosen[v] = best[v] > tolerance or (best[v] >= -tolerance and pulled[v] > tolerance)
+    return np.flatnonzero(chosen)
+
+
+@jit
+def _outranks(a: int, b: int, best: np.ndarray, pulled: np.ndarray) -> bool:
+    """Whether candidate ``a`` ranks above ``b`` (-1: none) by (gain, attraction, index)."""
+    if b < 0:
+        return True
+    if best[a] != best[b]:
+        return best[a] > best[b]
+    if pulled[a] != pulled[b]:
+        return pulled[a] > pulled[b]
+    return a > b
+
+
+@jit
+def _net_winners(candidates: np.ndarray, unit_ptr: np.ndarray, unit_nets: np.ndarray, best: np.ndarray,
+                 pulled: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """The candidates that rank first on every one of their nets (``owner``: scratch, all -1)."""
+    for v in candidates:
+        for jj in range(unit_ptr[v], unit_ptr[v + 1]):
+            e = unit_nets[jj]
+            if _outranks(v, owner[e], best, pulled):
+                owner[e] = v
+    first = np.zeros(len(candidates), dtype=np.bool_)
+    for i, v in enumerate(candidates):
+        first[i] = True
+        for jj in range(unit_ptr[v], unit_ptr[v + 1]):
+            first[i] = first[i] and owner[unit_nets[jj]] == v
+    for v in candidates:
+        for jj in range(unit_ptr[v], unit_ptr[v + 1]):
+            owner[unit_nets[jj]] = -1
+    return candidates[first]
+
+
+@jit
+def _within_room(movers: np.ndarray, target: np.ndarray, best: np.ndarray, pulled: np.ndarray,
+                 memory: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Per target part, the best-ranked ``movers`` first while its ``room`` (bytes) lasts."""
+    ranked = movers[::-1]  # stable sorts on descending keys: ties keep the higher index first
+    ranked = ranked[np.argsort(-pulled[ranked], kind="mergesort")]
+    ranked = ranked[np.argsort(-best[ranked], kind="mergesort")]
+    ranked = ranked[np.argsort(target[ranked], kind="mergesort")]
+    keep = np.zeros(len(ranked), dtype=np.bool_)
+    total = base = 0.0  # bytes: a running sum over all parts, as cumsum, and its value before the part
+    for i, v in enumerate(ranked):
+        if i > 0 and target[v] != target[ranked[i - 1]]:
+            base = total
+        total += memory[v]
+        keep[i] = total - base <= room[target[v]]
+    return ranked[keep]
+
+
+@jit
+def _apply_moves(movers: np.ndarray, target: np.ndarray, parts: np.ndarray, round_: int,
+                 net_ptr: np.ndarray, net_pins: np.ndarray, unit_ptr: np.ndarray, unit_nets: np.ndarray,
+                 count: np.ndarray, stamp: np.ndarray, stale: np.ndarray, pull_stale: np.ndarray) -> int:
+    """Move ``movers`` to their targets and update the nets' pin counts. A net whose count in a
+    part crosses 0, 1 or 2 changes its pins' join and alone sums: they and the movers are listed
+    in ``stale`` once (``stamp``: the round listed) and their number returned; the pins of the
+    other touched nets only get ``pull_stale``, recomputed if they are ever candidates."""
+    num_stale = 0
+    for v in movers:
+        num_stale = _list_stale(v, round_, stamp, stale, num_stale)  # its own part changes
+        for jj in range(unit_ptr[v], unit_ptr[v + 1]):
+            e = unit_nets[jj]
+            crossing = count[e, parts[v]] <= 2 or count[e, target[v]] <= 1
+            count[e, parts[v]] -= 1
+            count[e, target[v]] += 1
+            for ii in range(net_ptr[e], net_ptr[e + 1]):
+                if crossing:
+                    num_stale = _list_stale(net_pins[ii], round_, stamp, stale, num_stale)
+                else:
+                    pull_stale[net_pins[ii]] = True
+        parts[v] = target[v]
+    return num_stale
+
+
+@jit
+def _list_stale(u: int, round_: int, stamp: np.ndarray, stale: np.ndarray, num_stale: int) -> int:
+    """Append ``u`` to ``stale`` unless already listed this round; the new length."""
+    if stamp[u] == round_:
+        return num_stale
+    stamp[u] = round_
+    stale[num_stale] = u
+    return num_stale + 1
