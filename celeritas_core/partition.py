@@ -146,29 +146,26 @@ def _fm_passes(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, memory
     size = 1
     while size < n:
         size *= 2
-    tree = np.full((k, 2 * size), -1, dtype=np.int64)
-    gain = np.empty((n, k))
+    tree = (np.empty((k, 2 * size)), np.empty((k, 2 * size), dtype=np.int64))  # (gain, node) per part
     locked = np.zeros(n, dtype=np.bool_)
     moves = np.empty((n, 3), dtype=np.int64)
     for _ in range(max_passes):
         locked[:] = False
-        for v in range(n):
-            _fm_gain_row(v, links, parts, gain)
-        _fm_build(tree, gain, parts, position, locked, size)
+        _fm_build(tree, links, parts, position, size)
         count = 0
         total = best_total = 0.0
         best_len = 0
         for _step in range(n):
-            v, target = _fm_best_move(tree, gain, used, capacity, sorted_memory, size)
+            gain, v, target = _fm_best_move(tree, used, capacity, sorted_memory, locked, position, size)
             if v < 0:
                 break
             source = parts[v]
-            total += gain[v, target]
+            total += gain
             _fm_move(v, source, target, indptr, indices, data, memory, links, used, parts)
             locked[v] = True
             moves[count, 0], moves[count, 1], moves[count, 2] = v, source, target
             count += 1
-            _fm_refresh(v, indptr, indices, links, parts, gain, tree, position, locked, size)
+            _fm_refresh(v, source, target, indptr, indices, links, parts, tree, position, locked, size)
             if total > best_total + tolerance:
                 best_total, best_len = total, count
         for i in range(count - 1, best_len - 1, -1):
@@ -191,110 +188,126 @@ def _fm_move(v: int, source: int, target: int, indptr: np.ndarray, indices: np.n
 
 
 @jit
-def _fm_gain_row(v: int, links: np.ndarray, parts: np.ndarray, gain: np.ndarray) -> None:
-    """Cut reduction (µs) of moving ``v`` to each part; -inf for its own part."""
-    own = links[v, parts[v]]
-    for p in range(links.shape[1]):
-        gain[v, p] = -np.inf if p == parts[v] else links[v, p] - own
+def _fm_better(gain_a: float, a: int, gain_b: float, b: int) -> bool:
+    """Whether entry (``gain_a`` µs, node ``a``) beats (``gain_b``, ``b``): larger gain, then lower
+    node; an empty entry (gain -inf, node -1) beats nothing."""
+    if gain_a != gain_b:
+        return gain_a > gain_b
+    return a >= 0 and (b < 0 or a < b)
 
 
 @jit
-def _fm_better(a: int, b: int, gain: np.ndarray, t: int) -> int:
-    """The node of ``a`` and ``b`` (-1: none) with the larger gain toward ``t``, ties to the lower."""
-    if a < 0:
-        return b
-    if b < 0:
-        return a
-    if gain[a, t] > gain[b, t] or (gain[a, t] == gain[b, t] and a < b):
-        return a
-    return b
-
-
-@jit
-def _fm_build(tree: np.ndarray, gain: np.ndarray, parts: np.ndarray, position: np.ndarray,
-              locked: np.ndarray, size: int) -> None:
-    """Fill every part's segment tree: leaves by memory rank, inner nodes the best of their two."""
-    k = tree.shape[0]
-    tree[:, :] = -1
+def _fm_build(tree: tuple[np.ndarray, np.ndarray], links: np.ndarray, parts: np.ndarray,
+              position: np.ndarray, size: int) -> None:
+    """Fill every part's segment tree with all nodes' gains (leaves by memory rank, a node's own
+    part empty); an inner entry is the better of its two children."""
+    gains, nodes = tree
+    k = gains.shape[0]
+    gains[:, :] = -np.inf
+    nodes[:, :] = -1
     for v in range(len(parts)):
-        if not locked[v]:
-            for t in range(k):
-                if t != parts[v]:
-                    tree[t, size + position[v]] = v
+        own = links[v, parts[v]]
+        for t in range(k):
+            if t != parts[v]:
+                gains[t, size + position[v]] = links[v, t] - own
+                nodes[t, size + position[v]] = v
     for t in range(k):
         for i in range(size - 1, 0, -1):
-            tree[t, i] = _fm_better(tree[t, 2 * i], tree[t, 2 * i + 1], gain, t)
+            c = _fm_child(gains, nodes, t, i)
+            gains[t, i], nodes[t, i] = gains[t, c], nodes[t, c]
 
 
 @jit
-def _fm_update(tree: np.ndarray, gain: np.ndarray, t: int, leaf: int, value: int, changed: int) -> None:
-    """Set one leaf of part ``t``'s tree and recompute its ancestors (O(log n)) after node
-    ``changed`` left the tree or changed gain; stops where an ancestor keeps another winner."""
-    i = leaf
-    tree[t, i] = value
-    i //= 2
+def _fm_child(gains: np.ndarray, nodes: np.ndarray, t: int, i: int) -> int:
+    """The better child (index) of entry ``i`` of part ``t``'s tree."""
+    left, right = 2 * i, 2 * i + 1
+    return left if _fm_better(gains[t, left], nodes[t, left], gains[t, right], nodes[t, right]) else right
+
+
+@jit
+def _fm_update(tree: tuple[np.ndarray, np.ndarray], t: int, leaf: int, gain: float, node: int) -> None:
+    """Set one leaf of part ``t``'s tree and recompute its ancestors up to the first unchanged one."""
+    gains, nodes = tree
+    gains[t, leaf], nodes[t, leaf] = gain, node
+    i = leaf // 2
     while i >= 1:
-        winner = _fm_better(tree[t, 2 * i], tree[t, 2 * i + 1], gain, t)
-        if winner == tree[t, i] and winner != changed:
+        c = _fm_child(gains, nodes, t, i)
+        if gains[t, c] == gains[t, i] and nodes[t, c] == nodes[t, i]:
             break
-        tree[t, i] = winner
+        gains[t, i], nodes[t, i] = gains[t, c], nodes[t, c]
         i //= 2
 
 
 @jit
-def _fm_refresh(v: int, indptr: np.ndarray, indices: np.ndarray, links: np.ndarray, parts: np.ndarray,
-                gain: np.ndarray, tree: np.ndarray, position: np.ndarray, locked: np.ndarray,
-                size: int) -> None:
-    """After moving ``v``: take it out of every tree and re-rank its unlocked neighbours' changed gains."""
-    k = tree.shape[0]
-    for t in range(k):
-        _fm_update(tree, gain, t, size + position[v], -1, v)
+def _fm_refresh(v: int, source: int, target: int, indptr: np.ndarray, indices: np.ndarray,
+                links: np.ndarray, parts: np.ndarray, tree: tuple[np.ndarray, np.ndarray],
+                position: np.ndarray, locked: np.ndarray, size: int) -> None:
+    """After moving ``v`` (now locked): update its unlocked neighbours' gains (toward ``source``
+    and ``target``, or all parts when their own part is one of them)."""
+    gains = tree[0]
+    k = gains.shape[0]
     for jj in range(indptr[v], indptr[v + 1]):
         u = indices[jj]
         if locked[u]:
             continue
-        own = links[u, parts[u]]
+        own, leaf = links[u, parts[u]], size + position[u]
+        own_changed = parts[u] in (source, target)
         for t in range(k):
-            if t != parts[u] and links[u, t] - own != gain[u, t]:
-                gain[u, t] = links[u, t] - own
-                _fm_update(tree, gain, t, size + position[u], u, u)
+            gain = links[u, t] - own
+            if t != parts[u] and (own_changed or t in (source, target)) and gain != gains[t, leaf]:
+                _fm_update(tree, t, leaf, gain, u)
 
 
 @jit
-def _fm_best_move(tree: np.ndarray, gain: np.ndarray, used: np.ndarray, capacity: np.ndarray,
-                  sorted_memory: np.ndarray, size: int) -> tuple[int, int]:
-    """The allowed move of largest gain (ties: lowest node, then lowest part), or (-1, -1)."""
-    best_v, best_t = -1, -1
-    for t in range(tree.shape[0]):
-        lo, hi = 0, len(sorted_memory)  # nodes that fit into t: a prefix by memory
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if used[t] + sorted_memory[mid] <= capacity[t]:
-                lo = mid + 1
-            else:
-                hi = mid
-        v = _fm_prefix_best(tree, gain, t, lo, size)
-        if v >= 0 and (best_v < 0 or gain[v, t] > gain[best_v, best_t]
-                       or (gain[v, t] == gain[best_v, best_t] and v < best_v)):
-            best_v, best_t = v, t
-    return best_v, best_t
+def _fm_best_move(tree: tuple[np.ndarray, np.ndarray], used: np.ndarray, capacity: np.ndarray,
+                  sorted_memory: np.ndarray, locked: np.ndarray, position: np.ndarray,
+                  size: int) -> tuple[float, int, int]:
+    """(gain µs, node, part) of the allowed move of largest gain (ties: lowest node, then lowest
+    part), node -1 when none. Locked nodes leave a tree when they come out on top (lazily: most
+    never do, which saves k root-to-leaf updates per move)."""
+    gains, nodes = tree
+    best_gain, best_v, best_t = -np.inf, -1, -1
+    n = len(sorted_memory)
+    for t in range(gains.shape[0]):
+        fits = n  # the nodes that fit into t: a prefix by memory
+        if used[t] + sorted_memory[n - 1] > capacity[t]:
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if used[t] + sorted_memory[mid] <= capacity[t]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            fits = lo
+        gain, v = _fm_prefix_best(gains, nodes, t, fits, n, size)
+        while v >= 0 and locked[v]:
+            _fm_update(tree, t, size + position[v], -np.inf, -1)
+            gain, v = _fm_prefix_best(gains, nodes, t, fits, n, size)
+        if _fm_better(gain, v, best_gain, best_v):
+            best_gain, best_v, best_t = gain, v, t
+    return best_gain, best_v, best_t
 
 
 @jit
-def _fm_prefix_best(tree: np.ndarray, gain: np.ndarray, t: int, count: int, size: int) -> int:
-    """Best node among the first ``count`` leaves (by memory) of part ``t``'s tree, or -1."""
-    best = -1
+def _fm_prefix_best(gains: np.ndarray, nodes: np.ndarray, t: int, count: int, n: int,
+                    size: int) -> tuple[float, int]:
+    """Best entry among the first ``count`` leaves (by memory) of part ``t``'s tree."""
+    if count == n:
+        return gains[t, 1], nodes[t, 1]
+    gain, node = -np.inf, -1
     lo, hi = size, size + count
     while lo < hi:
         if lo & 1:
-            best = _fm_better(best, tree[t, lo], gain, t)
+            if _fm_better(gains[t, lo], nodes[t, lo], gain, node):
+                gain, node = gains[t, lo], nodes[t, lo]
             lo += 1
         if hi & 1:
             hi -= 1
-            best = _fm_better(best, tree[t, hi], gain, t)
+            if _fm_better(gains[t, hi], nodes[t, hi], gain, node):
+                gain, node = gains[t, hi], nodes[t, hi]
         lo //= 2
         hi //= 2
-    return best
+    return gain, node
 
 
 def parts_needed(memory: np.ndarray, capacity: np.ndarray) -> int:
