@@ -20,8 +20,11 @@ import scipy.sparse as sp
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
 
-#: Largest graph whose spectral order is computed with a dense eigensolver (O(n³) time).
-SPECTRAL_MAX_NODES = 1500
+#: Graphs up to this many nodes get the exact Fiedler vector from a dense eigensolver (O(n³), ms).
+SPECTRAL_DENSE_MAX_NODES = 200
+#: Most iterations of the sparse eigensolver on larger graphs, each O(nnz + n): the bound on
+#: :func:`spectral_order`'s time (about 0.3 s at 140k nodes and 1.2M nonzeros).
+SPECTRAL_ITERATIONS = 100
 
 
 def undirected_weights(graph: Graph, weight: np.ndarray) -> sp.csr_matrix:
@@ -45,12 +48,28 @@ def spectral_order(w: sp.csr_matrix, chain: np.ndarray) -> np.ndarray | None:
     """Nodes sorted by the Fiedler vector of W plus a faint path along ``chain`` (an order).
 
     The path (weight 1e-3 × the mean edge weight) keeps the graph connected so the vector is
-    defined, and breaks ties toward ``chain``. Returns None above :data:`SPECTRAL_MAX_NODES` nodes
-    or when the eigensolver fails.
+    defined, and breaks ties toward ``chain``. Up to :data:`SPECTRAL_DENSE_MAX_NODES` nodes the
+    vector is exact (dense eigensolver). Above, it is approximated by at most
+    :data:`SPECTRAL_ITERATIONS` iterations of a sparse eigensolver (:func:`_locg`), O(iterations ·
+    (nnz + n)) time: a bound chosen over convergence, since on chain-like graphs the eigenvalues
+    crowd and exact convergence takes O(n) iterations. On the paper-shaped coarse graphs of 3–7k
+    nodes the FM-refined cut from the approximate order was within 9 % of the exact order's
+    (better on half of them). Returns None below 3 nodes or when the eigensolver fails.
     """
     n = w.shape[0]
-    if n < 3 or n > SPECTRAL_MAX_NODES:
+    if n < 3:
         return None
+    rank = np.empty(n, dtype=np.int64)
+    rank[chain] = np.arange(n)
+    fiedler = _dense_fiedler(w, chain) if n <= SPECTRAL_DENSE_MAX_NODES else _sparse_fiedler(w, chain, rank)
+    if fiedler is None:
+        return None
+    return np.lexsort((rank, fiedler))
+
+
+def _dense_fiedler(w: sp.csr_matrix, chain: np.ndarray) -> np.ndarray | None:
+    """The Fiedler vector of W plus the faint path, from the dense normalised Laplacian."""
+    n = w.shape[0]
     dense = w.toarray()
     faint = 1e-3 * (float(w.data.mean()) if w.nnz else 1.0)
     dense[chain[:-1], chain[1:]] += faint
@@ -62,10 +81,114 @@ def spectral_order(w: sp.csr_matrix, chain: np.ndarray) -> np.ndarray | None:
         _, vectors = np.linalg.eigh(laplacian)
     except np.linalg.LinAlgError:
         return None
-    fiedler = vectors[:, 1] * scale
-    rank = np.empty(n, dtype=np.int64)
-    rank[chain] = np.arange(n)
-    return np.lexsort((rank, fiedler))
+    return vectors[:, 1] * scale
+
+
+def _sparse_fiedler(w: sp.csr_matrix, chain: np.ndarray, rank: np.ndarray) -> np.ndarray | None:
+    """The approximate Fiedler vector of W plus the faint path: :func:`_locg` started from the
+    cosine along ``chain`` (``rank``: position in it) of 1 to 4 half-waves with the lowest
+    Rayleigh quotient, its sign that of the start."""
+    n = w.shape[0]
+    mean = float(w.data.mean()) if w.nnz else 0.0
+    faint = 1e-3 * mean if mean > 0 else 1e-3
+    path = sp.csr_matrix((np.full(n - 1, faint), (chain[:-1], chain[1:])), shape=(n, n))
+    a = (w + path + path.T).tocsr()
+    degree = np.asarray(a.sum(axis=1), dtype=np.float64).ravel()
+    if not np.all(degree > 0):
+        return None
+    waves = np.cos(np.pi * np.arange(1, 5)[:, None] * (rank[None, :] + 0.5) / n)
+    waves -= (waves @ degree / degree.sum())[:, None]  # D-orthogonal to the constant vector
+    rayleigh = np.einsum("ij,ij->i", waves, waves * degree - (a @ waves.T).T) / (waves**2 @ degree)
+    start = waves[int(np.argmin(rayleigh))]
+    try:
+        x = _locg(a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.float64),
+                  degree, start, SPECTRAL_ITERATIONS)
+    except (np.linalg.LinAlgError, ZeroDivisionError):
+        return None
+    if not np.all(np.isfinite(x)):
+        return None
+    return x if float(x @ (degree * start)) >= 0 else -x
+
+
+@jit
+def _locg(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, degree: np.ndarray, start: np.ndarray,
+          iterations: int) -> np.ndarray:
+    """Smallest nonzero eigenvector of L x = λ D x (L = D - A, A in CSR, D = diag(``degree``))
+    among vectors D-orthogonal to the constants, by at most ``iterations`` steps of locally
+    optimal preconditioned conjugate gradient (Rayleigh–Ritz on the current vector, its
+    D⁻¹-preconditioned residual and the previous direction; A. V. Knyazev, "Toward the optimal
+    preconditioned eigensolver: LOBPCG", SIAM J. Sci. Comput. 23, 2001, with a block of one)."""
+    n = len(start)
+    basis = np.zeros((3, n))  # Rayleigh–Ritz basis: current vector, residual, previous direction
+    images = np.zeros((3, n))  # L times each
+    basis[0] = start / np.sqrt(_d_dot(start, start, degree))
+    _laplacian(indptr, indices, data, degree, basis[0], images[0])
+    direction, direction_image = np.zeros(n), np.zeros(n)
+    size = 2
+    for _ in range(iterations):
+        residual = (images[0] - np.dot(basis[0], images[0]) * degree * basis[0]) / degree
+        residual -= np.dot(degree, residual) / degree.sum()  # D-orthogonal to the constants
+        if _d_dot(residual, residual, degree) <= 1e-24:
+            break  # converged
+        basis[1], basis[2], images[2] = residual, direction, direction_image
+        _laplacian(indptr, indices, data, degree, basis[1], images[1])
+        size = _orthonormalize(basis, images, size, degree)
+        coef = np.linalg.eigh(_gram(basis, images, size))[1][:, 0]
+        direction, direction_image = coef[1:] @ basis[1:size], coef[1:] @ images[1:size]
+        x, image = coef[0] * basis[0] + direction, coef[0] * images[0] + direction_image
+        norm = np.sqrt(_d_dot(x, x, degree))
+        basis[0], images[0] = x / norm, image / norm
+        size = 3 if size > 1 else 2
+    return basis[0]
+
+
+@jit
+def _laplacian(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, degree: np.ndarray,
+               v: np.ndarray, out: np.ndarray) -> None:
+    """``out`` = (D - A) ``v`` for A in CSR and D = diag(``degree``)."""
+    for i in range(len(v)):
+        total = degree[i] * v[i]
+        for jj in range(indptr[i], indptr[i + 1]):
+            total -= data[jj] * v[indices[jj]]
+        out[i] = total
+
+
+@jit
+def _d_dot(u: np.ndarray, v: np.ndarray, degree: np.ndarray) -> float:
+    """The D-inner product Σ degree · u · v."""
+    total = 0.0
+    for i in range(len(u)):
+        total += degree[i] * u[i] * v[i]
+    return total
+
+
+@jit
+def _orthonormalize(basis: np.ndarray, images: np.ndarray, size: int, degree: np.ndarray) -> int:
+    """D-orthonormalise rows 1..``size`` - 1 of ``basis`` against the rows before (modified
+    Gram–Schmidt; row 0 already is), keeping ``images`` = L ``basis``; rows that vanish are
+    dropped and the rest moved up. Returns the rows kept."""
+    kept = 1
+    for i in range(1, size):
+        before = np.sqrt(_d_dot(basis[i], basis[i], degree))
+        for j in range(kept):
+            c = _d_dot(basis[j], basis[i], degree)
+            basis[i] -= c * basis[j]
+            images[i] -= c * images[j]
+        norm = np.sqrt(_d_dot(basis[i], basis[i], degree))
+        if norm > 1e-8 * before:
+            basis[kept], images[kept] = basis[i] / norm, images[i] / norm
+            kept += 1
+    return kept
+
+
+@jit
+def _gram(basis: np.ndarray, images: np.ndarray, size: int) -> np.ndarray:
+    """The symmetrised Rayleigh–Ritz matrix of the first ``size`` rows: basisᵀ L basis."""
+    gram = np.empty((size, size))
+    for i in range(size):
+        for j in range(size):
+            gram[i, j] = 0.5 * (np.dot(basis[i], images[j]) + np.dot(basis[j], images[i]))
+    return gram
 
 
 def split_order(order: np.ndarray, memory: np.ndarray, capacity: np.ndarray) -> np.ndarray:
