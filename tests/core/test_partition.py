@@ -230,7 +230,7 @@ def _pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
     from celeritas_core import jit
 
     if not jit.ENABLED:
-        pytest.skip("Numba is not installed: there is only the Python path")
+        pytest.skip("Numba is off (not installed, or CELERITAS_NO_JIT): there is only the Python path")
     kernels = {name: value.py_func for name, value in vars(partition).items() if hasattr(value, "py_func")}
     assert len(kernels) > 10
     for name, func in kernels.items():
