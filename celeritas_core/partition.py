@@ -491,9 +491,11 @@ def connectivity_refine(incidence: sp.csr_matrix, cost: np.ndarray, memory: np.n
     so refinement ends (after ``max_rounds`` at most). Moves into a part are taken best first
     while its free memory (bytes, before the round) lasts. ``incidence`` is binary (nets × units).
 
-    Each unit's per-part sums over its nets are kept between rounds and recomputed only for the
-    pins of nets a move touched, so a round costs O(units · k) plus the pins of the nets of its
-    candidates and movers, and the whole refinement O(pins · k + max_rounds · (units · k + pins)).
+    Each unit's per-part sums over its nets are kept between rounds: recomputed (in the same
+    order, so results do not depend on it) for the movers and the pins of nets whose pin count in
+    a part crosses 0, 1 or 2; the other pins of touched nets only have their pull sum marked stale,
+    recomputed if they are ever candidates. A round costs O(units · k) plus the pins of the nets
+    of its candidates and movers: O(pins · k + max_rounds · (units · k + pins)) in all.
     """
     out = parts.copy()
     n, k = len(parts), len(capacity)
