@@ -218,3 +218,134 @@ def test_refinement_is_never_slower_than_adjusting_placement(seed):
     assert np.all(used <= cluster.memory_bytes)
     assert colocation_respected(g, refined)
     assert simulate(g, cluster, refined).step_time_us <= simulate(g, cluster, adjusted_fine).step_time_us
+
+
+# --- compiled kernels: same results as plain Python, properties on random inputs -------------------
+
+
+def _pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run :mod:`celeritas_core.partition` as plain Python: every Numba dispatcher in it (kernels
+    call each other through the module) replaced by its ``py_func``. Skipped without Numba."""
+    import celeritas_core.partition as partition
+    from celeritas_core import jit
+
+    if not jit.ENABLED:
+        pytest.skip("Numba is off (not installed, or CELERITAS_NO_JIT): there is only the Python path")
+    kernels = {name: value.py_func for name, value in vars(partition).items() if hasattr(value, "py_func")}
+    assert len(kernels) > 10
+    for name, func in kernels.items():
+        monkeypatch.setattr(partition, name, func)
+
+
+def _random_weights(rng: np.random.Generator, n: int):
+    """A symmetric random weight matrix; integer weights half the time, so gains tie."""
+    import scipy.sparse as sp
+
+    m = int(rng.integers(0, 4 * n + 1))
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    src, dst = src[src != dst], dst[src != dst]
+    weight = rng.integers(1, 5, len(src)).astype(float) if rng.random() < 0.5 else rng.random(len(src)) * 1e4
+    rows, cols = np.concatenate([src, dst]), np.concatenate([dst, src])
+    w = sp.csr_matrix((np.concatenate([weight, weight]), (rows, cols)), shape=(n, n))
+    w.sum_duplicates()
+    return w
+
+
+def _random_fm_input(rng: np.random.Generator, n: int):
+    """Weights, memory (bytes), capacities and a start (split of a random order, or random parts)."""
+    w = _random_weights(rng, n)
+    memory = np.ones(n) if rng.random() < 0.4 else rng.integers(1, 20, n).astype(float)
+    k = int(rng.integers(2, 6))
+    capacity = np.full(k, memory.sum() / k * rng.choice([0.8, 1.05, 1.3, 3.0])) * rng.uniform(0.8, 1.2, k)
+    start = split_order(rng.permutation(n), memory, capacity) if rng.random() < 0.7 else rng.integers(0, k, n)
+    return w, memory, capacity, start
+
+
+def _random_nets(rng: np.random.Generator, units: int):
+    """A binary nets × units incidence (every net 2+ pins), costs with ties, memory, capacities, start."""
+    import scipy.sparse as sp
+
+    rows, cols = [], []
+    for net in range(int(rng.integers(1, 3 * units))):
+        pins = rng.choice(units, int(min(units, 1 + rng.geometric(0.4))), replace=False)
+        rows += [net] * len(pins)
+        cols += pins.tolist()
+    incidence = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(max(rows) + 1, units))
+    incidence.sum_duplicates()
+    incidence.data[:] = 1.0
+    incidence = incidence[np.diff(incidence.indptr) > 1]
+    cost = rng.integers(0, 6, incidence.shape[0]).astype(float)
+    memory = np.ones(units) if rng.random() < 0.4 else rng.integers(1, 20, units).astype(float)
+    k = int(rng.integers(2, 6))
+    capacity = np.full(k, memory.sum() / k * rng.choice([0.9, 1.1, 1.4, 3.0]))
+    start = split_order(rng.permutation(units), memory, capacity)
+    if rng.random() < 0.3:
+        start = rng.integers(0, k, units)
+    return incidence, cost, memory, capacity, start
+
+
+def test_compiled_fm_and_split_match_plain_python(rng, monkeypatch):
+    cases = [_random_fm_input(rng, int(rng.integers(2, 60))) for _ in range(40)]
+    compiled = [(split_order(np.arange(len(m)), m, c), fm_refine(w, m, c, s)) for w, m, c, s in cases]
+    _pure_python(monkeypatch)
+    for (w, m, c, s), (split, refined) in zip(cases, compiled, strict=True):
+        assert np.array_equal(split_order(np.arange(len(m)), m, c), split)
+        assert np.array_equal(fm_refine(w, m, c, s), refined)
+
+
+def test_compiled_connectivity_refine_matches_plain_python(rng, monkeypatch):
+    cases = [_random_nets(rng, int(rng.integers(2, 50))) for _ in range(40)]
+    compiled = [connectivity_refine(*case) for case in cases]
+    _pure_python(monkeypatch)
+    for case, refined in zip(cases, compiled, strict=True):
+        assert np.array_equal(connectivity_refine(*case), refined)
+
+
+def test_compiled_sparse_fiedler_matches_plain_python(rng, monkeypatch):
+    from celeritas_core import partition
+
+    g = _training_like(layers=130, act=1e6, small=1.0)  # 260 nodes: the sparse path
+    w = undirected_weights(g, g.edge_bytes)
+    rank = np.empty(g.num_nodes, dtype=np.int64)
+    rank[g.topological_order] = np.arange(g.num_nodes)
+    compiled = partition._sparse_fiedler(w, g.topological_order, rank)
+    _pure_python(monkeypatch)
+    plain = partition._sparse_fiedler(w, g.topological_order, rank)
+    assert compiled is not None and plain is not None
+    assert np.allclose(compiled, plain, rtol=1e-6, atol=1e-9 * np.abs(plain).max())
+
+
+def test_fm_never_worsens_nor_adds_overflow_on_larger_random_graphs(rng):
+    for _ in range(30):
+        w, memory, capacity, start = _random_fm_input(rng, int(rng.integers(100, 400)))
+        parts = fm_refine(w, memory, capacity, start)
+        assert cut_weight(w, parts) <= cut_weight(w, start) + 1e-9 * (w.data.sum() + 1)
+        k = len(capacity)
+        used = np.bincount(parts, weights=memory, minlength=k)
+        before = np.bincount(start, weights=memory, minlength=k)
+        assert np.all((used <= capacity) | (used <= before))
+
+
+def test_connectivity_refine_never_worsens_nor_overfills_on_larger_random_nets(rng):
+    for _ in range(30):
+        incidence, cost, memory, capacity, start = _random_nets(rng, int(rng.integers(100, 400)))
+        parts = connectivity_refine(incidence, cost, memory, capacity, start)
+        k = len(capacity)
+        before_cost = connectivity_cost(incidence, cost, start, k)
+        assert connectivity_cost(incidence, cost, parts, k) <= before_cost + 1e-9
+        used = np.bincount(parts, weights=memory, minlength=k)
+        before = np.bincount(start, weights=memory, minlength=k)
+        assert np.all((used <= capacity) | (used <= before))
+
+
+def test_sparse_spectral_order_pairs_forward_and_backward_of_a_layer():
+    from celeritas_core.partition import SPECTRAL_DENSE_MAX_NODES
+
+    layers = 300
+    g = _training_like(layers=layers, act=1e6, small=1.0)
+    assert g.num_nodes > SPECTRAL_DENSE_MAX_NODES
+    order = spectral_order(undirected_weights(g, g.edge_bytes), g.topological_order)
+    assert order is not None and sorted(order.tolist()) == list(range(g.num_nodes))
+    pos = np.empty(g.num_nodes, dtype=int)
+    pos[order] = np.arange(g.num_nodes)
+    assert max(abs(pos[g.index[f"f{i}"]] - pos[g.index[f"b{i}"]]) for i in range(layers)) == 1
