@@ -78,6 +78,7 @@ class CandidatePool:
         self.cluster = cluster
         self.candidates: list[Candidate] = []
         self._seen: dict[bytes, tuple[float, float]] = {}
+        self._best_replay: tuple[np.ndarray, SimulationResult] | None = None
         self.replay_seconds = 0.0
         """Wall time (s) of the slowest replay so far: what one more trial costs."""
 
@@ -98,8 +99,16 @@ class CandidatePool:
             excess = excess_bytes(self.graph, self.cluster, assignment, result)
         self._seen[key] = (float(step_time_us), excess)
         candidate = Candidate(name, assignment, float(step_time_us), excess)
+        if result is not None and (not self.candidates or candidate.key < self.best.key):
+            self._best_replay = (assignment, result)
         self.candidates.append(candidate)
         return candidate
+
+    def best_replay(self) -> SimulationResult | None:
+        """The replay of :attr:`best` when this pool made it (so a search need not redo it)."""
+        if self._best_replay is None or not np.array_equal(self._best_replay[0], self.best.assignment):
+            return None
+        return self._best_replay[1]
 
     def add_candidate(self, candidate: Candidate) -> Candidate:
         """Record a candidate whose figures were replayed on this pool's graph and cluster."""
@@ -219,7 +228,8 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float,
-                         replay_seconds: float = 0.0, max_replays: int = 10_000) -> Candidate:
+                         replay_seconds: float = 0.0, max_replays: int = 10_000,
+                         start_replay: SimulationResult | None = None) -> Candidate:
     """Hill climbing from ``start``: move critical-chain units while the replay gets faster.
 
     A move puts every op of one unit (:func:`placement_units`) on another device. Without liveness
@@ -229,7 +239,8 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     Moves are tried along :func:`critical_chain`, last op first, and the first that shortens the
     replayed step is kept; the chain is then recomputed. Stops at a local optimum, after
     ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass ``deadline``
-    (seconds) with one more replay of ``replay_seconds``.
+    (seconds) with one more replay of ``replay_seconds``. ``start_replay``: the replay of
+    ``start``, when the caller has it.
     """
     if max_replays <= 0 or time.perf_counter() + 2 * replay_seconds > deadline:
         return start
@@ -239,7 +250,7 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
     capacity = cluster.memory_bytes.astype(np.float64)
     best = start.assignment.copy()
-    result = simulate(graph, cluster, best)
+    result = simulate(graph, cluster, best) if start_replay is None else start_replay
     step = result.step_time_us
     used = np.bincount(best, weights=graph.memory_bytes, minlength=cluster.num_devices)
     max_excess = None if graph.liveness is None else excess_bytes(graph, cluster, best, result)

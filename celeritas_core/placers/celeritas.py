@@ -343,7 +343,7 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
         extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
     best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
                                 replay_seconds=pool.replay_seconds,
-                                max_replays=-(-budget // graph.num_nodes))
+                                max_replays=-(-budget // graph.num_nodes), start_replay=pool.best_replay())
     extra.update(chosen=best.name, candidates=pool.summary())
     return best.assignment
 
