@@ -87,10 +87,10 @@ class CandidatePool:
         offered before) and record it."""
         assignment = np.asarray(assignment, dtype=np.int64)
         key = assignment.tobytes()
+        result = None
         if key in self._seen:
             step_time_us, excess = self._seen[key]
         else:
-            result = None
             if step_time_us is None or self.graph.liveness is not None:
                 start = time.perf_counter()
                 result = simulate(self.graph, self.cluster, assignment)
