@@ -273,13 +273,27 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best, result))
 
 
-def _unit_members(unit_of: np.ndarray) -> list[np.ndarray]:
+class UnitMembers:
+    """The ops of every placement unit, as one array sorted by unit and row pointers (CSR), so a
+    million-unit graph costs two arrays, not a million small ones."""
+
+    def __init__(self, unit_of: np.ndarray) -> None:
+        self.ops = np.argsort(unit_of, kind="stable")
+        self.ptr = np.zeros(int(unit_of.max(initial=-1)) + 2, dtype=np.int64)
+        np.cumsum(np.bincount(unit_of), out=self.ptr[1:])
+
+    def __getitem__(self, unit: int) -> np.ndarray:
+        """Op indices of ``unit``, ascending."""
+        return self.ops[self.ptr[unit]:self.ptr[unit + 1]]
+
+
+def _unit_members(unit_of: np.ndarray) -> UnitMembers:
     """Ops of every placement unit, by unit id."""
-    return np.split(np.argsort(unit_of, kind="stable"), np.cumsum(np.bincount(unit_of))[:-1])
+    return UnitMembers(unit_of)
 
 
 def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,
-                          result: SimulationResult, unit_of: np.ndarray, members: list[np.ndarray],
+                          result: SimulationResult, unit_of: np.ndarray, members: UnitMembers,
                           unit_mem: np.ndarray, room: np.ndarray, deadline: float,
                           replay_seconds: float, budget: list[int],
                           max_excess: float | None) -> tuple[int, int, SimulationResult, float | None] | None:
@@ -400,7 +414,7 @@ def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, dead
 
 
 def _repair_move(graph: Graph, cluster: Cluster, current: _Replayed, unit_of: np.ndarray,
-                 members: list[np.ndarray], deadline: float, replay_seconds: float,
+                 members: UnitMembers, deadline: float, replay_seconds: float,
                  budget: list[int]) -> tuple[_Replayed | None, str | None]:
     """(the kept move's replay or None, why to stop or None) of one round of
     :func:`peak_memory_repair`: over-full devices by decreasing excess, their units from
