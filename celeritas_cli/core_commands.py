@@ -448,7 +448,8 @@ def _add_generate(sub: typing.Any) -> None:
     g.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default: %(default)s)")
     g.add_argument("--ops", type=int, metavar="N",
                    help="paper-shaped training steps: build N ops instead of the paper's count (more "
-                        "or fewer layers of the same shape and CCR), up to 10,000,000")
+                        "or fewer layers of the same shape and CCR), up to 10,000,000 (a JSON file "
+                        "holds about 6 million: use a .npz path beyond)")
     g.add_argument("--tasks", type=int, metavar="N",
                    help="layered: number of tasks, 2..2,000,000 (default 100)")
     g.add_argument("--ccr", type=float, metavar="X",

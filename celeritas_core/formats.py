@@ -29,6 +29,7 @@ from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
     MAX_DEVICES,
+    MAX_INPUT_FILE_BYTES,
     MAX_SLOPE_US_PER_BYTE,
     MAX_SPEED,
     MAX_SRC_OUTPUT,
@@ -621,7 +622,12 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
         return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
     check_graph_limits(graph)
     json_bytes(dict(graph.meta))  # the one part whose floats check_graph_limits does not check
-    return write_json_atomic(path, graph_to_json(graph), inputs=inputs, finite=True)
+    data = json_bytes(graph_to_json(graph), finite=True)
+    if len(data) + 1 > MAX_INPUT_FILE_BYTES:  # with its final line break
+        raise CeleritasInputError(
+            f"{os.fspath(path)}: the graph's JSON would be {len(data) + 1:,} bytes, above the "
+            f"{MAX_INPUT_FILE_BYTES:,} bytes a reader accepts; write the columnar format (a .npz path)")
+    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- cluster

@@ -443,3 +443,18 @@ def test_docs_describe_every_member_with_its_dtype() -> None:
             documented[member] = names.get(dtype.strip("`"))
     members = columnar.REQUIRED | columnar.LIVENESS | columnar.ALIASES
     assert {k: documented.get(k) for k in members} == members
+
+
+def test_a_graph_json_too_large_to_read_back_is_refused_and_nothing_written(tmp_path, monkeypatch):
+    import celeritas_core.formats as formats
+    from celeritas_core.families import layered_dag
+
+    graph = layered_dag(seed=1, tasks=200, ccr=1.0)
+    monkeypatch.setattr(formats, "MAX_INPUT_FILE_BYTES", 4096)
+    out = tmp_path / "big.json"
+    with pytest.raises(CeleritasInputError, match=r"big\.json: the graph's JSON would be .* bytes, above the "
+                                                 r"4,096 bytes a reader accepts; write the columnar format"):
+        formats.save_graph(graph, out)
+    assert not out.exists()
+    formats.save_graph(graph, tmp_path / "big.npz")  # the columnar file is far smaller
+    assert (tmp_path / "big.npz").stat().st_size < 4096 * 4
