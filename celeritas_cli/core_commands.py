@@ -438,7 +438,7 @@ def _add_generate(sub: typing.Any) -> None:
                                    "edge bytes scaled to an exact CCR at 1e-4 µs/byte and no latency), "
                                    "an inference graph of Inception-like modules (`inception-modules`) "
                                    "or a multi-tower inference graph (`towers`). `--ops N` sizes a "
-                                   "training step to N ops (e.g. `transformer --ops 1000000`); "
+                                   "training step to N ops (e.g. `transformer --ops 1000000`). "
                                    "Generators: "
                                    "celeritas_core/synthetic.py and celeritas_core/families.py.")
     g.add_argument("kind", metavar="KIND",
