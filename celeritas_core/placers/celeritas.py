@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
@@ -107,7 +108,7 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
 
 
 def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, order: np.ndarray,
-                             pool: CandidatePool) -> None:
+                             pool: CandidatePool, op_nets: OpNets | None = None) -> None:
     """Offer ``pool`` two-level min-cut partitions that keep heavy tensors on one device.
 
     The fused coarse graph is the coarse level. For every device count from the fewest whose
@@ -118,8 +119,8 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
     seeds are replayed on the ops too, since the coarse replay only approximates it). The fastest
     candidate in ``pool`` so far (Adjusting Placement's among them) is then refined on the op
     graph, where co-location groups move as one unit and each tensor is a net whose cost is one
-    transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`). Offers
-    ``min-cut/SEED/DEVICES`` and ``NAME+refined``.
+    transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`; ``op_nets``
+    as :func:`refine_best_on_ops` takes them). Offers ``min-cut/SEED/DEVICES`` and ``NAME+refined``.
     """
     if fusion.coarse.num_nodes < 2 or cluster.num_devices < 2:
         return
@@ -127,23 +128,47 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
     winner = pool.best
     for name, fine in runners_up.get(winner.name, []):
         pool.add(name, fine)
-    refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+    refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
 
 
-def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool: CandidatePool) -> None:
+@dataclass(frozen=True, eq=False)
+class OpNets:
+    """The ops as the op-level refinement sees them: ``units`` (co-location groups contracted to
+    their anchor; ``unit_of`` per op), every tensor a net over units costing its transfer time
+    (µs, ``net_cost``) and each unit's memory (bytes). Built once per placement."""
+
+    units: np.ndarray
+    unit_of: np.ndarray
+    nets: sp.csr_matrix
+    net_cost: np.ndarray
+    unit_mem: np.ndarray
+
+    @classmethod
+    def build(cls, graph: Graph, anchor: np.ndarray, cluster: Cluster) -> OpNets:
+        """The nets of ``graph`` with co-location ``anchor`` and ``cluster``'s transfer model."""
+        from celeritas_core.partition import tensor_nets
+
+        units, unit_of = np.unique(anchor, return_inverse=True)
+        nets, net_cost = tensor_nets(graph, edge_comm_us(graph, cluster), unit_of, len(units))
+        unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(units))
+        return cls(units, unit_of, nets, net_cost, unit_mem)
+
+
+def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool: CandidatePool,
+                       op_nets: OpNets | None = None) -> None:
     """Offer ``pool.best`` improved by :func:`~celeritas_core.partition.connectivity_refine` on the
-    ops (co-location groups contracted to their ``anchor``, tensors as nets), unless it already is."""
-    from celeritas_core.partition import connectivity_refine, tensor_nets
+    ops (co-location groups contracted to their ``anchor``, tensors as nets: ``op_nets``, built
+    here when not given), unless it already is."""
+    from celeritas_core.partition import connectivity_refine
 
     winner = pool.best
     if cluster.num_devices < 2 or winner.name.endswith("+refined"):
         return
-    units, unit_of = np.unique(anchor, return_inverse=True)
-    nets, net_cost = tensor_nets(graph, edge_comm_us(graph, cluster), unit_of, len(units))
-    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(units))
+    ops = OpNets.build(graph, anchor, cluster) if op_nets is None else op_nets
     capacity = cluster.memory_bytes.astype(np.float64)
-    refined = connectivity_refine(nets, net_cost, unit_mem, capacity, winner.assignment[units])
-    pool.add(winner.name + "+refined", refined[unit_of])
+    refined = connectivity_refine(ops.nets, ops.net_cost, ops.unit_mem, capacity,
+                                  winner.assignment[ops.units])
+    pool.add(winner.name + "+refined", refined[ops.unit_of])
 
 
 #: Estimated cost of the optional stages, in µs per op plus edge of the graph, measured on the
@@ -332,12 +357,13 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     fits and improved by the critical-path search, within the placer's time and work budgets."""
     pool = CandidatePool(graph, cluster)
     pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
-    communication_refinement(graph, fusion, cluster, coarse_order, pool)
+    op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
+    communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
     single_device_candidate(graph, cluster, pool)
     deadline = started + params.search_seconds
     multilevel_candidates(graph, cluster, pool, deadline)
     list_schedule_candidates(graph, cluster, pool, deadline)
-    refine_best_on_ops(graph, fusion.anchor, cluster, pool)
+    refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
     budget = params.search_budget
     if graph.liveness is not None and not pool.best.fits:
         extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
