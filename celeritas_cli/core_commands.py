@@ -442,7 +442,7 @@ def _add_generate(sub: typing.Any) -> None:
                                    "Generators: "
                                    "celeritas_core/synthetic.py and celeritas_core/families.py.")
     g.add_argument("kind", metavar="KIND",
-                   choices=["tensor_holography", "inception_v3", "nmt", "transformer", *_GENERATE_KINDS],
+                   choices=list(_GENERATE_KINDS),
                    help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "
                         "steps), layered, inception-modules or towers")
     g.add_argument("--seed", type=int, default=0, help="random seed, >= 0 (default: %(default)s)")

@@ -246,7 +246,7 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
         return start
     unit_of = placement_units(graph)
     num_units = int(unit_of.max(initial=-1)) + 1
-    members = _unit_members(unit_of)
+    members = UnitMembers(unit_of)
     unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
     capacity = cluster.memory_bytes.astype(np.float64)
     best = start.assignment.copy()
@@ -285,11 +285,6 @@ class UnitMembers:
     def __getitem__(self, unit: int) -> np.ndarray:
         """Op indices of ``unit``, ascending."""
         return self.ops[self.ptr[unit]:self.ptr[unit + 1]]
-
-
-def _unit_members(unit_of: np.ndarray) -> UnitMembers:
-    """Ops of every placement unit, by unit id."""
-    return UnitMembers(unit_of)
 
 
 def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,
@@ -398,7 +393,7 @@ def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, dead
     left = [max_replays]
     current, reason = _replay(graph, cluster, start.assignment.copy()), None
     unit_of = placement_units(graph)
-    members = _unit_members(unit_of)
+    members = UnitMembers(unit_of)
     while current.excess > 0.0 and reason is None:
         moved, reason = _repair_move(graph, cluster, current, unit_of, members, deadline,
                                      replay_seconds, left)

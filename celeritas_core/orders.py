@@ -37,7 +37,7 @@ def dfs_topo_order(graph: Graph) -> np.ndarray:
     """
     ptr = graph.succ_ptr
     rows = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
-    reversed_rows = graph.succ_idx[np.lexsort((-np.arange(len(rows)), rows))]
+    reversed_rows = graph.succ_idx[ptr[rows] + ptr[rows + 1] - 1 - np.arange(len(rows))]
     sources = np.flatnonzero(graph.in_degree == 0).astype(np.int64)
     return stack_order(ptr, reversed_rows, graph.in_degree, sources)
 
