@@ -13,11 +13,13 @@ compiles it with Numba: a million-op graph replays in a fraction of a second. Wi
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from celeritas_core.cluster import Cluster
+from celeritas_core.dagloops import fifo_order, keyed_order
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
@@ -71,12 +73,65 @@ class SimulationResult:
         return float(self.transfers.duration_us.sum())
 
 
+#: The documented dispatch order: ties between ready ops go to the smaller topological rank.
+DOCUMENTED_DISPATCH = "rank"
+#: Other valid dispatch orders a runtime may follow (docs/simulator.md, "Dispatch orders"): Kahn's
+#: FIFO order and four seeded random topological orders. A placement whose step holds under
+#: these does not owe its speed to the documented order's tie-breaks.
+ALTERNATIVE_DISPATCH: tuple[str, ...] = ("fifo", "random:1", "random:2", "random:3", "random:4")
+
+_DISPATCH_ORDERS: weakref.WeakKeyDictionary[Graph, dict[str, tuple[np.ndarray, np.ndarray]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def dispatch_order(graph: Graph, dispatch: str = DOCUMENTED_DISPATCH) -> tuple[np.ndarray, np.ndarray]:
+    """(order, rank) of the topological order whose rank breaks ties between ready ops.
+
+    ``dispatch``: ``"rank"`` (:attr:`Graph.topological_order`, the documented order), ``"fifo"``
+    (Kahn's algorithm with a FIFO queue, sources in index order) or ``"random:N"`` (Kahn's
+    algorithm taking the ready op with the smallest of keys drawn by ``numpy.random.default_rng(N)``,
+    N ≥ 0 an integer: a random topological order, the same for the same N on every machine).
+    Built once per graph and name.
+
+    Examples
+    --------
+    >>> from celeritas_core.synthetic import small_training_graph
+    >>> g = small_training_graph(0)
+    >>> order, rank = dispatch_order(g, "random:1")
+    >>> bool((rank[g.edge_src] < rank[g.edge_dst]).all())
+    True
+    """
+    if dispatch == DOCUMENTED_DISPATCH:
+        return graph.topological_order, graph.topological_rank
+    cache = _DISPATCH_ORDERS.setdefault(graph, {})
+    if dispatch not in cache:
+        order = _other_order(graph, dispatch)
+        rank = np.empty(graph.num_nodes, dtype=np.int64)
+        rank[order] = np.arange(graph.num_nodes)
+        cache[dispatch] = (order, rank)
+    return cache[dispatch]
+
+
+def _other_order(graph: Graph, dispatch: str) -> np.ndarray:
+    """The topological order named ``dispatch`` (other than the documented one)."""
+    if dispatch == "fifo":
+        return fifo_order(graph.succ_ptr, graph.succ_idx, graph.in_degree)
+    kind, _, seed = dispatch.partition(":")
+    if kind != "random" or not (0 < len(seed) <= 9 and all("0" <= c <= "9" for c in seed)):
+        raise CeleritasInputError(f"unknown dispatch order {dispatch!r} "
+                                  "(known: rank, fifo, random:N with N a non-negative integer)")
+    keys = np.random.default_rng(int(seed)).random(graph.num_nodes)
+    return keyed_order(graph.succ_ptr, graph.succ_idx, graph.in_degree, keys)
+
+
 def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
-             channels: bool = True) -> SimulationResult:
+             channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH) -> SimulationResult:
     """Replay ``assignment`` (device index per node) on ``cluster`` and return its timings (µs).
 
     ``channels=False`` drops channel contention: every transfer starts when its producer finishes
     (the delay model of the ``optimal`` placer's MILP and of classic list scheduling).
+    ``dispatch`` names the topological order whose rank breaks ties between ready ops and
+    between events at one instant (:func:`dispatch_order`; default the documented ``"rank"``).
     """
     assign = _check_assignment(graph, cluster, assignment)
     n = graph.num_nodes
@@ -84,7 +139,7 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur = graph.time_us / speed[assign]
     groups = _transfer_groups(graph, cluster, assign)
-    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels)
+    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels, dispatch)
     transfers = Transfers(
         src_node=groups.src,
         src_output=groups.output,
@@ -187,10 +242,12 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
 # ---------------------------------------------------------------------------- event loop
 def _run_events(
     graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
-    channels: bool = True,
+    channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Run the event loop; return op start, op finish, transfer start, transfer end (µs)."""
-    return _replay(graph.topological_order, graph.topological_rank, assign, dur, graph.in_degree,
+    """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`); return op start,
+    op finish, transfer start, transfer end (µs)."""
+    order, rank = dispatch_order(graph, dispatch)
+    return _replay(order, rank, assign, dur, graph.in_degree,
                    graph.succ_ptr, graph.succ_idx, groups.edge_group[graph.succ_edge], groups.ptr,
                    groups.dst_dev, groups.comm_us, num_dev, channels)
 
