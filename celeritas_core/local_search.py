@@ -29,13 +29,29 @@ from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
 from celeritas_core.memory import MemoryProfile, live_bytes_by_op, memory_profile
-from celeritas_core.simulator import SimulationResult, simulate
+from celeritas_core.simulator import DOCUMENTED_DISPATCH, SimulationResult, simulate
 
 __all__ = ["Candidate", "CandidatePool", "critical_chain", "critical_path_search", "excess_bytes",
            "peak_memory_repair", "placement_units"]
 
 #: Relative step-time gain (µs/µs) below which a move or a candidate counts as no better.
 IMPROVEMENT_TOLERANCE = 1e-9
+
+#: The dispatch orders whose mean step the search lowers (:func:`robust_step_us`): the documented
+#: one and three seeded random topological orders of the search's own (seeds disjoint from the
+#: orders :data:`~celeritas_core.simulator.ALTERNATIVE_DISPATCH` reports with), so a move that
+#: only wins by the documented order's tie-breaks is not kept, and the reported figures under other
+#: orders are measured on orders the search never saw.
+ROBUST_DISPATCH: tuple[str, ...] = (DOCUMENTED_DISPATCH, "random:1001", "random:1002", "random:1003")
+
+
+def robust_step_us(graph: Graph, cluster: Cluster, assignment: np.ndarray, result: SimulationResult,
+                   dispatch: tuple[str, ...] = ROBUST_DISPATCH) -> float:
+    """Mean step (µs) of ``assignment`` over the ``dispatch`` orders; ``result`` is its replay
+    under the documented order (reused when that order is listed)."""
+    steps = [result.step_time_us if name == DOCUMENTED_DISPATCH else
+             simulate(graph, cluster, assignment, dispatch=name).step_time_us for name in dispatch]
+    return float(np.mean(steps))
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,16 +98,18 @@ class CandidatePool:
         self.replay_seconds = 0.0
         """Wall time (s) of the slowest replay so far: what one more trial costs."""
 
-    def add(self, name: str, assignment: np.ndarray, *, step_time_us: float | None = None) -> Candidate:
-        """Replay ``assignment`` (unless its step time is known exactly, or the same assignment was
-        offered before) and record it."""
+    def add(self, name: str, assignment: np.ndarray, *, step_time_us: float | None = None,
+            result: SimulationResult | None = None) -> Candidate:
+        """Replay ``assignment`` (unless its step time is known exactly, its replay ``result`` is
+        given, or the same assignment was offered before) and record it."""
         assignment = np.asarray(assignment, dtype=np.int64)
         key = assignment.tobytes()
-        result = None
+        if result is not None and key not in self._seen:
+            step_time_us = result.step_time_us
         if key in self._seen:
             step_time_us, excess = self._seen[key]
         else:
-            if step_time_us is None or self.graph.liveness is not None:
+            if result is None and (step_time_us is None or self.graph.liveness is not None):
                 start = time.perf_counter()
                 result = simulate(self.graph, self.cluster, assignment)
                 self.replay_seconds = max(self.replay_seconds, time.perf_counter() - start)
@@ -214,9 +232,12 @@ def _cause_of_start(
     return w if w >= 0 and finish[w] >= start[v] - tolerance else best
 
 
-def _objective(result: SimulationResult) -> tuple[float, float]:
-    """What the search lowers: the step (µs), then the mean op finish time (µs) on plateaus."""
-    return result.step_time_us, float(result.finish_us.mean()) if len(result.finish_us) else 0.0
+def _objective(graph: Graph, cluster: Cluster, assignment: np.ndarray, result: SimulationResult,
+               dispatch: tuple[str, ...]) -> tuple[float, float]:
+    """What the search lowers: the mean step over the ``dispatch`` orders (µs), then the mean op
+    finish time of the documented replay ``result`` (µs) on plateaus."""
+    mean_finish = float(result.finish_us.mean()) if len(result.finish_us) else 0.0
+    return robust_step_us(graph, cluster, assignment, result, dispatch), mean_finish
 
 
 def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -229,20 +250,32 @@ def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float,
                          replay_seconds: float = 0.0, max_replays: int = 10_000,
-                         start_replay: SimulationResult | None = None) -> Candidate:
-    """Hill climbing from ``start``: move critical-chain units while the replay gets faster.
+                         start_replay: SimulationResult | None = None,
+                         dispatch: tuple[str, ...] = ROBUST_DISPATCH,
+                         stats: dict[str, Any] | None = None) -> Candidate:
+    """Hill climbing from ``start``: move critical-chain units while the step over the ``dispatch``
+    orders gets shorter.
 
     A move puts every op of one unit (:func:`placement_units`) on another device. Without liveness
     fields the device needs room for the unit (sum model, bytes); with them any device is tried and
     a faster trial is kept only if its replayed peak exceeds capacity by no more bytes in total
     than the current placement's (:func:`excess_bytes`), so a placement that fits keeps fitting.
-    Moves are tried along :func:`critical_chain`, last op first, and the first that shortens the
-    replayed step is kept; the chain is then recomputed. Stops at a local optimum, after
-    ``max_replays`` trial replays, or when ``time.perf_counter()`` would pass ``deadline``
-    (seconds) with one more replay of ``replay_seconds``. ``start_replay``: the replay of
-    ``start``, when the caller has it.
+    Moves are tried along :func:`critical_chain` of the documented replay, last op first, and the
+    first that lowers the mean step over ``dispatch`` (:func:`robust_step_us`) is kept; the chain
+    is then recomputed. Stops at a local optimum, after ``max_replays`` replays (every order's
+    replay counts), or when ``time.perf_counter()`` would pass ``deadline`` (seconds, a safety
+    net) with one more replay of ``replay_seconds``. ``start_replay``: the documented replay of
+    ``start``, when the caller has it. ``stats``, if given, gets ``moves``, ``replays`` and why it
+    ``stopped`` (``local optimum``, ``budget`` or ``clock``).
     """
-    if max_replays <= 0 or time.perf_counter() + 2 * replay_seconds > deadline:
+    report: dict[str, Any] = {"moves": 0, "replays": 0, "stopped": "budget"}
+    if stats is not None:
+        stats.update(report)
+    if max_replays <= 0:
+        return start
+    if time.perf_counter() + 2 * replay_seconds > deadline:
+        if stats is not None:
+            stats["stopped"] = "clock"
         return start
     unit_of = placement_units(graph)
     num_units = int(unit_of.max(initial=-1)) + 1
@@ -251,26 +284,64 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     capacity = cluster.memory_bytes.astype(np.float64)
     best = start.assignment.copy()
     result = simulate(graph, cluster, best) if start_replay is None else start_replay
-    step = result.step_time_us
     used = np.bincount(best, weights=graph.memory_bytes, minlength=cluster.num_devices)
     max_excess = None if graph.liveness is None else excess_bytes(graph, cluster, best, result)
     if max_excess is not None:
         capacity = np.full(cluster.num_devices, np.inf)  # the replayed peak decides instead
-    budget = [max_replays]
+    search = _Search(graph, cluster, dispatch, deadline, replay_seconds, max_replays)
+    current = search.objective(best, result)
+    start_objective = current
     while True:
-        move = _first_improving_move(graph, cluster, best, result, unit_of, members, unit_mem,
-                                     capacity - used, deadline, replay_seconds, budget, max_excess)
+        move = _first_improving_move(search, best, result, current, unit_of, members, unit_mem,
+                                     capacity - used, max_excess)
         if move is None:
             break
-        unit, device, result, max_excess = move
+        unit, device, result, current, max_excess = move
         source = int(best[members[unit][0]])
         used[source] -= unit_mem[unit]
         used[device] += unit_mem[unit]
         best[members[unit]] = device
-        step = result.step_time_us
-    if step >= start.step_time_us * (1.0 - IMPROVEMENT_TOLERANCE):
+        report["moves"] += 1
+    report.update(replays=search.used, stopped=search.stopped)
+    if stats is not None:
+        stats.update(report)
+    if not _better(current, start_objective):
         return start
-    return Candidate(start.name + "+search", best, step, excess_bytes(graph, cluster, best, result))
+    excess = excess_bytes(graph, cluster, best, result)
+    return Candidate(start.name + "+search", best, result.step_time_us, excess)
+
+
+class _Search:
+    """The search's replays: its orders, clock and budget (``stopped`` says which ended it)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, dispatch: tuple[str, ...], deadline: float,
+                 replay_seconds: float, max_replays: int) -> None:
+        self.graph, self.cluster, self.dispatch = graph, cluster, dispatch
+        self.deadline, self.replay_seconds = deadline, replay_seconds
+        self.left, self.used, self.stopped = max_replays, 0, "local optimum"
+
+    def can_try(self) -> bool:
+        """Whether one more trial (one replay per order) fits the budget and the clock."""
+        if self.left < len(self.dispatch):
+            self.stopped = "budget"
+            return False
+        if time.perf_counter() + self.replay_seconds > self.deadline:
+            self.stopped = "clock"
+            return False
+        return True
+
+    def replay(self, assignment: np.ndarray) -> SimulationResult:
+        """The documented replay of a trial (one replay of the budget)."""
+        self.left -= 1
+        self.used += 1
+        return simulate(self.graph, self.cluster, assignment)
+
+    def objective(self, assignment: np.ndarray, result: SimulationResult) -> tuple[float, float]:
+        """:func:`_objective` of a replayed assignment (the other orders' replays are counted)."""
+        others = len(self.dispatch) - (DOCUMENTED_DISPATCH in self.dispatch)
+        self.left -= others
+        self.used += others
+        return _objective(self.graph, self.cluster, assignment, result, self.dispatch)
 
 
 class UnitMembers:
@@ -287,14 +358,13 @@ class UnitMembers:
         return self.ops[self.ptr[unit]:self.ptr[unit + 1]]
 
 
-def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray,
-                          result: SimulationResult, unit_of: np.ndarray, members: UnitMembers,
-                          unit_mem: np.ndarray, room: np.ndarray, deadline: float,
-                          replay_seconds: float, budget: list[int],
-                          max_excess: float | None) -> tuple[int, int, SimulationResult, float | None] | None:
-    """(unit, device, replay, excess ceiling) of the first move that lowers :func:`_objective`,
-    or None (also when the wall-clock ``deadline`` or the replay ``budget``, decremented here, runs
-    out). With ``max_excess`` (bytes) a faster move counts only if its replayed peak exceeds
+def _first_improving_move(search: _Search, assignment: np.ndarray, result: SimulationResult,
+                          current: tuple[float, float], unit_of: np.ndarray, members: UnitMembers,
+                          unit_mem: np.ndarray, room: np.ndarray, max_excess: float | None,
+                          ) -> tuple[int, int, SimulationResult, tuple[float, float], float | None] | None:
+    """(unit, device, documented replay, objective, excess ceiling) of the first move that lowers
+    the ``current`` objective (:func:`_objective`), or None (also when the search's budget or clock
+    runs out). With ``max_excess`` (bytes) a faster move counts only if its replayed peak exceeds
     capacity by no more than that in total, and the ceiling returned for the next move is the
     lower of the two; without it, the ceiling stays None.
 
@@ -302,7 +372,7 @@ def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray
     (joining its cause saves the transfer), then the other devices from the least busy; then
     every other unit, latest finish first, so the search can also cross plateaus of equal step.
     """
-    current = _objective(result)
+    graph, cluster = search.graph, search.cluster
     by_load = np.argsort(result.device_busy_us, kind="stable").tolist()
     tried: set[int] = set()
     for v, preferred in _move_order(graph, assignment, result):
@@ -314,19 +384,19 @@ def _first_improving_move(graph: Graph, cluster: Cluster, assignment: np.ndarray
         for device in dict.fromkeys(preferred + by_load):
             if device == source or unit_mem[unit] > room[device]:
                 continue
-            if budget[0] <= 0 or time.perf_counter() + replay_seconds > deadline:
+            if not search.can_try():
                 return None
-            budget[0] -= 1
             trial = assignment.copy()
             trial[members[unit]] = device
-            replay = simulate(graph, cluster, trial)
-            if not _better(_objective(replay), current):
+            replay = search.replay(trial)
+            objective = search.objective(trial, replay)
+            if not _better(objective, current):
                 continue
             if max_excess is None:
-                return unit, device, replay, None
+                return unit, device, replay, objective, None
             excess = excess_bytes(graph, cluster, trial, replay)
             if excess <= max_excess * (1.0 + IMPROVEMENT_TOLERANCE):
-                return unit, device, replay, min(excess, max_excess)
+                return unit, device, replay, objective, min(excess, max_excess)
     return None
 
 
@@ -364,43 +434,53 @@ def _replay(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> _Replayed
     return _Replayed(assignment, result, profile, excess)
 
 
-def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, deadline: float, budget: int,
-                       replay_seconds: float = 0.0, stats: dict[str, Any] | None = None) -> Candidate:
-    """Move units off devices whose replayed peak exceeds their capacity until the placement fits.
+def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, budget: int,
+                       unit_rank: np.ndarray | None = None, stats: dict[str, Any] | None = None) -> Candidate:
+    """Trade units between devices until no device's replayed peak exceeds its capacity.
 
     Only for graphs with liveness fields whose ``start`` does not fit (else ``start`` comes back).
-    Hill climbing: each round walks the over-full devices (most excess first) and their units
-    (:func:`placement_units`) by the bytes they keep live there at the device's peak instant
-    (:func:`~celeritas_core.memory.live_bytes_by_op`; then the others by memory), and moves the
-    first unit that has an improving move to the device whose replay gives the least total excess
-    (bytes, summed over devices of ``max(0, peak − capacity)``; ties: the shorter step, µs). A move
-    is kept only if the total excess strictly falls. Stops when the placement fits, when no move
-    improves, after ``budget`` replayed ops (``ceil(budget / ops)`` trial replays) or when
-    ``time.perf_counter()`` would pass ``deadline`` (s) with one more replay of ``replay_seconds``.
-    Returns ``START+repair`` (``start`` when no move was kept); ``stats``, if given, gets
-    ``moves``, ``replays`` and why it ``stopped``.
+    Hill climbing on the total excess (bytes, summed over devices of ``max(0, peak − capacity)``;
+    ties: the shorter step, µs); each round walks the over-full devices, most excess first, and
+    keeps the first improving trial of three neighbourhoods, in this order:
+
+    1. **runs**: the units (:func:`placement_units`) lie along ``unit_rank`` (default: their first
+       op's topological rank; a pipeline order keeps a layer's backward ops beside it); a maximal
+       run of consecutive units on the device gives 1, 2, 4, … of its units at either end to the
+       device of the neighbouring run, the least excess of those sizes kept (a stage boundary moves);
+    2. **moves**: its units by the bytes they keep live there at the device's peak instant
+       (:func:`~celeritas_core.memory.live_bytes_by_op`; then the others by memory), each to every
+       other device, the first unit with an improving move taking its best device;
+    3. **swaps**: its four units holding most at its peak, each swapped with each of the four
+       units of another device holding least at this device's peak.
+
+    A trial is kept only if the total excess strictly falls. Stops when the placement fits, when
+    no trial improves, or after ``budget`` replayed ops (``ceil(budget / ops)`` trial replays);
+    never on a clock, so the result is the same on any machine. Returns ``START+repair``
+    (``start`` when nothing was kept); ``stats``, if given, gets ``moves`` (kept trials),
+    ``replays`` and why it ``stopped``.
     """
     report: dict[str, Any] = {"moves": 0, "replays": 0, "stopped": "fits"}
     if stats is not None:
         stats.update(report)
     if graph.liveness is None or start.fits:
         return start
-    if time.perf_counter() + 2 * replay_seconds > deadline:
-        if stats is not None:
-            stats["stopped"] = "deadline"
-        return start
     max_replays = -(-max(int(budget), 0) // max(graph.num_nodes, 1))
-    left = [max_replays]
-    current, reason = _replay(graph, cluster, start.assignment.copy()), None
+    trials = _Trials(graph, cluster, max_replays)
     unit_of = placement_units(graph)
     members = UnitMembers(unit_of)
-    while current.excess > 0.0 and reason is None:
-        moved, reason = _repair_move(graph, cluster, current, unit_of, members, deadline,
-                                     replay_seconds, left)
-        if moved is not None:
-            current = moved
-            report["moves"] += 1
-    report.update(replays=max_replays - left[0], stopped="fits" if current.excess <= 0.0 else reason)
+    if unit_rank is None:
+        unit_rank = np.full(len(members.ptr) - 1, graph.num_nodes, dtype=np.int64)
+        np.minimum.at(unit_rank, unit_of, graph.topological_rank)
+    along = np.argsort(unit_rank, kind="stable")
+    current = trials.replay(start.assignment.copy(), count=False)
+    while current.excess > 0.0 and not trials.exhausted:
+        moved = _repair_round(graph, cluster, current, unit_of, members, along, trials)
+        if moved is None:
+            break
+        current = moved
+        report["moves"] += 1
+    stopped = "fits" if current.excess <= 0.0 else ("budget" if trials.exhausted else "no improving move")
+    report.update(replays=trials.used, stopped=stopped)
     if stats is not None:
         stats.update(report)
     if report["moves"] == 0:
@@ -408,46 +488,135 @@ def peak_memory_repair(graph: Graph, cluster: Cluster, start: Candidate, *, dead
     return Candidate(start.name + "+repair", current.assignment, current.result.step_time_us, current.excess)
 
 
-def _repair_move(graph: Graph, cluster: Cluster, current: _Replayed, unit_of: np.ndarray,
-                 members: UnitMembers, deadline: float, replay_seconds: float,
-                 budget: list[int]) -> tuple[_Replayed | None, str | None]:
-    """(the kept move's replay or None, why to stop or None) of one round of
-    :func:`peak_memory_repair`: over-full devices by decreasing excess, their units from
-    :func:`_units_at_peak`, each unit to every other device (most spare peak room first)."""
+class _Trials:
+    """Replays trial assignments for the repair within a budget of ``max_replays``."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, max_replays: int) -> None:
+        self.graph, self.cluster = graph, cluster
+        self.left, self.used = max_replays, 0
+
+    @property
+    def exhausted(self) -> bool:
+        """True when no trial replay is left."""
+        return self.left <= 0
+
+    def replay(self, assignment: np.ndarray, *, count: bool = True) -> _Replayed:
+        """Replay ``assignment`` (counted against the budget unless ``count`` is false)."""
+        if count:
+            self.left -= 1
+            self.used += 1
+        return _replay(self.graph, self.cluster, assignment)
+
+    def best_of(self, current: _Replayed, assignments: Iterator[np.ndarray]) -> _Replayed | None:
+        """The trial of ``assignments`` with the least :attr:`_Replayed.key` that lowers the excess
+        of ``current``, or None; stops early when a trial fits or the budget runs out."""
+        best: _Replayed | None = None
+        for trial in assignments:
+            if self.exhausted:
+                break
+            replayed = self.replay(trial)
+            if replayed.excess < current.excess * (1.0 - IMPROVEMENT_TOLERANCE) and (
+                    best is None or replayed.key < best.key):
+                best = replayed
+                if best.excess <= 0.0:
+                    break
+        return best
+
+
+def _repair_round(graph: Graph, cluster: Cluster, current: _Replayed, unit_of: np.ndarray,
+                  members: UnitMembers, along: np.ndarray, trials: _Trials) -> _Replayed | None:
+    """One round of :func:`peak_memory_repair`: the first improving trial, or None."""
     capacity = cluster.memory_bytes
     peak = current.profile.peak_bytes
     over = np.flatnonzero(peak > capacity)
     targets = np.argsort(peak - capacity, kind="stable").tolist()
-    for source in over[np.argsort(capacity[over] - peak[over], kind="stable")].tolist():
-        for unit in _units_at_peak(graph, cluster, current, source, unit_of):
-            best: _Replayed | None = None
-            for device in targets:
-                if device == source:
-                    continue
-                if budget[0] <= 0 or time.perf_counter() + replay_seconds > deadline:
-                    return best, ("budget" if budget[0] <= 0 else "deadline")
-                budget[0] -= 1
+    sources = over[np.argsort(capacity[over] - peak[over], kind="stable")].tolist()
+    unit_device = current.assignment[members.ops[members.ptr[:-1]]]
+    for source in sources:
+        found = trials.best_of(current, _run_trials(current.assignment, unit_device, members, along, source))
+        if found is not None:
+            return found
+    for source in sources:
+        ranked = _units_at_peak(graph, current, source, unit_of)
+        for unit in ranked:
+            found = trials.best_of(current, _move_trials(current.assignment, members, unit, source, targets))
+            if found is not None:
+                return found
+            if trials.exhausted:
+                return None
+        found = trials.best_of(current, _swap_trials(graph, current, unit_of, members, ranked, source,
+                                                     targets))
+        if found is not None:
+            return found
+    return None
+
+
+def _move_trials(assignment: np.ndarray, members: UnitMembers, unit: int, source: int,
+                 targets: list[int]) -> Iterator[np.ndarray]:
+    """``unit`` on each device of ``targets`` but ``source``."""
+    for device in targets:
+        if device != source:
+            trial = assignment.copy()
+            trial[members[unit]] = device
+            yield trial
+
+
+def _run_trials(assignment: np.ndarray, unit_device: np.ndarray, members: UnitMembers, along: np.ndarray,
+                source: int) -> Iterator[np.ndarray]:
+    """For every maximal run of ``source``'s units along ``along``: 1, 2, 4, … (up to half the run)
+    of its units at either end moved to the device of the run beside that end."""
+    devices = unit_device[along]
+    mine = np.flatnonzero(devices == source)
+    if not len(mine):
+        return
+    breaks = np.flatnonzero(np.diff(mine) > 1)
+    for lo, hi in zip(np.r_[mine[0], mine[breaks + 1]], np.r_[mine[breaks], mine[-1]] + 1, strict=True):
+        length = int(hi - lo)
+        for end, neighbour in ((hi, hi), (lo, lo - 1)):
+            if not 0 <= neighbour < len(along):
+                continue
+            size = 1
+            while size <= max(length // 2, 1):
+                span = along[end - size:end] if end == hi else along[lo:lo + size]
+                trial = assignment.copy()
+                trial[np.concatenate([members[int(u)] for u in span])] = devices[neighbour]
+                yield trial
+                size *= 2
+
+
+def _swap_trials(graph: Graph, current: _Replayed, unit_of: np.ndarray, members: UnitMembers,
+                 ranked: list[int], source: int, targets: list[int], width: int = 4) -> Iterator[np.ndarray]:
+    """The ``width`` units of ``source`` that hold most at its peak, each swapped with each of the
+    ``width`` units of every other device that hold least there at ``source``'s peak instant."""
+    share = _unit_share_at_peak(graph, current, source, unit_of)
+    unit_device = current.assignment[members.ops[members.ptr[:-1]]]
+    for device in targets:
+        if device == source:
+            continue
+        theirs = np.flatnonzero(unit_device == device)
+        theirs = theirs[np.argsort(share[theirs], kind="stable")][:width]
+        for mine in ranked[:width]:
+            for other in theirs.tolist():
                 trial = current.assignment.copy()
-                trial[members[unit]] = device
-                replayed = _replay(graph, cluster, trial)
-                if replayed.excess < current.excess * (1.0 - IMPROVEMENT_TOLERANCE) and (
-                        best is None or replayed.key < best.key):
-                    best = replayed
-            if best is not None:
-                return best, None
-    return None, "no improving move"
+                trial[members[mine]] = device
+                trial[members[other]] = source
+                yield trial
 
 
-def _units_at_peak(graph: Graph, cluster: Cluster, current: _Replayed, device: int,
-                   unit_of: np.ndarray) -> list[int]:
-    """Units on ``device``: those holding bytes there at its peak instant, most bytes first, then
-    the others by decreasing memory (bytes)."""
+def _unit_share_at_peak(graph: Graph, current: _Replayed, device: int, unit_of: np.ndarray) -> np.ndarray:
+    """Per unit: bytes it keeps live on ``device`` at that device's peak instant
+    (:func:`~celeritas_core.memory.live_bytes_by_op`, summed over the unit's ops)."""
     times, usage = current.profile.times_us[device], current.profile.usage_bytes[device]
     when = float(times[int(np.argmax(usage))]) if len(usage) else 0.0
     share = live_bytes_by_op(graph, current.assignment, current.result, device, when)
-    num_units = int(unit_of.max(initial=-1)) + 1
-    unit_share = np.bincount(unit_of, weights=share, minlength=num_units)
-    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=num_units)
+    return np.bincount(unit_of, weights=share, minlength=int(unit_of.max(initial=-1)) + 1)
+
+
+def _units_at_peak(graph: Graph, current: _Replayed, device: int, unit_of: np.ndarray) -> list[int]:
+    """Units on ``device``: those holding bytes there at its peak instant, most bytes first, then
+    the others by decreasing memory (bytes)."""
+    unit_share = _unit_share_at_peak(graph, current, device, unit_of)
+    unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(unit_share))
     here = np.unique(unit_of[current.assignment == device])
     order = np.lexsort((-unit_mem[here], -unit_share[here]))
-    return here[order].tolist()
+    return here[order].tolist()  # type: ignore[no-any-return]

@@ -363,3 +363,72 @@ def _charge_pending_consumers(graph: Graph, t: _TensorTable, assignment: np.ndar
     pairs = np.unique(np.stack([dst[pending], t.edge_tensor[pending]]), axis=1)
     pairs = pairs[:, alive[pairs[1]]]
     np.add.at(out, pairs[0], size[pairs[1]])
+
+
+@dataclass(frozen=True, eq=False)
+class OwnedIntervals:
+    """The buffers of a one-device replay, each piece charged to an op that keeps it live (µs, bytes).
+
+    ``owner[i]`` is charged ``size_bytes[i]`` from ``start_us[i]`` until ``end_us[i]``.
+    ``static_bytes`` per op is live for the whole step (persistent bytes; all of ``memory_bytes``
+    for ops without liveness fields). See :func:`owned_intervals`.
+    """
+
+    owner: np.ndarray
+    start_us: np.ndarray
+    end_us: np.ndarray
+    size_bytes: np.ndarray
+    static_bytes: np.ndarray
+
+
+def owned_intervals(graph: Graph, result: SimulationResult) -> OwnedIntervals:
+    """The buffers of ``result``, a replay with every op on one device, split among the ops that
+    keep them live, so that a placer grouping ops can estimate what a group holds over time by
+    adding its ops' pieces, without replaying each grouping.
+
+    An op owns its scratch while it runs and each of its outputs while it runs. A tensor's further
+    lifetime is cut at its consumers' finishes, in order: the consumer that finishes first owns it
+    from the producer's finish to its own finish, the next from there to its finish, and so on, so
+    a group holding all the consumers that finish by some time holds the tensor exactly until then
+    (a group holding a later consumer alone is charged from the earlier consumer's finish on). An
+    alias (a view) adds no bytes; its consumers extend the buffer it shares. Summed over all ops the
+    pieces give :func:`memory_profile`'s usage on one device (but for the instants of 0-µs ops).
+    """
+    live = graph.liveness
+    modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
+    static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
+    empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
+    if live is None or not modelled.any():
+        return OwnedIntervals(empty_i, empty_f, empty_f, empty_f, static.astype(np.float64))
+    start, finish = result.start_us, result.finish_us
+    scratch = np.flatnonzero(live.modelled & (live.scratch_bytes > 0))
+    pieces = [(scratch, start[scratch], finish[scratch], live.scratch_bytes[scratch])]
+    tensors = _tensors(graph, live)
+    if len(tensors.producer):
+        pieces.extend(_tensor_pieces(graph, tensors, start, finish))
+    owner, begin, end, size = (np.concatenate(cols) for cols in zip(*pieces, strict=True))
+    return OwnedIntervals(owner.astype(np.int64), begin, end, size.astype(np.float64), static.astype(np.float64))
+
+
+def _tensor_pieces(graph: Graph, t: _TensorTable, start: np.ndarray,
+                   finish: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """The producer's piece and the consumers' pieces of every tensor (see :func:`owned_intervals`)."""
+    size, root = t.size, np.arange(len(t.size))
+    if t.alias_of is not None:
+        size = np.where(t.alias_of == -1, t.size, 0.0)
+        root = _alias_parents(t.alias_of, np.zeros(len(t.size), dtype=np.int64))
+    prod_finish = finish[t.producer][root]
+    consumer = graph.edge_dst[t.edge]
+    pair = np.unique(np.stack([root[t.edge_tensor], consumer]), axis=1)
+    tensor, consumer = pair[0], pair[1]
+    order = np.lexsort((finish[consumer], tensor))
+    tensor, consumer = tensor[order], consumer[order]
+    until = finish[consumer]
+    since = np.empty(len(until))
+    if len(until):
+        since[0] = -np.inf
+        since[1:] = np.where(tensor[1:] == tensor[:-1], until[:-1], -np.inf)
+    since = np.maximum(since, prod_finish[tensor])
+    keep = until > since
+    return [(t.producer, start[t.producer], finish[t.producer], size),
+            (consumer[keep], since[keep], until[keep], size[tensor[keep]])]

@@ -35,3 +35,4 @@ from celeritas_core.placers import heft as _heft  # noqa: F401
 from celeritas_core.placers import metis as _metis  # noqa: F401
 from celeritas_core.placers import optimal as _optimal  # noqa: F401
 from celeritas_core.placers import simple as _simple  # noqa: F401
+from celeritas_core.placers import stages as _stages  # noqa: F401

@@ -14,13 +14,23 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from celeritas_core.budget import StageBudget
 from celeritas_core.cluster import Cluster
 from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
-from celeritas_core.local_search import CandidatePool, critical_path_search, peak_memory_repair
+from celeritas_core.local_search import (
+    ROBUST_DISPATCH,
+    Candidate,
+    CandidatePool,
+    critical_path_search,
+    peak_memory_repair,
+    robust_step_us,
+)
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
+from celeritas_core.placers.stages import stage_candidates
+from celeritas_core.simulator import SimulationResult, simulate
 from celeritas_core.timeline import DeviceTimeline
 
 
@@ -173,28 +183,31 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
 
 #: Estimated cost of the optional stages, in µs per op plus edge of the graph, measured on the
 #: 2-core build machine (one core, a 36k-op training step; HEFT grows faster than linearly, so its
-#: figure is the one at that size). A stage starts only if its estimate fits in the time left.
+#: figure is the one at that size). The placer's work budget (``work_seconds``) admits a stage when
+#: its estimate fits in what is left (:class:`~celeritas_core.budget.StageBudget`): a property of
+#: the graph's size, never of the machine's speed or load.
 STAGE_US_PER_ITEM: dict[str, float] = {
     "multilevel": 1.0, "heft": 46.0, "etf/fused": 3.5, "sct/fused": 9.5, "etf": 5.0,
 }
 
 
-def stage_fits(graph: Graph, stage: str, deadline: float) -> bool:
-    """Whether the optional ``stage``'s estimated cost (:data:`STAGE_US_PER_ITEM`) ends before the
-    wall-clock ``deadline`` (``time.perf_counter()`` seconds)."""
-    estimate = STAGE_US_PER_ITEM[stage] * 1e-6 * (graph.num_nodes + graph.num_edges)
-    return time.perf_counter() + estimate <= deadline
+#: Estimated cost of one replay (µs per op plus edge) on that machine, for stages that replay.
+REPLAY_US_PER_ITEM = 0.3
 
 
-def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
+def stage_estimate_us(graph: Graph, stage: str) -> float:
+    """Estimated cost (nominal µs) of the optional ``stage`` on ``graph`` (:data:`STAGE_US_PER_ITEM`)."""
+    return STAGE_US_PER_ITEM[stage] * (graph.num_nodes + graph.num_edges)
+
+
+def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: StageBudget) -> None:
     """Offer a multilevel (METIS, through pymetis) memory-repaired partition of the op graph onto
     the largest ``k`` devices, for every ``k`` from the fewest that hold the graph to all.
 
     The coarse min-cut candidates cut only between fusion clusters; a multilevel partition of the
     ops finds cuts inside them (recurrent and attention graphs). The first (fewest devices) and
-    the one onto all devices (what the ``metis`` placer returns) always run; the others only
-    while the wall-clock ``deadline`` (s) leaves room for one (:func:`stage_fits`). Skipped
-    without pymetis.
+    the one onto all devices (what the ``metis`` placer returns) always run; the others when the
+    work ``budget`` admits them. Skipped without pymetis.
     """
     from celeritas_core.partition import parts_needed
     from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
@@ -210,7 +223,8 @@ def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, d
     by_capacity = np.argsort(-capacity, kind="stable")
     first = max(2, parts_needed(units.memory_bytes, capacity))
     for k in range(first, cluster.num_devices + 1):
-        if first < k < cluster.num_devices and not stage_fits(graph, "multilevel", deadline):
+        if first < k < cluster.num_devices and not budget.allow(
+                f"multilevel/{k}", stage_estimate_us(graph, "multilevel")):
             continue
         device = metis_partition(units, cluster, np.sort(by_capacity[:k]))
         repair_memory(units, device, capacity)
@@ -267,47 +281,53 @@ def single_device_candidate(graph: Graph, cluster: Cluster, pool: CandidatePool)
              step_time_us=graph.total_time_us / float(cluster.speed[device]))
 
 
-def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float) -> None:
+def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
+                             budget: StageBudget) -> None:
     """Offer list schedules that use parallel work: the ``heft`` placer on the ops, the ``m-etf``
     and ``m-sct`` placers on Baechi's fused co-placement graph (their defaults) and ``m-etf`` on the
     ops, each with its default parameters.
 
-    Each runs only while the wall-clock ``deadline`` (s) leaves room for its estimated cost
-    (:func:`stage_fits`), so large graphs skip them.
+    Each runs when the work ``budget`` admits its estimated cost, so large graphs skip them.
     """
     from celeritas_core.placers.base import get_placer
 
     schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", {}), ("sct/fused", "m-sct", {}),
                  ("etf", "m-etf", {"fusion": False}))
     for name, placer, params in schedules:
-        if stage_fits(graph, name, deadline):
+        if budget.allow(name, stage_estimate_us(graph, name)):
             spec = get_placer(placer)
             pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
 
 
-def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, deadline: float,
-                  budget: int) -> dict[str, Any]:
-    """Offer ``pool`` its candidates that do not fit, best first, repaired by
-    :func:`peak_memory_repair` (moves off devices whose replayed peak exceeds their capacity),
-    until one fits or the ``budget`` (replayed ops, shared) or the wall-clock ``deadline``
-    (perf_counter, s) runs out. Returns the pool best's total excess (bytes, against ``cluster``,
-    i.e. the planning capacity) before and after, the moves kept, the starts repaired, the trial
-    replays and why the last repair stopped.
+def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: int,
+                  unit_rank: np.ndarray | None = None) -> dict[str, Any]:
+    """Offer ``pool`` its candidates that do not fit, repaired by :func:`peak_memory_repair`.
+
+    Starts go least excess first (then the faster replay), each with at most a quarter of
+    ``budget`` (replayed ops, shared); a start no faster than the best placement that fits so far
+    is skipped (a repair rarely speeds a placement up), so every candidate that could still win is
+    repaired, not only the best. ``unit_rank`` is the order along which the repair moves runs
+    of units. Returns the pool best's total excess (bytes, against ``cluster``, i.e. the planning
+    capacity) before and after, the moves kept, the starts repaired, the trial replays and why
+    the last repair stopped. No clock is read: the same input gives the same repair.
     """
     before = pool.best.excess_bytes
     report: dict[str, Any] = {"moves": 0, "starts": 0, "replays": 0, "stopped": "fits"}
     starts = {c.assignment.tobytes(): c for c in sorted(pool.candidates, key=lambda c: c.key)}
     for start in starts.values():
-        stats: dict[str, Any] = {}
+        fitting = [c.step_time_us for c in pool.candidates if c.fits]
         left = budget - report["replays"] * graph.num_nodes
-        repaired = peak_memory_repair(graph, cluster, start, deadline=deadline, budget=left,
-                                      replay_seconds=pool.replay_seconds, stats=stats)
+        if left < graph.num_nodes:
+            break
+        if start.fits or (fitting and start.step_time_us >= min(fitting)):
+            continue
+        stats: dict[str, Any] = {}
+        repaired = peak_memory_repair(graph, cluster, start, budget=min(left, budget // 4),
+                                      unit_rank=unit_rank, stats=stats)
         if repaired is not start:
             pool.add_candidate(repaired)
         report.update(moves=report["moves"] + stats["moves"], starts=report["starts"] + 1,
                       replays=report["replays"] + stats["replays"], stopped=stats["stopped"])
-        if repaired.fits or stats["stopped"] in ("budget", "deadline"):
-            break
     return {"excess_before_bytes": before, "excess_after_bytes": pool.best.excess_bytes, **report}
 
 
@@ -330,15 +350,23 @@ class CeleritasParams(FusionParams):
         True, "true: also try min-cut and multilevel partitions, list schedules and one device, keep "
         "the fastest replay and improve it by a critical-path search; false: the paper's Adjusting "
         "Placement alone")
+    work_seconds: float = param(
+        1.0, "refine: work budget (nominal seconds) of the optional stages (more multilevel "
+        "partitions and stage splits, list schedules, ranking the best candidates over several "
+        "dispatch orders): each stage's cost is estimated from the graph's size, never read off a "
+        "clock, so the same input gives the same placement on any machine and under any load",
+        minimum=0.0, maximum=3600.0)
     search_seconds: float = param(
-        1.0, "refine: wall-clock budget (s) of the whole placer after which the optional stages "
-        "(multilevel partitions, list schedules, critical-path search) stop; fusion, Adjusting "
-        "Placement, min-cut and its op-level refinement always run", minimum=0.0, maximum=3600.0)
+        60.0, "refine: wall-clock safety net (s): past it the optional stages and the critical-path "
+        "search stop early (extra.stages.cut_by_clock names them); fusion, the always-run candidates "
+        "and the memory repair never stop on a clock", minimum=0.0, maximum=86_400.0)
     search_budget: int = param(
-        300_000, "refine: work budget of the critical-path search in replayed ops (at most "
-        "ceil(budget / ops) replays), so results do not depend on machine speed; the peak-memory "
-        "repair, which runs first when the best candidate's replayed peak exceeds a device, has a "
-        "budget of its own of the same size", minimum=0, maximum=10**12)
+        1_200_000, "refine: work budget of the critical-path search in replayed ops (each trial "
+        "replays every op once per dispatch order it is judged on)", minimum=0, maximum=10**12)
+    repair_budget: int = param(
+        4_000_000, "refine: work budget in replayed ops of the peak-memory repair, which runs when "
+        "no candidate fits by its replayed peak (shared by the candidates it repairs)",
+        minimum=0, maximum=10**12)
 
 
 def _fused(graph: Graph, cluster: Cluster, params: FusionParams) -> tuple[Fusion, np.ndarray, dict[str, Any]]:
@@ -354,24 +382,56 @@ def _fused(graph: Graph, cluster: Cluster, params: FusionParams) -> tuple[Fusion
 def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
              params: CeleritasParams, started: float, extra: dict[str, Any]) -> np.ndarray:
     """The fastest replay among Adjusting Placement and the other candidates, repaired when none
-    fits and improved by the critical-path search, within the placer's time and work budgets."""
+    fits and improved by the critical-path search, within the placer's work budgets."""
+    budget = StageBudget(work_us=params.work_seconds * 1e6, deadline=started + params.search_seconds)
     pool = CandidatePool(graph, cluster)
     pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
     op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
     communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
     single_device_candidate(graph, cluster, pool)
-    deadline = started + params.search_seconds
-    multilevel_candidates(graph, cluster, pool, deadline)
-    list_schedule_candidates(graph, cluster, pool, deadline)
+    multilevel_candidates(graph, cluster, pool, budget)
+    plans = stage_candidates(graph, cluster, pool, budget)
+    list_schedule_candidates(graph, cluster, pool, budget)
     refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
-    budget = params.search_budget
     if graph.liveness is not None and not pool.best.fits:
-        extra["memory_repair"] = memory_repair(graph, cluster, pool, deadline, budget)
-    best = critical_path_search(graph, cluster, pool.best, deadline=deadline,
+        unit_rank = plans[0].seq.position if plans else None
+        extra["memory_repair"] = memory_repair(graph, cluster, pool, params.repair_budget, unit_rank)
+    start, start_replay = robust_start(graph, cluster, pool, budget)
+    search: dict[str, Any] = {}
+    best = critical_path_search(graph, cluster, start, deadline=budget.deadline,
                                 replay_seconds=pool.replay_seconds,
-                                max_replays=-(-budget // graph.num_nodes), start_replay=pool.best_replay())
-    extra.update(chosen=best.name, candidates=pool.summary())
+                                max_replays=-(-params.search_budget // graph.num_nodes),
+                                start_replay=start_replay, stats=search)
+    if search["stopped"] == "clock":
+        budget.cut.append("critical-path search")
+    extra.update(chosen=best.name, candidates=pool.summary(), search=search, stages=budget.report())
     return best.assignment
+
+
+#: How many of the pool's best candidates are ranked again by their mean step over the dispatch
+#: orders (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`) before the search starts.
+ROBUST_FINALISTS = 3
+
+
+def robust_start(graph: Graph, cluster: Cluster, pool: CandidatePool,
+                 budget: StageBudget) -> tuple[Candidate, SimulationResult | None]:
+    """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
+    then fastest), the one with the shortest mean step over the search's dispatch orders, when the
+    work ``budget`` admits those replays; else the pool's best. With its documented replay if known.
+    """
+    finalists = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
+    finalists = [c for c in finalists[:ROBUST_FINALISTS] if c.fits == finalists[0].fits]
+    replays = len(finalists) * len(ROBUST_DISPATCH)
+    if len(finalists) < 2 or not budget.allow("robust ranking", replays * REPLAY_US_PER_ITEM
+                                              * (graph.num_nodes + graph.num_edges)):
+        return pool.best, pool.best_replay()
+    scored = []
+    for candidate in finalists:
+        result = simulate(graph, cluster, candidate.assignment)
+        mean = robust_step_us(graph, cluster, candidate.assignment, result)
+        scored.append(((candidate.excess_bytes, mean), candidate, result))
+    _, best, result = min(scored, key=lambda s: s[0])
+    return best, result
 
 
 def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) -> PlacerOutput:

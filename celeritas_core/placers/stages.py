@@ -1,0 +1,541 @@
+"""Pipeline-stage placements: a training step cut into K contiguous stages, one per device.
+
+A model too large for one device is most often split the way pipeline-parallel training splits it:
+the layers in forward order are cut into K contiguous *stages*, and every backward and optimizer op
+goes with the forward layer it differentiates or updates, so each activation kept for the
+backward pass stays on the device that made it and only the tensors at the K − 1 cuts cross
+devices. What decides whether such a split fits is the liveness-aware peak of each stage, not its
+summed bytes: the first stages hold their activations longest.
+
+1. **Pipeline order** (:func:`pipeline_sequences`). Placement units (co-location groups contracted,
+   :func:`~celeritas_core.colocation.placement_units`) are ordered by a *layer coordinate* derived
+   from the graph's structure alone (no op names): the *turning point* is the op on a longest path
+   (in ops) that is comparable, as ancestor or descendant, with the most ops (the loss of a training
+   step); the forward ops are its ancestors, each at its as-late-as-possible position before it
+   (so a variable read sits with the layer that uses it). Every other op takes the latest forward
+   position among the computed (not source) forward tensors it reads, the activation whose
+   gradient it computes; without one, the earliest position among its backward inputs (the
+   gradient it refines); a co-location group takes its members' latest. A graph without such pairs
+   (no forward tensor read after the turning point: inference) gets no paired order. A second
+   order is the plain topological one (an inference pipeline).
+2. **Stage memory** (:class:`StageMemory`). The graph is replayed once on one device and every
+   buffer is charged to the op that owns it (:func:`~celeritas_core.memory.owned_intervals`); a
+   stage's estimated peak is the peak over time of the sum of its units' buffers plus their
+   persistent bytes. Sliding a window along the pipeline order with a segment tree over time
+   gives, for every start, the longest run of units whose estimated peak fits a device:
+   O((ops + edges) log ops) per device capacity.
+3. **Cuts** (:func:`split`): a dynamic program over the positions picks the K − 1 cuts that
+   minimise the summed transfer time (µs) of the tensors spanning each cut, every stage fitting its
+   device (Kernighan's sequential partition with a memory window; PipeDream's and Alpa's stage
+   programs balance time instead, which matters for pipelined micro-batches, not for one step).
+   Where no split fits, the capacities are scaled up by the least factor that admits one
+   (best effort; the caller repairs). Received copies are not in the estimate, so each stage is
+   replayed and a stage whose replayed peak exceeds its device gets its capacity lowered by the
+   ratio before the cuts are chosen again (:func:`stage_candidates`).
+
+References: B. W. Kernighan, "Optimal sequential partitions of graphs", JACM 18(1), 1971;
+D. Narayanan et al., "PipeDream: generalized pipeline parallelism for DNN training", SOSP 2019;
+L. Zheng et al., "Alpa: automating inter- and intra-operator parallelism", OSDI 2022. Units: µs
+and bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celeritas_core.budget import StageBudget
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import placement_units
+from celeritas_core.dagloops import bottom_levels
+from celeritas_core.graph import Graph
+from celeritas_core.jit import jit
+from celeritas_core.local_search import CandidatePool
+from celeritas_core.memory import memory_profile, owned_intervals
+from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.simulator import simulate
+
+#: Rounds of "replay, lower the capacity of the stages that overflowed, cut again" per K.
+CALIBRATION_ROUNDS = 3
+#: Estimated cost of one order's split onto one device count (its cut search and up to three
+#: replays with their memory profiles), in µs per op plus edge, measured on the 2-core build
+#: machine on real Keras training steps (8–30k ops) and a 36k-op synthetic one.
+STAGE_US_PER_SPLIT = 3.0
+
+
+# ---------------------------------------------------------------------------- pipeline order
+@dataclass(frozen=True, eq=False)
+class UnitSequence:
+    """Placement units in pipeline order: ``sequence`` lists unit ids, ``position`` inverts it."""
+
+    name: str
+    unit_of: np.ndarray
+    sequence: np.ndarray
+    position: np.ndarray
+
+    @classmethod
+    def by_key(cls, name: str, unit_of: np.ndarray, unit_key: np.ndarray, tie: np.ndarray) -> UnitSequence:
+        """Units sorted by ``unit_key``, then ``tie``."""
+        sequence = np.lexsort((tie, unit_key)).astype(np.int64)
+        position = np.empty(len(sequence), dtype=np.int64)
+        position[sequence] = np.arange(len(sequence))
+        return cls(name, unit_of, sequence, position)
+
+    @property
+    def num_units(self) -> int:
+        """Number of units."""
+        return len(self.sequence)
+
+    def assignment(self, cuts: np.ndarray, devices: np.ndarray) -> np.ndarray:
+        """Device per op when positions ``[cuts[k-1], cuts[k])`` go to ``devices[k]``."""
+        stage = np.searchsorted(cuts, self.position, side="right")
+        return devices[stage][self.unit_of]
+
+
+def pipeline_sequences(graph: Graph) -> list[UnitSequence]:
+    """The orders stages are cut along: ``paired`` (forward layers with their gradients, when the
+    graph is a training step) and ``topo`` (topological order). See the module docstring.
+
+    Examples
+    --------
+    >>> from celeritas_core.synthetic import small_training_graph
+    >>> [s.name for s in pipeline_sequences(small_training_graph(0))]
+    ['paired', 'topo']
+    """
+    unit_of = placement_units(graph)
+    num_units = int(unit_of.max(initial=-1)) + 1
+    first_rank = np.full(num_units, graph.num_nodes, dtype=np.int64)
+    np.minimum.at(first_rank, unit_of, graph.topological_rank)
+    out = []
+    coordinate = layer_coordinate(graph)
+    if coordinate is not None:
+        unit_x = np.full(num_units, -1.0)
+        np.maximum.at(unit_x, unit_of, coordinate)
+        out.append(UnitSequence.by_key("paired", unit_of, unit_x, first_rank))
+    out.append(UnitSequence.by_key("topo", unit_of, first_rank, np.arange(num_units)))
+    return out
+
+
+def layer_coordinate(graph: Graph) -> np.ndarray | None:
+    """Per op, the forward position (ops before the turning point, as late as possible) it belongs
+    to; -1 where nothing says. None when no forward tensor is read after the turning point (not a
+    training step)."""
+    if graph.num_nodes < 3 or graph.num_edges == 0:
+        return None
+    order = graph.topological_order
+    ones, no_comm = np.ones(graph.num_nodes), np.zeros(graph.num_edges)
+    to_sink = bottom_levels(order, graph.succ_ptr, graph.succ_idx, graph.succ_edge, ones, no_comm)
+    path = _longest_path(int(np.argmax(to_sink)), to_sink, graph.succ_ptr, graph.succ_idx)
+    turn = int(path[int(np.argmax(_cut_widths(path, graph)))])
+    forward = _ancestors(turn, graph.pred_ptr, graph.pred_idx)
+    forward[turn] = True
+    read_later = forward[graph.edge_src] & ~forward[graph.edge_dst] & (graph.edge_src != turn)
+    if not read_later.any():
+        return None
+    return _coordinates(order, turn, forward, graph.in_degree, graph.succ_ptr, graph.succ_idx,
+                        graph.pred_ptr, graph.pred_idx)
+
+
+def _cut_widths(path: np.ndarray, graph: Graph) -> np.ndarray:
+    """Per op ``p`` of ``path``: the number of edges from ``p`` or its ancestors to its descendants.
+
+    In a training step every activation kept for the backward pass crosses the loss this way, so
+    the widest cut is at the loss. An edge ``u → v`` counts from the first path op that has ``u``
+    as ancestor (or is ``u``) to the last that has ``v`` as descendant."""
+    first_above = _first_reached(path, graph.pred_ptr, graph.pred_idx)
+    last_below = len(path) - 1 - _first_reached(path[::-1], graph.succ_ptr, graph.succ_idx)
+    begin, end = first_above[graph.edge_src], last_below[graph.edge_dst]
+    counted = end >= begin
+    diff = np.zeros(len(path) + 1)
+    np.add.at(diff, begin[counted], 1.0)
+    np.add.at(diff, end[counted] + 1, -1.0)
+    return np.cumsum(diff)[:-1]
+
+
+@jit
+def _longest_path(start: int, to_sink: np.ndarray, succ_ptr: np.ndarray, succ_idx: np.ndarray) -> np.ndarray:
+    """A longest path (in ops) from ``start``: each step takes the first successor one level lower
+    (``to_sink``: ops on the longest path to a sink, itself included)."""
+    path = np.empty(int(to_sink[start]) + 1, dtype=np.int64)
+    length, u = 0, start
+    while True:
+        path[length] = u
+        length += 1
+        nxt = -1
+        for k in range(succ_ptr[u], succ_ptr[u + 1]):
+            if to_sink[succ_idx[k]] == to_sink[u] - 1:
+                nxt = succ_idx[k]
+                break
+        if nxt < 0:
+            return path[:length]
+        u = nxt
+
+
+@jit
+def _first_reached(path: np.ndarray, ptr: np.ndarray, nbr: np.ndarray) -> np.ndarray:
+    """Per op, the first index ``j`` such that it is ``path[j]`` or reached from it through
+    ``ptr``/``nbr`` (predecessors: ancestors; successors: descendants); ``len(path)`` if never.
+    Each ``path[j]`` reaches ``path[j + 1]``'s way, so one incremental search: O(ops + edges)."""
+    n = len(ptr) - 1
+    first = np.full(n, len(path), dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    for j in range(len(path)):
+        if first[path[j]] < len(path):
+            continue
+        first[path[j]] = j
+        stack[0], top = path[j], 1
+        while top > 0:
+            top -= 1
+            u = stack[top]
+            for k in range(ptr[u], ptr[u + 1]):
+                w = nbr[k]
+                if first[w] == len(path):
+                    first[w] = j
+                    stack[top] = w
+                    top += 1
+    return first
+
+
+@jit
+def _ancestors(v: int, pred_ptr: np.ndarray, pred_idx: np.ndarray) -> np.ndarray:
+    """True for every ancestor of ``v`` (not ``v`` itself)."""
+    n = len(pred_ptr) - 1
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    stack[0], top = v, 1
+    while top > 0:
+        top -= 1
+        u = stack[top]
+        for k in range(pred_ptr[u], pred_ptr[u + 1]):
+            w = pred_idx[k]
+            if not seen[w]:
+                seen[w] = True
+                stack[top] = w
+                top += 1
+    return seen
+
+
+@jit
+def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: np.ndarray,
+                 succ_ptr: np.ndarray, succ_idx: np.ndarray, pred_ptr: np.ndarray,
+                 pred_idx: np.ndarray) -> np.ndarray:
+    """Forward ops: their latest position before ``turn`` (longest path to it, counted back);
+    other ops: the latest computed forward input, else the earliest backward input; -1 if none."""
+    n = len(order)
+    dist = np.zeros(n)
+    for j in range(n - 1, -1, -1):
+        u = order[j]
+        if forward[u] and u != turn:
+            best = 0.0
+            for k in range(succ_ptr[u], succ_ptr[u + 1]):
+                s = succ_idx[k]
+                if forward[s] and dist[s] + 1.0 > best:
+                    best = dist[s] + 1.0
+            dist[u] = best
+    top = dist.max()
+    x = np.full(n, -1.0)
+    for j in range(n):
+        u = order[j]
+        if forward[u]:
+            x[u] = top - dist[u]
+            continue
+        latest_forward, earliest_backward = -1.0, np.inf
+        for k in range(pred_ptr[u], pred_ptr[u + 1]):
+            w = pred_idx[k]
+            if forward[w]:
+                if in_degree[w] > 0 and x[w] > latest_forward:
+                    latest_forward = x[w]
+            elif 0.0 <= x[w] < earliest_backward:
+                earliest_backward = x[w]
+        if latest_forward >= 0.0:
+            x[u] = latest_forward
+        elif earliest_backward < np.inf:
+            x[u] = earliest_backward
+    return x
+
+
+# ---------------------------------------------------------------------------- stage memory
+@dataclass(frozen=True, eq=False)
+class StageMemory:
+    """Each unit's buffers in pipeline order, from one replay on one device (see module docstring):
+    unit ``sequence[i]``'s intervals are ``lo/hi/size[ptr[i]:ptr[i + 1]]`` (index ranges over the
+    replay's distinct event times), its persistent bytes ``static[i]``."""
+
+    ptr: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    size: np.ndarray
+    static: np.ndarray
+    num_points: int
+
+    @classmethod
+    def build(cls, graph: Graph, seq: UnitSequence) -> StageMemory:
+        """Replay ``graph`` on one device and charge every buffer to its unit."""
+        one = np.zeros(graph.num_nodes, dtype=np.int64)
+        owned = owned_intervals(graph, simulate(graph, Cluster.homogeneous(1, 1.0), one))
+        keep = owned.size_bytes > 0
+        start, end = owned.start_us[keep], owned.end_us[keep]
+        points = np.unique(np.concatenate([start, end]))
+        lo = np.searchsorted(points, start)
+        hi = np.maximum(np.searchsorted(points, end), lo + 1)
+        where = seq.position[seq.unit_of[owned.owner[keep]]]
+        by_unit = np.argsort(where, kind="stable")
+        ptr = np.zeros(seq.num_units + 1, dtype=np.int64)
+        np.cumsum(np.bincount(where, minlength=seq.num_units), out=ptr[1:])
+        static = np.bincount(seq.position[seq.unit_of], weights=owned.static_bytes, minlength=seq.num_units)
+        return cls(ptr, lo[by_unit].astype(np.int64), hi[by_unit].astype(np.int64),
+                   owned.size_bytes[keep][by_unit], static.astype(np.float64), max(len(points), 1))
+
+    def window_ends(self, capacity: float) -> np.ndarray:
+        """Per start position ``a``, the largest ``e`` such that units ``a..e-1`` fit ``capacity``
+        (bytes) by the estimate; ``e == a`` when unit ``a`` alone does not. Non-decreasing."""
+        return _window_ends(self.ptr, self.lo, self.hi, self.size, self.static, float(capacity),
+                            self.num_points)
+
+    def peak(self, begin: int, end: int) -> float:
+        """Estimated peak (bytes) of the units at positions ``begin..end-1``."""
+        usage = np.zeros(self.num_points + 1)
+        span = slice(self.ptr[begin], self.ptr[end])
+        np.add.at(usage, self.lo[span], self.size[span])
+        np.add.at(usage, self.hi[span], -self.size[span])
+        return float(self.static[begin:end].sum() + np.cumsum(usage).max(initial=0.0))
+
+
+@jit
+def _window_ends(ptr: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: np.ndarray, static: np.ndarray,
+                 capacity: float, num_points: int) -> np.ndarray:
+    """Two pointers over the units; a segment tree over time keeps the window's usage (range add,
+    global max), so each unit enters and leaves it once."""
+    num_units = len(static)
+    leaves = 1
+    while leaves < num_points:
+        leaves *= 2
+    tree, lazy = np.zeros(2 * leaves), np.zeros(2 * leaves)
+    ends = np.empty(num_units, dtype=np.int64)
+    limit = capacity * (1.0 + 1e-12)
+    e, held = 0, 0.0
+    for a in range(num_units):
+        if e < a:
+            e = a
+        while e < num_units:
+            for k in range(ptr[e], ptr[e + 1]):
+                _range_add(tree, lazy, leaves, lo[k], hi[k], size[k])
+            if held + static[e] + tree[1] > limit:
+                for k in range(ptr[e], ptr[e + 1]):
+                    _range_add(tree, lazy, leaves, lo[k], hi[k], -size[k])
+                break
+            held += static[e]
+            e += 1
+        ends[a] = e
+        if e > a:
+            for k in range(ptr[a], ptr[a + 1]):
+                _range_add(tree, lazy, leaves, lo[k], hi[k], -size[k])
+            held -= static[a]
+    return ends
+
+
+@jit
+def _range_add(tree: np.ndarray, lazy: np.ndarray, leaves: int, lo: int, hi: int, value: float) -> None:
+    """Add ``value`` to points ``lo..hi-1``; ``tree[1]`` stays the maximum over all points."""
+    left, right = lo + leaves, hi + leaves
+    first, last = left, right - 1
+    while left < right:
+        if left & 1:
+            tree[left] += value
+            lazy[left] += value
+            left += 1
+        if right & 1:
+            right -= 1
+            tree[right] += value
+            lazy[right] += value
+        left >>= 1
+        right >>= 1
+    for node in (first, last):
+        node >>= 1
+        while node >= 1:
+            tree[node] = max(tree[2 * node], tree[2 * node + 1]) + lazy[node]
+            node >>= 1
+
+
+# ---------------------------------------------------------------------------- cuts
+def boundary_costs(graph: Graph, cluster: Cluster, seq: UnitSequence) -> np.ndarray:
+    """``cost[c]``: transfer time (µs) of the tensors whose producer and consumers span the cut
+    before position ``c`` (``c`` = 0..units; the ends cost 0)."""
+    tensors = graph.tensors
+    lo = seq.position[seq.unit_of[tensors.producer]].copy()
+    hi = lo.copy()
+    at_consumer = seq.position[seq.unit_of[graph.edge_dst]]
+    np.minimum.at(lo, tensors.edge_tensor, at_consumer)
+    np.maximum.at(hi, tensors.edge_tensor, at_consumer)
+    weight = np.asarray(cluster.comm_time_us(tensors.nbytes), dtype=np.float64)
+    diff = np.zeros(seq.num_units + 2)
+    np.add.at(diff, lo + 1, weight)
+    np.add.at(diff, hi + 1, -weight)
+    return np.cumsum(diff)[:seq.num_units + 1]
+
+
+def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
+    """The cuts ``0 < c_1 < … < c_{K-1} < units`` minimising ``Σ cost[c_k]`` such that stage ``k``
+    (positions ``c_k..c_{k+1}-1``) ends by ``ends[k, c_k]``; None when no split fits.
+
+    ``ends`` is K × units (:meth:`StageMemory.window_ends` for stage k's device), ``cost`` has
+    units + 1 entries (:func:`boundary_costs`).
+
+    Examples
+    --------
+    >>> ends = np.array([[2, 2, 3, 4], [2, 2, 3, 4]])   # at most two units per stage
+    >>> split(ends, np.array([0.0, 5.0, 1.0, 5.0, 0.0])).tolist()
+    [2]
+    """
+    cuts = _split(np.ascontiguousarray(ends, dtype=np.int64), np.asarray(cost, dtype=np.float64))
+    return None if len(cuts) and cuts[0] < 0 else cuts
+
+
+@jit
+def _split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """:func:`split` by a sliding-window minimum per stage: O(K · units)."""
+    stages, units = ends.shape
+    best = np.full(units + 1, np.inf)
+    for c in range(1, ends[0, 0] + 1):
+        best[c] = 0.0
+    parent = np.full((stages, units + 1), -1, dtype=np.int64)
+    window = np.empty(units + 1, dtype=np.int64)
+    for k in range(1, stages):
+        current = np.full(units + 1, np.inf)
+        head, tail = 0, 0
+        for c in range(1, units + 1):
+            a = c - 1
+            if best[a] < np.inf:
+                value = best[a] + cost[a]
+                while tail > head and best[window[tail - 1]] + cost[window[tail - 1]] >= value:
+                    tail -= 1
+                window[tail] = a
+                tail += 1
+            while tail > head and ends[k, window[head]] < c:
+                head += 1
+            if tail > head:
+                current[c] = best[window[head]] + cost[window[head]]
+                parent[k, c] = window[head]
+        best = current
+    if best[units] == np.inf:
+        return np.full(max(stages - 1, 1), -1, dtype=np.int64)
+    cuts = np.empty(stages - 1, dtype=np.int64)
+    c = units
+    for k in range(stages - 1, 0, -1):
+        c = parent[k, c]
+        cuts[k - 1] = c
+    return cuts
+
+
+# ---------------------------------------------------------------------------- candidates
+@dataclass(frozen=True, eq=False)
+class StagePlan:
+    """One order's data for cutting stages: the order, its stage memory and cut costs."""
+
+    seq: UnitSequence
+    memory: StageMemory
+    cost: np.ndarray
+
+    @classmethod
+    def build(cls, graph: Graph, cluster: Cluster, seq: UnitSequence) -> StagePlan:
+        """The plan of ``seq`` on ``graph`` and ``cluster``'s transfer model."""
+        return cls(seq, StageMemory.build(graph, seq), boundary_costs(graph, cluster, seq))
+
+    def cuts(self, capacity: np.ndarray) -> np.ndarray | None:
+        """Cuts for stages whose devices have ``capacity`` (bytes each, in stage order)."""
+        by_value = {float(c): self.memory.window_ends(c) for c in np.unique(capacity)}
+        return split(np.stack([by_value[float(c)] for c in capacity]), self.cost)
+
+    def best_effort_cuts(self, capacity: np.ndarray) -> np.ndarray:
+        """Cuts at the least common scale-up of ``capacity`` (bisection, 20 steps) that admits a
+        split: what fits when nothing does."""
+        whole = self.memory.peak(0, self.seq.num_units)
+        low, high = 1.0, max(2.0, 2.0 * whole / float(capacity.min()))
+        found = self.cuts(capacity * high)
+        if found is None:  # one unit overflows even a whole device's share: equal runs
+            units = self.seq.num_units
+            return (np.arange(1, len(capacity)) * units // len(capacity)).astype(np.int64)
+        for _ in range(20):
+            middle = 0.5 * (low + high)
+            trial = self.cuts(capacity * middle)
+            if trial is None:
+                low = middle
+            else:
+                high, found = middle, trial
+        return found
+
+
+def stage_devices(cluster: Cluster, k: int) -> np.ndarray:
+    """The ``k`` devices with the most memory (lowest index first on ties), in index order."""
+    return np.sort(np.argsort(-cluster.memory_bytes, kind="stable")[:k])
+
+
+def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
+                     budget: StageBudget | None = None) -> list[StagePlan]:
+    """Offer ``pool`` the stage splits of every pipeline order onto K = 2 … devices stages.
+
+    Each split is replayed; while a stage's replayed peak exceeds its device, its capacity is
+    lowered by that ratio and the cuts are chosen again (at most :data:`CALIBRATION_ROUNDS`
+    rounds). With a work ``budget`` only the first order's split onto the fewest devices it fits
+    (by the estimate; all devices when it fits none) always runs, the others when the budget
+    admits them (:data:`STAGE_US_PER_SPLIT` µs per op plus edge each). Returns the orders' plans,
+    the paired one first when the graph has it.
+    """
+    plans: list[StagePlan] = []
+    if cluster.num_devices < 2 or graph.num_nodes < 2:
+        return plans
+    estimate = STAGE_US_PER_SPLIT * (graph.num_nodes + graph.num_edges)
+    for i, seq in enumerate(pipeline_sequences(graph)):
+        plan = StagePlan.build(graph, cluster, seq)
+        plans.append(plan)
+        counts = range(2, cluster.num_devices + 1)
+        fits = (k for k in counts if plan.cuts(cluster.memory_bytes[stage_devices(cluster, k)]) is not None)
+        first = next(fits, cluster.num_devices)
+        for k in counts:
+            always = i == 0 and k == first
+            if budget is None or always or budget.allow(f"stages/{seq.name}/{k}", estimate):
+                offer_split(graph, cluster, pool, plan, k)
+    return plans
+
+
+def offer_split(graph: Graph, cluster: Cluster, pool: CandidatePool, plan: StagePlan, k: int) -> int:
+    """Offer ``pool`` the split of ``plan`` into ``k`` stages, calibrated by replays (see
+    :func:`stage_candidates`); returns the number of replays made."""
+    devices = stage_devices(cluster, k)
+    capacity = cluster.memory_bytes[devices].astype(np.float64)
+    planned = capacity.copy()
+    replays = 0
+    for round_ in range(CALIBRATION_ROUNDS):
+        cuts = plan.cuts(planned)
+        if cuts is None:
+            cuts = plan.best_effort_cuts(planned)
+        assignment = plan.seq.assignment(cuts, devices)
+        result = simulate(graph, cluster, assignment)
+        peak = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes[devices]
+        pool.add(f"stages/{plan.seq.name}/{k}" + (f"#{round_ + 1}" if round_ else ""), assignment,
+                 result=result)
+        replays += 1
+        over = peak > capacity
+        if not over.any():
+            break
+        planned = np.where(over, planned * capacity / np.maximum(peak, 1.0), planned)
+    return replays
+
+
+# ---------------------------------------------------------------------------- the placer
+def stages_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
+    """The fastest replayed stage split that fits (else the one with the least excess), or every
+    op on device 0 when that is faster."""
+    pool = CandidatePool(graph, cluster)
+    pool.add("single/0", np.zeros(graph.num_nodes, dtype=np.int64))
+    stage_candidates(graph, cluster, pool)
+    best = pool.best
+    return PlacerOutput(assignment=best.assignment, extra={"chosen": best.name, "candidates": pool.summary()})
+
+
+register_placer(PlacerSpec(
+    "stages", stages_placer,
+    "pipeline stages: the layers in forward order cut into contiguous stages, each gradient and "
+    "optimizer op with its layer, cuts by a dynamic program under each stage's liveness-aware peak",
+))
