@@ -134,7 +134,7 @@ class Comparison:
     def table(self) -> str:
         """A one-screen text table of the rows, best placement marked with ``*``; ``other orders``
         is the median step under the other dispatch orders relative to the step time."""
-        head = (f"{'placer':<13} {'step time':>12} {'other orders':>12} {'vs single':>10} {'vs bound':>10} "
+        head = (f"{'placer':<13} {'step time':>12} {'other orders':>13} {'vs single':>10} {'vs bound':>10} "
                 f"{'placed in':>10} {'peak memory':>12} {'peak %':>7}  OOM")
         lines = [head, "-" * len(head)]
         for row in self.rows():
@@ -142,7 +142,7 @@ class Comparison:
             oom = row["oom_devices"] if row["oom"] else "no"
             lines.append(
                 f"{row['placer']:<12}{mark} {format_us(row['step_time_us']):>12} "
-                f"{format_change(row['other_orders_ratio']):>12} "
+                f"{format_change(row['other_orders_ratio']):>13} "
                 f"{row['speedup_vs_single']:>9.2f}x {row['gap_to_lower_bound'] * 100:>+9.1f}% "
                 f"{row['placement_seconds']:>9.3f}s {format_bytes(row['peak_memory_bytes']):>12} "
                 f"{row['peak_memory_fraction'] * 100:>6.1f}%  {oom}")
