@@ -20,12 +20,18 @@ from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
 from celeritas_core.placement import Placement
-from celeritas_core.units import format_bytes, format_us
+from celeritas_core.units import format_bytes, format_change, format_us
+
+if typing.TYPE_CHECKING:  # the simulator loads Numba: only when a command (or the parser) needs it
+    from celeritas_core.simulator import DispatchSpread
 
 
 # ---------------------------------------------------------------------------- reports
-def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
+def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str | None = None) -> str:
+    """The one-screen report of ``place`` and ``simulate``; ``dispatch`` names the replay's
+    dispatch order when it is not the documented one."""
     from celeritas_core.levels import ccr
+    from celeritas_core.simulator import DOCUMENTED_DISPATCH
 
     lines = []
     mem_set = sorted({format_bytes(m) for m in cluster.memory_bytes})
@@ -39,6 +45,9 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement) -> str:
                  f"placed in {placement.placement_seconds:.3f} s")
     lines.append("")
     lines.append(f"step time (simulated)  {format_us(placement.predicted_step_time_us):>12}")
+    if dispatch is not None:
+        lines.append(f"dispatch order         {dispatch:>12}   breaks ties between ready ops (documented: "
+                     f"{DOCUMENTED_DISPATCH})")
     lines.append(f"single device          {format_us(placement.single_device_time_us):>12}   "
                  f"speed-up {placement.speedup_vs_single:.2f}x")
     lines.append(f"lower bound            {format_us(placement.lower_bound_us):>12}   "
@@ -107,7 +116,9 @@ def _cmd_place(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from celeritas_core.formats import load_graph, placement_from_json, read_json
     from celeritas_core.placers import evaluate_placement
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DOCUMENTED_DISPATCH, dispatch_spread
 
+    dispatch = _check_dispatch_flag(args.dispatch)
     check_cluster_flags(args)
     graph = load_graph(args.graph)
     doc = read_json(args.placement)  # parsed once: a million-op placement is tens of MB
@@ -126,9 +137,49 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         placed = placement_from_json(doc, graph, cluster)
     except CeleritasInputError as exc:
         raise exc.with_source(args.placement) from None
-    placement = evaluate_placement(graph, cluster, placed)
-    print(_summary(graph, cluster, placement))
+    every = dispatch == _ALL_DISPATCH
+    replayed = DOCUMENTED_DISPATCH if every else dispatch
+    placement = evaluate_placement(graph, cluster, placed, dispatch=replayed)
+    print(_summary(graph, cluster, placement, None if replayed == DOCUMENTED_DISPATCH else replayed))
+    if every:
+        spread = dispatch_spread(graph, cluster, placement.assignment, ALTERNATIVE_DISPATCH,
+                                 documented_us=placement.predicted_step_time_us)
+        print()
+        print(_dispatch_table(spread))
     return 0
+
+
+#: ``simulate --dispatch all``: the documented order and every alternative.
+_ALL_DISPATCH = "all"
+
+
+def _check_dispatch_flag(value: str) -> str:
+    """``--dispatch``'s value if it names an order or ``all``, else a one-line input error."""
+    from celeritas_core.simulator import DOCUMENTED_DISPATCH, check_dispatch
+
+    if value == _ALL_DISPATCH:
+        return value
+    try:
+        return check_dispatch(value)
+    except CeleritasInputError:
+        raise CeleritasInputError(f"--dispatch: unknown dispatch order {value!r} (known: "
+                                  f"{DOCUMENTED_DISPATCH}, fifo, random:N with N a non-negative integer, "
+                                  f"{_ALL_DISPATCH})") from None
+
+
+def _dispatch_table(spread: DispatchSpread) -> str:
+    """The step under the documented dispatch order and each other one, and the others' median."""
+    from celeritas_core.simulator import DOCUMENTED_DISPATCH
+
+    def change(step: float) -> str:
+        return "" if spread.documented_us == 0 else f"   {format_change(step / spread.documented_us):>6}"
+
+    lines = [f"{'dispatch order':<22} {'step time':>12}",
+             f"{DOCUMENTED_DISPATCH + ' (documented)':<22} {format_us(spread.documented_us):>12}"]
+    lines += [f"{name:<22} {format_us(step):>12}{change(step)}" for name, step in spread.steps_us]
+    lines.append(f"{'median of the others':<22} {format_us(spread.median_us):>12}{change(spread.median_us)}"
+                 f"   (min {format_us(spread.min_us)}, max {format_us(spread.max_us)})")
+    return "\n".join(lines)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -371,6 +422,8 @@ def _add_headroom(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_simulate(sub: typing.Any) -> None:
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DOCUMENTED_DISPATCH
+
     s = sub.add_parser("simulate", help="replay a placement in the simulator",
                        description="Replay PLACEMENT of GRAPH in the event-driven simulator "
                                    "(docs/simulator.md) and print the summary. Without cluster "
@@ -379,6 +432,12 @@ def _add_simulate(sub: typing.Any) -> None:
     s.add_argument("graph", metavar="GRAPH", help=_GRAPH_HELP)
     s.add_argument("placement", metavar="PLACEMENT", help="placement JSON (celeritas-placement/1)")
     add_cluster_args(s)
+    s.add_argument("--dispatch", default=DOCUMENTED_DISPATCH, metavar="NAME",
+                   help="the order that breaks ties between ready ops (docs/simulator.md, \"Dispatch "
+                        f"orders\"): {DOCUMENTED_DISPATCH} (default, the documented one), fifo or "
+                        f"random:N (N >= 0); {_ALL_DISPATCH} prints the summary under "
+                        f"{DOCUMENTED_DISPATCH}, then the step under it and under each of "
+                        f"{', '.join(ALTERNATIVE_DISPATCH)}")
     s.set_defaults(func=_cmd_simulate)
 
 
@@ -403,7 +462,9 @@ def _add_compare(sub: typing.Any) -> None:
     c = sub.add_parser("compare", help="run several placers on one graph and rank them",
                        description="Run placers on GRAPH, replay each in the simulator and print a "
                                    "table (step time, speed-up vs one device, gap to the lower bound, "
-                                   "placement seconds, peak memory, OOM). Writes compare.json, "
+                                   "placement seconds, peak memory, OOM, and 'other orders': the "
+                                   "median step under the other dispatch orders relative to the "
+                                   "step time, docs/simulator.md). Writes compare.json, "
                                    "compare.csv, gantt.png (the best placement) and memory.png "
                                    "(every placer) to --out-dir. The best placement is the fastest "
                                    "one without OOM.")

@@ -2,8 +2,11 @@
 
 The comparison answers "which placement should I run, and what does it cost me to find it?":
 per placer the simulated step time (µs), speed-up over one device, gap to the lower bound,
-placement seconds, peak device memory (bytes and fraction of capacity) and OOM. The *best*
-placement is the fastest one that fits in memory (the fastest overall when none fits).
+placement seconds, peak device memory (bytes and fraction of capacity) and OOM, and the step under
+the other dispatch orders (:data:`~celeritas_core.simulator.ALTERNATIVE_DISPATCH`: the median's
+ratio to the predicted step says how much of the prediction rests on the simulator's tie-breaks,
+which the runtime does not follow). The *best* placement is the fastest one that fits in memory
+(the fastest overall when none fits).
 Formats written: ``celeritas-compare/1`` JSON (:func:`celeritas_core.formats.compare_to_json`) and a
 CSV with the same rows (docs/formats.md).
 """
@@ -23,7 +26,8 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement
-from celeritas_core.units import format_bytes, format_us
+from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DispatchSpread, dispatch_spread
+from celeritas_core.units import format_bytes, format_change, format_us
 
 #: Placers run by ``celeritas compare`` when none are named: every baseline and Celeritas.
 DEFAULT_PLACERS = ("single", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "celeritas")
@@ -35,16 +39,33 @@ ProgressFn = Callable[[int, int, str], None]
 CSV_COLUMNS = (
     "placer", "step_time_us", "speedup_vs_single", "gap_to_lower_bound", "placement_seconds",
     "peak_memory_bytes", "peak_memory_fraction", "oom", "oom_devices", "coarse_nodes", "best",
+    "other_orders_median_us", "other_orders_min_us", "other_orders_max_us", "other_orders_ratio",
 )
 
 
 @dataclass(eq=False)
 class Comparison:
-    """Evaluated placements of one graph on one cluster, in the order the placers ran."""
+    """Evaluated placements of one graph on one cluster, in the order the placers ran.
+
+    ``other_orders[i]`` is ``placements[i]``'s step (µs) replayed under each other dispatch order
+    (:func:`~celeritas_core.simulator.dispatch_spread`).
+    """
 
     graph: Graph
     cluster: Cluster
     placements: list[Placement]
+    other_orders: tuple[DispatchSpread, ...]
+
+    def __post_init__(self) -> None:
+        self.other_orders = tuple(self.other_orders)
+        if len(self.other_orders) != len(self.placements):
+            raise ValueError(f"{len(self.other_orders)} dispatch spreads for "
+                             f"{len(self.placements)} placements")
+
+    @property
+    def other_order_names(self) -> tuple[str, ...]:
+        """The dispatch orders each placement was replayed under besides the documented one."""
+        return tuple(name for name, _ in self.other_orders[0].steps_us) if self.other_orders else ()
 
     @property
     def single_device_time_us(self) -> float:
@@ -79,7 +100,7 @@ class Comparison:
         """One flat row per placer (the CSV columns), in run order."""
         best = self.best_index
         out = []
-        for i, p in enumerate(self.placements):
+        for i, (p, spread) in enumerate(zip(self.placements, self.other_orders, strict=True)):
             peaks = p.device_peak_memory_bytes
             peak = int(np.argmax(peaks / p.device_capacity_bytes))
             out.append({
@@ -94,6 +115,10 @@ class Comparison:
                 "oom_devices": " ".join(p.oom_devices),
                 "coarse_nodes": p.coarse_nodes,
                 "best": i == best,
+                "other_orders_median_us": spread.median_us,
+                "other_orders_min_us": spread.min_us,
+                "other_orders_max_us": spread.max_us,
+                "other_orders_ratio": spread.ratio,
             })
         return out
 
@@ -107,8 +132,9 @@ class Comparison:
         return buf.getvalue()
 
     def table(self) -> str:
-        """A one-screen text table of the rows, best placement marked with ``*``."""
-        head = (f"{'placer':<13} {'step time':>12} {'vs single':>10} {'vs bound':>10} "
+        """A one-screen text table of the rows, best placement marked with ``*``; ``other orders``
+        is the median step under the other dispatch orders relative to the step time."""
+        head = (f"{'placer':<13} {'step time':>12} {'other orders':>13} {'vs single':>10} {'vs bound':>10} "
                 f"{'placed in':>10} {'peak memory':>12} {'peak %':>7}  OOM")
         lines = [head, "-" * len(head)]
         for row in self.rows():
@@ -116,6 +142,7 @@ class Comparison:
             oom = row["oom_devices"] if row["oom"] else "no"
             lines.append(
                 f"{row['placer']:<12}{mark} {format_us(row['step_time_us']):>12} "
+                f"{format_change(row['other_orders_ratio']):>13} "
                 f"{row['speedup_vs_single']:>9.2f}x {row['gap_to_lower_bound'] * 100:>+9.1f}% "
                 f"{row['placement_seconds']:>9.3f}s {format_bytes(row['peak_memory_bytes']):>12} "
                 f"{row['peak_memory_fraction'] * 100:>6.1f}%  {oom}")
@@ -170,6 +197,11 @@ def compare_placers(
     """Run each placer in ``placers`` and evaluate it with the simulator; every placer keeps
     ``headroom`` (a fraction) of each device's memory free.
 
+    Each placement is also replayed under every order of
+    :data:`~celeritas_core.simulator.ALTERNATIVE_DISPATCH` (five replays: 2–3 s per placer at a
+    million ops), since the runtime does not follow the simulator's tie-breaks between ready ops:
+    :attr:`Comparison.other_orders`.
+
     ``params`` maps parameter names to values; each placer receives the ones it accepts
     (``R`` goes to the fusion placers, ``threshold`` to m-SCT, …). Parameter values are checked
     for every placer before any runs, so a bad value fails fast.
@@ -185,10 +217,14 @@ def compare_placers(
         get_placer(name).resolve_params(params_for(name, shared))
     check_colocation_fits(graph, cluster)
     placements = []
+    spreads = []
     for i, name in enumerate(placers):
         if progress is not None:
             progress(i, len(placers), name)
-        placements.append(place(graph, cluster, name, params_for(name, shared), headroom=headroom))
+        placement = place(graph, cluster, name, params_for(name, shared), headroom=headroom)
+        placements.append(placement)
+        spreads.append(dispatch_spread(graph, cluster, placement.assignment, ALTERNATIVE_DISPATCH,
+                                       documented_us=placement.predicted_step_time_us))
     if progress is not None:
         progress(len(placers), len(placers), "")
-    return Comparison(graph, cluster, placements)
+    return Comparison(graph, cluster, placements, tuple(spreads))

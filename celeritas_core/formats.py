@@ -834,9 +834,11 @@ def _finite_or_none(x: float) -> float | None:
 
 def compare_to_json(comparison: Comparison) -> dict[str, Any]:
     """The ``celeritas-compare/1`` document of a comparison: the graph and cluster, the reference
-    times, and one row per placer (:meth:`~celeritas_core.compare.Comparison.rows`, null where
-    not finite) with its parameters and per-device memory."""
+    times, the dispatch orders replayed besides the documented one, and one row per placer
+    (:meth:`~celeritas_core.compare.Comparison.rows`, null where not finite) with its parameters,
+    per-device memory and step (µs) under each other dispatch order."""
     from celeritas_core.levels import ccr
+    from celeritas_core.simulator import DOCUMENTED_DISPATCH  # loaded with the comparison already
 
     c = comparison
     return {
@@ -851,13 +853,16 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
         "single_device_time_us": _finite_or_none(c.single_device_time_us),
         "lower_bound_us": _finite_or_none(c.lower_bound_us),
         "best": c.best.placer,
+        "dispatch": DOCUMENTED_DISPATCH,
+        "other_orders": list(c.other_order_names),
         "placers": [
             {**{k: _finite_or_none(v) if isinstance(v, float) else v for k, v in row.items()},
              "params": p.params,
              "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
              "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
-             "oom_devices": list(p.oom_devices)}
-            for row, p in zip(c.rows(), c.placements, strict=True)
+             "oom_devices": list(p.oom_devices),
+             "other_orders_step_us": {name: _finite_or_none(t) for name, t in spread.steps_us}}
+            for row, p, spread in zip(c.rows(), c.placements, c.other_orders, strict=True)
         ],
     }
 

@@ -57,3 +57,20 @@ def format_us(us: float) -> str:
     if us >= 1e3:
         return f"{us / 1e3:.3f} ms"
     return f"{us:.1f} µs"
+
+
+def format_change(ratio: float) -> str:
+    """Format ``ratio`` (new / old) as a signed change with one decimal, e.g. ``+2.1%``.
+
+    A change that rounds to zero prints ``+0.0%`` whichever its sign (floating-point noise, such
+    as one device summing the same op times in another order, is no change); a ratio that is not
+    finite prints ``-``.
+
+    Examples
+    --------
+    >>> format_change(1.021), format_change(0.9999999999999998), format_change(float("inf"))
+    ('+2.1%', '+0.0%', '-')
+    """
+    if not math.isfinite(ratio):
+        return "-"
+    return f"{round((ratio - 1.0) * 100, 1) + 0.0:+.1f}%"

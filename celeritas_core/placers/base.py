@@ -25,6 +25,7 @@ from celeritas_core.colocation import check_colocation_fits, colocation_respecte
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement, PlacementEvaluation
+from celeritas_core.simulator import DOCUMENTED_DISPATCH, simulate
 
 
 @dataclass
@@ -225,12 +226,14 @@ def place(
     return evaluate_placement(graph, cluster, placement) if evaluate else placement
 
 
-def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
+def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
+                       dispatch: str = DOCUMENTED_DISPATCH) -> Placement:
     """``placement`` with its :class:`~celeritas_core.placement.PlacementEvaluation` on ``cluster``:
     simulated step time, memory sums and replayed peaks, OOM, and the reference times (a new
-    object; ``placement`` is unchanged)."""
+    object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
+    ready ops in the replay (:func:`~celeritas_core.simulator.dispatch_order`; default the
+    documented ``"rank"``, the one every placer is scored with); the peaks follow that replay."""
     from celeritas_core.memory import memory_profile, one_device_peak_bytes
-    from celeritas_core.simulator import simulate
 
     if len(placement.assignment) != graph.num_nodes:
         raise CeleritasInputError("placement does not match the graph (different node count)")
@@ -239,7 +242,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement) -> 
             f"placement uses device {int(placement.assignment.max())} but the cluster has "
             f"{cluster.num_devices} devices"
         )
-    result = simulate(graph, cluster, placement.assignment)
+    result = simulate(graph, cluster, placement.assignment, dispatch=dispatch)
     peak = memory_profile(graph, cluster.num_devices, placement.assignment, result).peak_bytes
     over = np.flatnonzero(peak > cluster.memory_bytes)
     evaluation = PlacementEvaluation(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from celeritas_cli.main import main
@@ -125,6 +126,101 @@ def test_simulate_rejects_a_placement_of_another_graph(graph_file, tmp_path, cap
                 capsys)[0] == 0
     code, _, err = _run(["simulate", str(graph_file), str(out_file)], capsys)
     assert code == 2 and "is not in graph" in err
+
+
+@pytest.fixture
+def step_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A 407-op training step, a 3-device cluster and its HEFT placement (the orders' steps differ)."""
+    from celeritas_core.formats import save_placement
+    from celeritas_core.placers import place
+    from celeritas_core.synthetic import small_training_graph
+
+    graph, cluster = small_training_graph(3), Cluster.homogeneous(3, 2**40)
+    paths = tmp_path / "step.json", tmp_path / "c.json", tmp_path / "heft.json"
+    save_graph(graph, paths[0])
+    save_cluster(cluster, paths[1])
+    save_placement(place(graph, cluster, "heft"), paths[2])
+    return paths
+
+
+def _steps_by_order(graph_path: Path, cluster_path: Path, placement_path: Path,
+                    names: tuple[str, ...]) -> dict[str, float]:
+    from celeritas_core.formats import load_cluster, load_graph
+    from celeritas_core.simulator import simulate
+
+    graph, cluster = load_graph(graph_path), load_cluster(cluster_path)
+    assignment = load_placement(placement_path, graph, cluster).assignment
+    return {name: simulate(graph, cluster, assignment, dispatch=name).step_time_us for name in names}
+
+
+def test_simulate_dispatch_replays_under_the_named_order(step_files, capsys):
+    from celeritas_core.units import format_us
+
+    graph, cluster, placement = step_files
+    steps = _steps_by_order(graph, cluster, placement, ("rank", "random:2"))
+    assert steps["rank"] != steps["random:2"]
+    code, out, err = _run(["simulate", str(graph), str(placement), "--cluster", str(cluster),
+                           "--dispatch", "random:2"], capsys)
+    assert code == 0, err
+    assert f"step time (simulated)  {format_us(steps['random:2']):>12}" in out
+    assert "dispatch order" in out and "random:2" in out
+    code, out, _ = _run(["simulate", str(graph), str(placement), "--cluster", str(cluster)], capsys)
+    assert code == 0 and f"step time (simulated)  {format_us(steps['rank']):>12}" in out
+    assert "dispatch order" not in out  # the default, documented order says nothing more
+
+
+def test_simulate_dispatch_all_prints_every_order_and_the_median(step_files, capsys):
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+    from celeritas_core.units import format_change, format_us
+
+    graph, cluster, placement = step_files
+    steps = _steps_by_order(graph, cluster, placement, ("rank", *ALTERNATIVE_DISPATCH))
+    code, out, err = _run(["simulate", str(graph), str(placement), "--cluster", str(cluster),
+                           "--dispatch", "all"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert f"step time (simulated)  {format_us(steps['rank']):>12}" in out
+    assert next(x for x in lines if x.startswith("rank (documented)")).split()[2:4] == \
+        format_us(steps["rank"]).split()
+    for name in ALTERNATIVE_DISPATCH:
+        line = next(x for x in lines if x.startswith(name + " "))
+        change = format_change(steps[name] / steps["rank"])
+        assert line.split()[1:] == [*format_us(steps[name]).split(), change]
+    median = float(np.median([steps[name] for name in ALTERNATIVE_DISPATCH]))
+    line = next(x for x in lines if x.startswith("median of the others"))
+    assert f"{format_us(median)}    {format_change(median / steps['rank'])}" in line
+    others = [steps[name] for name in ALTERNATIVE_DISPATCH]
+    assert f"(min {format_us(min(others))}, max {format_us(max(others))})" in line
+
+
+def test_simulate_dispatch_all_on_one_device_shows_one_step(step_files, tmp_path, capsys):
+    from celeritas_core.formats import load_graph, save_placement
+    from celeritas_core.placers import place
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+    from celeritas_core.units import format_us
+
+    graph_path, cluster_path, _ = step_files
+    graph = load_graph(graph_path)
+    single = tmp_path / "single.json"
+    save_placement(place(graph, Cluster.homogeneous(3, 2**40), "single"), single)
+    code, out, err = _run(["simulate", str(graph_path), str(single), "--cluster", str(cluster_path),
+                           "--dispatch", "all"], capsys)
+    assert code == 0, err
+    total = format_us(graph.total_time_us)
+    for name in ("rank (documented)", *ALTERNATIVE_DISPATCH, "median of the others"):
+        line = next(x for x in out.splitlines() if x.startswith(name + " "))
+        assert total in line and ("+0.0%" in line or name == "rank (documented)")
+
+
+@pytest.mark.parametrize("name", ["lifo", "random", "random:-1", "RANK", ""])
+def test_simulate_bad_dispatch_is_one_line_before_any_file_is_read(step_files, tmp_path, capsys, name):
+    graph, cluster, placement = step_files
+    for files in ([str(graph), str(placement), "--cluster", str(cluster)],
+                  [str(tmp_path / "missing.json"), str(tmp_path / "missing_too.json")]):
+        code, out, err = _run(["simulate", *files, "--dispatch", name], capsys)
+        assert code == 2 and out == ""
+        assert err.startswith(f"celeritas: error: --dispatch: unknown dispatch order {name!r}")
+        assert err.count("\n") == 1 and "random:N" in err and "all" in err
 
 
 def test_info_and_placers(graph_file, capsys):

@@ -165,3 +165,110 @@ def test_cli_compare_bad_graph_names_the_file(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert code == 2 and str(bad) in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------- other dispatch orders
+def _training_step():
+    """A 407-op training step: on 3 devices the dispatch orders' steps differ."""
+    from celeritas_core.synthetic import small_training_graph
+
+    return small_training_graph(3)
+
+
+def test_every_placement_is_replayed_under_the_other_orders():
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate
+
+    g = _training_step()
+    cluster = Cluster.homogeneous(3, 2**40)
+    comparison = compare_placers(g, cluster, ["heft", "m-topo"])
+    assert comparison.other_order_names == ALTERNATIVE_DISPATCH
+    assert len(comparison.other_orders) == len(comparison.placements)
+    for row, p, spread in zip(comparison.rows(), comparison.placements, comparison.other_orders, strict=True):
+        steps = [simulate(g, cluster, p.assignment, dispatch=name).step_time_us
+                 for name in ALTERNATIVE_DISPATCH]
+        assert spread.steps_us == tuple(zip(ALTERNATIVE_DISPATCH, steps, strict=True))
+        assert spread.documented_us == p.predicted_step_time_us
+        assert row["other_orders_median_us"] == float(np.median(steps))
+        assert (row["other_orders_min_us"], row["other_orders_max_us"]) == (min(steps), max(steps))
+        assert row["other_orders_ratio"] == row["other_orders_median_us"] / row["step_time_us"]
+    assert any(row["other_orders_ratio"] != 1.0 for row in comparison.rows())
+
+
+def test_comparison_refuses_spreads_that_do_not_match_the_placements():
+    comparison = compare_placers(_two_chains(), Cluster.homogeneous(2, 1000.0), ["single", "m-topo"])
+    with pytest.raises(ValueError, match="1 dispatch spreads for 2 placements"):
+        type(comparison)(comparison.graph, comparison.cluster, comparison.placements,
+                         comparison.other_orders[:1])
+
+
+def _compare_cli(tmp_path: Path, capsys, devices: str, placers: str) -> tuple[str, dict, list[dict]]:
+    graph = tmp_path / "step.json"
+    save_graph(_training_step(), graph)
+    out_dir = tmp_path / "out"
+    code = main(["compare", str(graph), "--devices", devices, "--device-memory", "1TiB", "--placers", placers,
+                 "--out-dir", str(out_dir), "--quiet", "--no-figures"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    with (out_dir / "compare.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    return out, json.loads((out_dir / "compare.json").read_text()), rows
+
+
+@pytest.mark.parametrize(("ratio", "text"), [
+    (1.021, "+2.1%"), (0.979, "-2.1%"), (1.0, "+0.0%"), (0.9999999999999998, "+0.0%"), (0.9996, "+0.0%"),
+    (0.9994, "-0.1%"), (2.0, "+100.0%"), (float("inf"), "-"), (float("nan"), "-"),
+])
+def test_the_other_orders_cell_is_a_signed_change_without_negative_zero(ratio, text):
+    from celeritas_core.units import format_change
+
+    assert format_change(ratio) == text
+
+
+def _other_orders_cell(line: str) -> str:
+    """The table's ``other orders`` cell of one row: its first percentage (``vs bound`` comes after)."""
+    return next(token for token in line.split() if token.endswith("%"))
+
+
+def test_cli_compare_reports_the_other_orders_in_table_json_and_csv(tmp_path, capsys):
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+    from celeritas_core.units import format_change
+
+    out, doc, rows = _compare_cli(tmp_path, capsys, "3", "single,heft,m-topo")
+    assert doc["dispatch"] == "rank" and doc["other_orders"] == list(ALTERNATIVE_DISPATCH)
+    assert "other orders" in out.splitlines()[2]  # the table's header
+    for entry, row in zip(doc["placers"], rows, strict=True):
+        steps = entry["other_orders_step_us"]
+        assert list(steps) == list(ALTERNATIVE_DISPATCH)
+        assert entry["other_orders_median_us"] == float(np.median(list(steps.values())))
+        assert entry["other_orders_min_us"] == min(steps.values())
+        assert entry["other_orders_max_us"] == max(steps.values())
+        assert entry["other_orders_ratio"] == entry["other_orders_median_us"] / entry["step_time_us"]
+        for column in ("other_orders_median_us", "other_orders_min_us", "other_orders_max_us",
+                       "other_orders_ratio"):
+            assert float(row[column]) == entry[column]
+        line = next(x for x in out.splitlines() if x.startswith(entry["placer"] + " "))
+        assert _other_orders_cell(line) == format_change(entry["other_orders_ratio"])
+    assert len({format_change(e["other_orders_ratio"]) for e in doc["placers"]}) > 1
+
+
+def test_cli_compare_on_one_device_shows_no_change_under_other_orders(tmp_path, capsys):
+    out, doc, _ = _compare_cli(tmp_path, capsys, "1", "single,heft")
+    for entry in doc["placers"]:
+        for step in entry["other_orders_step_us"].values():
+            assert step == pytest.approx(entry["step_time_us"], rel=1e-12)
+        line = next(x for x in out.splitlines() if x.startswith(entry["placer"] + " "))
+        assert _other_orders_cell(line) == "+0.0%"
+
+
+def test_docs_name_every_compare_field_and_column():
+    from celeritas_core.compare import CSV_COLUMNS
+    from celeritas_core.formats import compare_to_json
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
+    section = text[text.index("## `celeritas-compare/1`"):text.index("## TensorFlow adapter formats")]
+    doc = compare_to_json(compare_placers(_two_chains(), Cluster.homogeneous(2, 1000.0), ["single"]))
+    keys = set(doc) | set(doc["placers"][0])
+    missing = sorted(k for k in keys if f"`{k}`" not in section)
+    assert not missing, f"docs/formats.md's celeritas-compare/1 does not describe {missing}"
+    header = ",".join(CSV_COLUMNS)
+    assert header == "".join(section.split("the header `")[1].split("`")[0].split()), "CSV header in the docs"

@@ -242,6 +242,8 @@ PLACER_FLAGS = [
     ["--param", "R=0"], ["--param", "R=nan"], ["--param", "R=1e300"], ["--param", "bogus=1"],
     ["--param", "search_seconds=1e9"], ["--param", "search_budget=-1"],
 ]
+DISPATCH_FLAGS = [["--dispatch", v] for v in ("lifo", "", "random", "random:", "random:-1", "random:x",
+                                             "random:1234567890", "RANK", "all:1", "fifo ")]
 GENERATE_FLAGS = [
     ["layered", "--tasks", "0"], ["layered", "--tasks", "1"], ["layered", "--tasks", "3000000"],
     ["layered", "--ccr", "-1"], ["layered", "--ccr", "nan"], ["layered", "--ccr", "inf"],
@@ -357,11 +359,15 @@ def _cases(seed: int, count: int) -> list[tuple[list[str], dict[str, str]]]:
                 if r.random() < 0.3 and out not in ("fifo", "dir"):
                     argv.append("--no-figures")
         elif command == "simulate":
-            graph, placement, cluster = "g.json", "p.json", []
+            graph, placement, cluster, dispatch = "g.json", "p.json", [], []
+            if r.random() < 0.3:  # a valid order must not hide what else is wrong
+                dispatch = ["--dispatch", r.choice(["fifo", "all", "random:2"])]
             if what == "graph":
                 graph, files = bad_graph()
             elif what == "cluster":
                 cluster, files = bad_cluster()
+            elif what in ("flags", "output") and r.random() < 0.3:
+                dispatch = list(r.choice(DISPATCH_FLAGS))  # a bad order, with valid files
             else:
                 if r.random() < 0.25:
                     placement = r.choice(BAD_INPUTS)
@@ -370,7 +376,7 @@ def _cases(seed: int, count: int) -> list[tuple[list[str], dict[str, str]]]:
                     files = {placement: text}
                 if r.random() < 0.5:
                     cluster = ["--cluster", "c.json"]
-            argv = ["simulate", graph, placement, *cluster]
+            argv = ["simulate", graph, placement, *cluster, *dispatch]
         elif command == "info":
             graph, cluster = "g.json", []
             if what in ("graph", "output"):
@@ -478,6 +484,8 @@ def test_the_base_files_are_valid(tmp_path: Path, capsys: pytest.CaptureFixture[
                  ["place", "g.json", "--cluster", "c.json", "--placer", "metis", "--out", "out.json"],
                  ["compare", "g.json", *ok, "--placers", "single,m-topo", "--out-dir", "outdir", "--quiet"],
                  ["simulate", "g.json", "p.json"], ["simulate", "g.json", "p.json", "--cluster", "c.json"],
+                 ["simulate", "g.json", "p.json", "--dispatch", "all"],
+                 ["simulate", "g.json", "p.json", "--cluster", "c.json", "--dispatch", "random:3"],
                  ["info", "g.json"], ["info", "g.json", "--cluster", "c.json"],
                  ["generate", "layered", "--tasks", "10", "--out", "gen.json"],
                  ["fit", "prof.json", "--batch", "8", "--out", "fits_out.json"]):

@@ -369,3 +369,135 @@ def test_dispatch_order_decides_ties_between_ready_ops() -> None:
 def test_unknown_dispatch_order_is_one_line_error(name: str) -> None:
     with pytest.raises(CeleritasInputError, match="unknown dispatch order"):
         simulate(graph_of([1.0], []), cluster_of(1), np.zeros(1, dtype=np.int64), dispatch=name)
+
+
+@pytest.mark.parametrize("name", ["rank", "fifo", "random:0", "random:7", "random:123456789"])
+def test_check_dispatch_accepts_every_documented_name(name: str) -> None:
+    from celeritas_core.simulator import check_dispatch
+
+    assert check_dispatch(name) == name
+
+
+@pytest.mark.parametrize("name", ["all", "", "RANK", "random:", "random:1234567890", "random: 1", "fifo:1"])
+def test_check_dispatch_refuses_other_names_in_one_line(name: str) -> None:
+    from celeritas_core.simulator import check_dispatch
+
+    with pytest.raises(CeleritasInputError, match="unknown dispatch order") as info:
+        check_dispatch(name)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["rank", "fifo", "random:1", "random:2", "random:3", "random:4"])
+def test_earlier_ready_time_wins_under_every_dispatch_order(name: str) -> None:
+    # the case of test_earlier_ready_time_wins_over_lower_rank: n4 is ready at 11, n3 at 32, so
+    # no order changes who runs first on gpu:0 once n0 is done (only ties are the order's to break)
+    g = graph_of([100, 10, 5, 1, 1], [(1, 3, 1600), (2, 4, 100)])
+    r = simulate(g, cluster_of(3), np.array([0, 1, 2, 0, 0]), dispatch=name)
+    assert r.start_us[4] == 100.0 and r.start_us[3] == 101.0
+    assert r.step_time_us == 102.0
+
+
+def test_dispatch_order_decides_which_transfer_takes_a_channel_first() -> None:
+    # n0 on gpu:0 and n1 on gpu:2 finish together at 10, each sending 1000 B (15 µs) to gpu:1: the
+    # finish events are processed in the order's rank, so the lower-ranked producer's transfer
+    # takes gpu:1's receive channel first (10 -> 25) and the other waits (25 -> 40)
+    from celeritas_core.simulator import dispatch_order
+
+    g = graph_of([10, 10, 1, 1], [(0, 2, 1000), (1, 3, 1000)])
+    firsts = set()
+    for name in ("rank", "fifo", "random:1", "random:2", "random:3", "random:4", "random:5"):
+        r = simulate(g, cluster_of(3), np.array([0, 2, 1, 1]), dispatch=name)
+        rank = dispatch_order(g, name)[1]
+        first = 0 if rank[0] < rank[1] else 1
+        end = dict(zip(r.transfers.src_node.tolist(), r.transfers.end_us.tolist(), strict=True))
+        assert (end[first], end[1 - first]) == (25.0, 40.0)
+        firsts.add(first)
+    assert firsts == {0, 1}  # some orders rank n0 first, others n1
+
+
+def _heft_case() -> tuple[Graph, Cluster, np.ndarray]:
+    """A 407-op training step placed by HEFT on 3 devices, where the orders' steps differ."""
+    from celeritas_core.placers import place
+    from celeritas_core.synthetic import small_training_graph
+
+    graph = small_training_graph(3)
+    cluster = Cluster.homogeneous(3, 2**40)
+    return graph, cluster, place(graph, cluster, "heft").assignment
+
+
+def test_dispatch_spread_is_the_replays_under_each_order() -> None:
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, dispatch_spread
+
+    graph, cluster, assignment = _heft_case()
+    spread = dispatch_spread(graph, cluster, assignment)
+    assert spread.documented_us == simulate(graph, cluster, assignment).step_time_us
+    steps = [simulate(graph, cluster, assignment, dispatch=name).step_time_us
+             for name in ALTERNATIVE_DISPATCH]
+    assert spread.steps_us == tuple(zip(ALTERNATIVE_DISPATCH, steps, strict=True))
+    assert len(set(steps)) > 1  # the orders do break ties differently here
+    assert spread.median_us == float(np.median(steps))
+    assert (spread.min_us, spread.max_us) == (min(steps), max(steps))
+    assert spread.ratio == spread.median_us / spread.documented_us
+    # a documented step the caller already has is taken as given (no replay under rank)
+    given = dispatch_spread(graph, cluster, assignment, ("fifo",), documented_us=1.0)
+    assert given.documented_us == 1.0 and given.steps_us == (("fifo", steps[0]),)
+
+
+def test_dispatch_spread_figures_by_hand() -> None:
+    from celeritas_core.simulator import DispatchSpread
+
+    spread = DispatchSpread(10.0, (("a", 12.0), ("b", 9.0), ("c", 11.0), ("d", 11.5)))
+    assert (spread.median_us, spread.min_us, spread.max_us) == (11.25, 9.0, 12.0)
+    assert spread.ratio == pytest.approx(1.125)
+    assert DispatchSpread(0.0, (("a", 0.0),)).ratio == 1.0
+    assert DispatchSpread(0.0, (("a", 1.0),)).ratio == float("inf")
+
+
+def test_dispatch_spread_refuses_bad_or_no_names_before_replaying() -> None:
+    from celeritas_core.simulator import dispatch_spread
+
+    graph, cluster = graph_of([1.0], []), cluster_of(1)
+    with pytest.raises(CeleritasInputError, match="unknown dispatch order 'lifo'"):
+        dispatch_spread(graph, cluster, np.zeros(1, dtype=np.int64), ("fifo", "lifo"))
+    with pytest.raises(CeleritasInputError, match="no dispatch orders"):
+        dispatch_spread(graph, cluster, np.zeros(1, dtype=np.int64), ())
+
+
+def test_on_one_device_every_order_gives_the_same_step() -> None:
+    from celeritas_core.simulator import dispatch_spread
+    from celeritas_core.synthetic import small_training_graph
+
+    graph = small_training_graph(3)
+    for num_devices, device in ((1, 0), (3, 2)):  # a one-device cluster, and one device of three
+        cluster = Cluster.homogeneous(num_devices, 2**40)
+        spread = dispatch_spread(graph, cluster, np.full(graph.num_nodes, device, dtype=np.int64))
+        assert spread.documented_us == pytest.approx(graph.total_time_us, rel=1e-12)
+        for _, step in spread.steps_us:  # the same up to the rounding of adding in another order
+            assert step == pytest.approx(spread.documented_us, rel=1e-12)
+        assert spread.ratio == pytest.approx(1.0, rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(placed_dags())
+def test_one_device_step_is_the_same_under_every_order_on_random_dags(
+        case: tuple[Graph, Cluster, np.ndarray]) -> None:
+    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+
+    g, c, a = case
+    one = np.full_like(a, a[0])
+    rank = simulate(g, c, one).step_time_us
+    for name in ALTERNATIVE_DISPATCH:
+        assert simulate(g, c, one, dispatch=name).step_time_us == pytest.approx(rank, rel=1e-12, abs=1e-9)
+
+
+def test_evaluate_placement_replays_under_the_given_order() -> None:
+    from celeritas_core.placers import evaluate_placement, place
+
+    graph, cluster, _ = _heft_case()
+    placed = place(graph, cluster, "heft", evaluate=False)
+    for name in ("rank", "random:2"):
+        evaluated = evaluate_placement(graph, cluster, placed, dispatch=name)
+        step = simulate(graph, cluster, placed.assignment, dispatch=name).step_time_us
+        assert evaluated.predicted_step_time_us == step
+    assert evaluate_placement(graph, cluster, placed).predicted_step_time_us == \
+        simulate(graph, cluster, placed.assignment).step_time_us
