@@ -71,7 +71,17 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
                      "(best-effort placement)")
     else:
         lines.append("OOM: none")
+    lines.append(_memory_bound_line(placement))
     return "\n".join(lines)
+
+
+def _memory_bound_line(placement: Placement) -> str:
+    """What every placement needs on the fullest device, and whether no placement can fit."""
+    need = format_bytes(placement.memory_lower_bound_bytes)
+    if placement.cannot_fit:
+        return (f"cannot fit: every placement needs at least {need} on its fullest device (what is live at "
+                "once, or one co-location group's working set, exceeds these devices); add devices or memory")
+    return f"memory bound: every placement needs at least {need} on its fullest device"
 
 
 # ---------------------------------------------------------------------------- commands

@@ -819,9 +819,7 @@ def placement_to_json(placement: Placement) -> dict[str, Any]:
         doc["coarse_nodes"] = p.coarse_nodes
     extra = dict(p.extra)
     if p.evaluation is not None:
-        if p.evaluation.oom_excess_bytes:
-            extra["oom_excess_bytes"] = dict(p.evaluation.oom_excess_bytes)
-        extra["device_busy_us"] = [float(x) for x in p.evaluation.device_busy_us]
+        extra.update(p.evaluation.extra_json())
     if extra:
         doc["extra"] = extra
     return doc

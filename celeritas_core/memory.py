@@ -407,16 +407,14 @@ def owned_intervals(graph: Graph, result: SimulationResult) -> OwnedIntervals:
     if len(tensors.producer):
         pieces.extend(_tensor_pieces(graph, tensors, start, finish))
     owner, begin, end, size = (np.concatenate(cols) for cols in zip(*pieces, strict=True))
-    return OwnedIntervals(owner.astype(np.int64), begin, end, size.astype(np.float64), static.astype(np.float64))
+    return OwnedIntervals(owner.astype(np.int64), begin, end, size.astype(np.float64),
+                          static.astype(np.float64))
 
 
 def _tensor_pieces(graph: Graph, t: _TensorTable, start: np.ndarray,
                    finish: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """The producer's piece and the consumers' pieces of every tensor (see :func:`owned_intervals`)."""
-    size, root = t.size, np.arange(len(t.size))
-    if t.alias_of is not None:
-        size = np.where(t.alias_of == -1, t.size, 0.0)
-        root = _alias_parents(t.alias_of, np.zeros(len(t.size), dtype=np.int64))
+    size, root = _buffer_roots(t)
     prod_finish = finish[t.producer][root]
     consumer = graph.edge_dst[t.edge]
     pair = np.unique(np.stack([root[t.edge_tensor], consumer]), axis=1)
@@ -432,3 +430,80 @@ def _tensor_pieces(graph: Graph, t: _TensorTable, start: np.ndarray,
     keep = until > since
     return [(t.producer, start[t.producer], finish[t.producer], size),
             (consumer[keep], since[keep], until[keep], size[tensor[keep]])]
+
+
+@dataclass(frozen=True)
+class PeakLowerBound:
+    """What every placement needs, whatever the devices and the runtime's order (bytes).
+
+    ``largest_unit_bytes``: the largest working set of one op plus the persistent bytes of its
+    co-location group (its device holds at least that); ``live_total_bytes``: the most bytes live
+    at one instant across all devices (:func:`peak_lower_bound`); ``op``: the op at which
+    ``live_total_bytes`` is reached.
+    """
+
+    largest_unit_bytes: float
+    live_total_bytes: float
+    op: int
+
+    def fullest_device_bytes(self, num_devices: int) -> float:
+        """A lower bound on the fullest device's peak on ``num_devices`` devices (bytes)."""
+        return max(self.largest_unit_bytes, self.live_total_bytes / max(num_devices, 1))
+
+    def cannot_fit(self, capacity: np.ndarray) -> bool:
+        """True when no placement on devices of ``capacity`` (bytes each) can fit: one group's working
+        set exceeds the largest device, or what is live at once exceeds them all together."""
+        return bool(self.largest_unit_bytes > float(np.max(capacity)) or
+                    self.live_total_bytes > float(np.sum(capacity)))
+
+
+def peak_lower_bound(graph: Graph) -> PeakLowerBound:
+    """Lower bounds (bytes) on what the devices hold, valid for every placement and dispatch order.
+
+    * While op ``v`` runs its device holds its scratch, its outputs, every tensor it reads (or a
+      copy) and the persistent bytes of its co-location group (all of ``memory_bytes`` for ops
+      without liveness fields): the largest such working set is held by some device.
+    * While an op ``p`` of a longest path runs, every tensor made by ``p`` or an ancestor and read
+      by a descendant is live on some device (:mod:`celeritas_core.paths`), and so is every
+      persistent byte: their largest total is live across the devices at once.
+
+    Examples
+    --------
+    >>> from celeritas_core.synthetic import small_training_graph
+    >>> bound = peak_lower_bound(small_training_graph(0))
+    >>> bound.live_total_bytes <= one_device_peak_bytes(small_training_graph(0)) + 1e-6
+    True
+    """
+    from celeritas_core.colocation import placement_units
+    from celeritas_core.paths import crossing_spans, crossing_totals, longest_path
+
+    live = graph.liveness
+    modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
+    static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
+    unit_of = placement_units(graph)
+    unit_static = np.bincount(unit_of, weights=static)
+    working = unit_static[unit_of].copy()
+    if live is None or not modelled.any() or graph.num_nodes == 0:
+        return PeakLowerBound(float(working.max(initial=0.0)), float(static.sum()), 0)
+    tensors = _tensors(graph, live)
+    size, root = _buffer_roots(tensors)
+    own = np.bincount(tensors.producer, weights=size, minlength=graph.num_nodes)
+    reads = np.unique(np.stack([graph.edge_dst[tensors.edge], root[tensors.edge_tensor]]), axis=1)
+    read_bytes = np.bincount(reads[0], weights=size[reads[1]], minlength=graph.num_nodes)
+    working += np.where(modelled, live.scratch_bytes + own + read_bytes, 0.0)
+    path = longest_path(graph)
+    first, last = crossing_spans(graph, path, tensors.producer, graph.edge_dst[tensors.edge],
+                                 root[tensors.edge_tensor])
+    across = crossing_totals(len(path), first, last, size)
+    at_op = across + np.where(modelled[path], live.scratch_bytes[path] + own[path], 0.0)
+    j = int(np.argmax(at_op)) if len(at_op) else 0
+    total = float(static.sum() + (at_op[j] if len(at_op) else 0.0))
+    return PeakLowerBound(float(working.max(initial=0.0)), total, int(path[j]) if len(path) else 0)
+
+
+def _buffer_roots(t: _TensorTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per tensor of the table: its own bytes (0 for an alias) and the tensor owning its buffer."""
+    if t.alias_of is None:
+        return t.size, np.arange(len(t.size))
+    size = np.where(t.alias_of == -1, t.size, 0.0)
+    return size, _alias_parents(t.alias_of, np.zeros(len(t.size), dtype=np.int64))

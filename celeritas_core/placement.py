@@ -33,7 +33,9 @@ class PlacementEvaluation:
     ``device_memory_bytes`` sums the ops' memory per device; ``device_peak_memory_bytes`` is the
     replay's liveness-aware peak per device (docs/simulator.md), which decides ``oom_devices``
     (and ``oom_excess_bytes``, the peak above capacity of each). ``device_busy_us`` is each
-    device's compute time in the replay.
+    device's compute time in the replay. ``memory_lower_bound_bytes`` bounds the fullest device's
+    peak of *every* placement on these devices from below, and ``cannot_fit`` says that no
+    placement fits them (:func:`~celeritas_core.memory.peak_lower_bound`).
     """
 
     predicted_step_time_us: float
@@ -46,6 +48,8 @@ class PlacementEvaluation:
     device_busy_us: np.ndarray
     oom_devices: tuple[str, ...] = ()
     oom_excess_bytes: Mapping[str, float] = field(default_factory=dict)
+    memory_lower_bound_bytes: float = math.nan
+    cannot_fit: bool = False
 
     def __post_init__(self) -> None:
         for name in ("device_memory_bytes", "device_peak_memory_bytes", "device_capacity_bytes",
@@ -81,6 +85,9 @@ class PlacementEvaluation:
         if self.oom_excess_bytes:
             out["oom_excess_bytes"] = dict(self.oom_excess_bytes)
         out["device_busy_us"] = [float(x) for x in self.device_busy_us]
+        if math.isfinite(self.memory_lower_bound_bytes):
+            out["memory_lower_bound_bytes"] = float(self.memory_lower_bound_bytes)
+            out["cannot_fit"] = bool(self.cannot_fit)
         return out
 
 
@@ -173,6 +180,16 @@ class Placement:
     def oom(self) -> bool:
         """True when some device's replayed peak exceeds its memory."""
         return self.evaluated.oom
+
+    @property
+    def memory_lower_bound_bytes(self) -> float:
+        """What the fullest device holds at least, whatever the placement (bytes)."""
+        return self.evaluated.memory_lower_bound_bytes
+
+    @property
+    def cannot_fit(self) -> bool:
+        """True when no placement on these devices fits (:func:`~celeritas_core.memory.peak_lower_bound`)."""
+        return self.evaluated.cannot_fit
 
     @property
     def speedup_vs_single(self) -> float:

@@ -233,7 +233,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
     ready ops in the replay (:func:`~celeritas_core.simulator.dispatch_order`; default the
     documented ``"rank"``, the one every placer is scored with); the peaks follow that replay."""
-    from celeritas_core.memory import memory_profile, one_device_peak_bytes
+    from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
 
     if len(placement.assignment) != graph.num_nodes:
         raise CeleritasInputError("placement does not match the graph (different node count)")
@@ -245,6 +245,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     result = simulate(graph, cluster, placement.assignment, dispatch=dispatch)
     peak = memory_profile(graph, cluster.num_devices, placement.assignment, result).peak_bytes
     over = np.flatnonzero(peak > cluster.memory_bytes)
+    bound = peak_lower_bound(graph)
     evaluation = PlacementEvaluation(
         predicted_step_time_us=result.step_time_us,
         single_device_time_us=single_device_time_us(graph, cluster),
@@ -256,6 +257,8 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
         device_busy_us=result.device_busy_us,
         oom_devices=tuple(cluster.device_names[d] for d in over),
         oom_excess_bytes={cluster.device_names[d]: float(peak[d] - cluster.memory_bytes[d]) for d in over},
+        memory_lower_bound_bytes=bound.fullest_device_bytes(cluster.num_devices),
+        cannot_fit=bound.cannot_fit(cluster.memory_bytes),
     )
     return replace(placement, devices=cluster.device_names, evaluation=evaluation)
 

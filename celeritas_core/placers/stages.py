@@ -9,9 +9,9 @@ summed bytes: the first stages hold their activations longest.
 
 1. **Pipeline order** (:func:`pipeline_sequences`). Placement units (co-location groups contracted,
    :func:`~celeritas_core.colocation.placement_units`) are ordered by a *layer coordinate* derived
-   from the graph's structure alone (no op names): the *turning point* is the op on a longest path
-   (in ops) that is comparable, as ancestor or descendant, with the most ops (the loss of a training
-   step); the forward ops are its ancestors, each at its as-late-as-possible position before it
+   from the graph's structure alone (no op names): the *turning point*
+   (:func:`~celeritas_core.paths.turning_point`, the loss of a training step) splits the ops; the
+   forward ops are its ancestors, each at its as-late-as-possible position before it
    (so a variable read sits with the layer that uses it). Every other op takes the latest forward
    position among the computed (not source) forward tensors it reads, the activation whose
    gradient it computes; without one, the earliest position among its backward inputs (the
@@ -48,11 +48,11 @@ import numpy as np
 from celeritas_core.budget import StageBudget
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
-from celeritas_core.dagloops import bottom_levels
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
 from celeritas_core.local_search import CandidatePool
 from celeritas_core.memory import memory_profile, owned_intervals
+from celeritas_core.paths import ancestors, turning_point
 from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.simulator import simulate
 
@@ -123,97 +123,14 @@ def layer_coordinate(graph: Graph) -> np.ndarray | None:
     training step)."""
     if graph.num_nodes < 3 or graph.num_edges == 0:
         return None
-    order = graph.topological_order
-    ones, no_comm = np.ones(graph.num_nodes), np.zeros(graph.num_edges)
-    to_sink = bottom_levels(order, graph.succ_ptr, graph.succ_idx, graph.succ_edge, ones, no_comm)
-    path = _longest_path(int(np.argmax(to_sink)), to_sink, graph.succ_ptr, graph.succ_idx)
-    turn = int(path[int(np.argmax(_cut_widths(path, graph)))])
-    forward = _ancestors(turn, graph.pred_ptr, graph.pred_idx)
+    turn = turning_point(graph)
+    forward = ancestors(turn, graph.pred_ptr, graph.pred_idx)
     forward[turn] = True
     read_later = forward[graph.edge_src] & ~forward[graph.edge_dst] & (graph.edge_src != turn)
     if not read_later.any():
         return None
-    return _coordinates(order, turn, forward, graph.in_degree, graph.succ_ptr, graph.succ_idx,
-                        graph.pred_ptr, graph.pred_idx)
-
-
-def _cut_widths(path: np.ndarray, graph: Graph) -> np.ndarray:
-    """Per op ``p`` of ``path``: the number of edges from ``p`` or its ancestors to its descendants.
-
-    In a training step every activation kept for the backward pass crosses the loss this way, so
-    the widest cut is at the loss. An edge ``u → v`` counts from the first path op that has ``u``
-    as ancestor (or is ``u``) to the last that has ``v`` as descendant."""
-    first_above = _first_reached(path, graph.pred_ptr, graph.pred_idx)
-    last_below = len(path) - 1 - _first_reached(path[::-1], graph.succ_ptr, graph.succ_idx)
-    begin, end = first_above[graph.edge_src], last_below[graph.edge_dst]
-    counted = end >= begin
-    diff = np.zeros(len(path) + 1)
-    np.add.at(diff, begin[counted], 1.0)
-    np.add.at(diff, end[counted] + 1, -1.0)
-    return np.cumsum(diff)[:-1]
-
-
-@jit
-def _longest_path(start: int, to_sink: np.ndarray, succ_ptr: np.ndarray, succ_idx: np.ndarray) -> np.ndarray:
-    """A longest path (in ops) from ``start``: each step takes the first successor one level lower
-    (``to_sink``: ops on the longest path to a sink, itself included)."""
-    path = np.empty(int(to_sink[start]) + 1, dtype=np.int64)
-    length, u = 0, start
-    while True:
-        path[length] = u
-        length += 1
-        nxt = -1
-        for k in range(succ_ptr[u], succ_ptr[u + 1]):
-            if to_sink[succ_idx[k]] == to_sink[u] - 1:
-                nxt = succ_idx[k]
-                break
-        if nxt < 0:
-            return path[:length]
-        u = nxt
-
-
-@jit
-def _first_reached(path: np.ndarray, ptr: np.ndarray, nbr: np.ndarray) -> np.ndarray:
-    """Per op, the first index ``j`` such that it is ``path[j]`` or reached from it through
-    ``ptr``/``nbr`` (predecessors: ancestors; successors: descendants); ``len(path)`` if never.
-    Each ``path[j]`` reaches ``path[j + 1]``'s way, so one incremental search: O(ops + edges)."""
-    n = len(ptr) - 1
-    first = np.full(n, len(path), dtype=np.int64)
-    stack = np.empty(n, dtype=np.int64)
-    for j in range(len(path)):
-        if first[path[j]] < len(path):
-            continue
-        first[path[j]] = j
-        stack[0], top = path[j], 1
-        while top > 0:
-            top -= 1
-            u = stack[top]
-            for k in range(ptr[u], ptr[u + 1]):
-                w = nbr[k]
-                if first[w] == len(path):
-                    first[w] = j
-                    stack[top] = w
-                    top += 1
-    return first
-
-
-@jit
-def _ancestors(v: int, pred_ptr: np.ndarray, pred_idx: np.ndarray) -> np.ndarray:
-    """True for every ancestor of ``v`` (not ``v`` itself)."""
-    n = len(pred_ptr) - 1
-    seen = np.zeros(n, dtype=np.bool_)
-    stack = np.empty(n, dtype=np.int64)
-    stack[0], top = v, 1
-    while top > 0:
-        top -= 1
-        u = stack[top]
-        for k in range(pred_ptr[u], pred_ptr[u + 1]):
-            w = pred_idx[k]
-            if not seen[w]:
-                seen[w] = True
-                stack[top] = w
-                top += 1
-    return seen
+    return _coordinates(graph.topological_order, turn, forward, graph.in_degree, graph.succ_ptr,
+                        graph.succ_idx, graph.pred_ptr, graph.pred_idx)
 
 
 @jit
