@@ -17,9 +17,14 @@ from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.families import (
+    CHEAP_CCR,
     FAMILIES,
     LAYERED_CCRS,
+    LIVENESS_SETUPS,
+    NVLINK_INTERCEPT_US,
+    NVLINK_SLOPE_US_PER_BYTE,
     benchmark_instances,
+    cheap_cluster,
     inception_graph,
     layered_cluster,
     layered_dag,
@@ -29,6 +34,7 @@ from celeritas_core.families import (
 from celeritas_core.formats import load_graph
 from celeritas_core.graph import Graph
 from celeritas_core.levels import ccr
+from celeritas_core.memory import one_device_peak_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,7 +178,7 @@ def test_layered_family_grid():
 
 
 def test_training_and_inference_families_memory_setups():
-    a = benchmark_instances("a")
+    a = [i for i in benchmark_instances("a") if not i.variant]  # the sum-model cases
     tight = [i for i in a if not i.fits_one_device]
     assert tight and any(i.fits_one_device for i in a)
     for inst in tight:
@@ -183,6 +189,65 @@ def test_training_and_inference_families_memory_setups():
     assert b and all(i.family == "b" for i in b)
     assert len(benchmark_instances("a", quick=True)) < len(a)
     assert set(FAMILIES) == {"a", "b", "c", "d"}
+
+
+def test_liveness_instances_need_several_devices_for_their_peak():
+    a = benchmark_instances("a")
+    for variant in ("live", "cheap"):
+        cases = [i for i in a if i.variant == variant]
+        assert len(cases) == 4 * len(LIVENESS_SETUPS)
+        assert {i.cluster.num_devices for i in cases} == {2, 4, 8}
+        for inst in cases:
+            assert inst.name.endswith(f"/{variant}") and inst.family == "a"
+            live = inst.graph.liveness
+            assert live is not None and live.modelled.all()
+            peak = one_device_peak_bytes(inst.graph)
+            assert peak < inst.graph.total_memory_bytes
+            share = inst.cluster.memory_bytes[0] / peak
+            assert 0.3 - 1e-9 <= share <= 0.6 + 1e-9 and np.all(inst.cluster.memory_bytes < peak)
+            assert not inst.fits_one_device  # several devices needed
+            assert inst.cluster.num_devices * share >= 1.2 - 1e-9
+    assert all(i.graph.liveness is None for i in a if not i.variant)
+
+
+def test_cheap_instances_have_ccr_below_a_tenth_and_live_ones_the_default_link():
+    a = benchmark_instances("a")
+    cheap = [i for i in a if i.variant == "cheap"]
+    live = {i.name.removesuffix("/live"): i for i in a if i.variant == "live"}
+    assert cheap and live
+    for inst in cheap:
+        assert ccr(inst.graph, inst.cluster) < 0.1
+        assert ccr(inst.graph, inst.cluster) == pytest.approx(CHEAP_CCR, rel=1e-9)
+        # NVLink's shape, made faster by one factor
+        factor = inst.cluster.slope_us_per_byte / NVLINK_SLOPE_US_PER_BYTE
+        assert 0 < factor < 1 and inst.cluster.intercept_us == pytest.approx(factor * NVLINK_INTERCEPT_US)
+        twin = live[inst.name.removesuffix("/cheap")]  # the same graph and memory, default link
+        assert twin.graph is inst.graph
+        np.testing.assert_array_equal(twin.cluster.memory_bytes, inst.cluster.memory_bytes)
+        assert ccr(twin.graph, twin.cluster) > 10
+
+
+def test_cheap_cluster_keeps_nvlink_when_it_is_cheap_already():
+    graph = layered_dag(tasks=30, ccr=0.0, seed=1)  # 0-byte edges: only the latency costs
+    cluster = cheap_cluster(graph, 3, 1e9, ccr=10.0)
+    assert cluster.slope_us_per_byte == NVLINK_SLOPE_US_PER_BYTE
+    assert cluster.intercept_us == NVLINK_INTERCEPT_US and cluster.num_devices == 3
+    assert ccr(graph, cluster) < 10.0
+    tight = cheap_cluster(graph, 3, 1e9, ccr=0.01)
+    assert ccr(graph, tight) == pytest.approx(0.01)
+
+
+def test_training_family_is_a_pure_function_of_the_seed():
+    first = benchmark_instances("a", quick=True, seed=3)
+    again = benchmark_instances("a", quick=True, seed=3)
+    assert [i.name for i in first] == [i.name for i in again]
+    assert {i.variant for i in first} == {"", "live", "cheap"} and len(first) <= 6
+    for x, y in zip(first, again, strict=True):
+        assert _same(x.graph, y.graph)
+        np.testing.assert_array_equal(x.cluster.memory_bytes, y.cluster.memory_bytes)
+        assert (x.cluster.slope_us_per_byte, x.cluster.intercept_us) == (y.cluster.slope_us_per_byte,
+                                                                       y.cluster.intercept_us)
+    assert all("-s3/" in i.name for i in first)
 
 
 # ---------------------------------------------------------------------------- the generate CLI
