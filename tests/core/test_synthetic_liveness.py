@@ -167,9 +167,10 @@ def test_paper_shaped_graph_scales_edges_not_outputs() -> None:
     np.testing.assert_array_equal(sums[plain], on.memory_bytes[plain])  # op memory, unscaled
 
 
-def test_json_round_trip_keeps_the_fields_and_the_peak(tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", [".json", ".npz"])
+def test_round_trip_keeps_the_fields_and_the_peak(tmp_path: Path, suffix: str) -> None:
     graph = small_training_graph(1, liveness=True)
-    back = load_graph(save_graph(graph, tmp_path / "g.json"))
+    back = load_graph(save_graph(graph, tmp_path / f"g{suffix}"))
     assert back.liveness is not None
     for field in ("modelled", "persistent_bytes", "scratch_bytes", "output_ptr", "output_bytes", "alias_node",
                   "alias_output"):
