@@ -1,29 +1,46 @@
 """Placement-quality benchmark: Celeritas against every other placer on four seeded graph families.
 
 The families (``celeritas_core.families``): (a) synthetic training steps on devices holding 30–60 %
-of the model (and cases where one device holds it all), (b) inference graphs with parallel
-branches (Inception-like modules, multi-tower), (c) random layered task DAGs in the style of the
-classic scheduling benchmarks (Kasahara's STG set, Davidović & Crainic 2006) at CCR 0, 0.1, 1 and
-10 on 2, 4 and 8 devices, (d) graphs of at most 30 ops for the exact MILP placer ``optimal``.
+of the model (and cases where one device holds it all), the same steps with liveness fields
+(``/live``: devices of 30–60 % of the one-device liveness peak, on 2, 4 and 8 devices) and as
+memory-bound steps with cheap transfers (``/cheap``: the same, on a transfer model of CCR 0.05),
+(b) inference graphs with parallel branches (Inception-like modules, multi-tower), (c) random
+layered task DAGs in the style of the classic scheduling benchmarks (Kasahara's STG set,
+Davidović & Crainic 2006) at CCR 0, 0.1, 1 and 10 on 2, 4 and 8 devices, (d) graphs of at most
+30 ops for the exact MILP placer ``optimal``.
 
 Every instance runs the placers celeritas, single, metis, m-topo, m-etf, m-sct, heft and
 order-place (a placer that is not registered is skipped with a note), plus ``optimal`` on family
-(d), through ``celeritas_core.placers.place`` (simulated step time, OOM, placement seconds). Per
-family it prints the number of graphs; Celeritas / best other placer that fits memory (geometric
-mean and worst, naming the graph and the placer that beat Celeritas there); on (d), where
-``optimal`` runs with ``channels=1`` (send/receive channel contention, so its optimum is a lower
-bound on every placement's simulated step time), Celeritas's simulated step / the optimal
-placement's simulated step, / the channel MILP's objective and / its bound, and on a second line
-per graph Celeritas's step simulated without channel contention / the no-channel MILP's
-objective and bound (the first phase of the channel solve); on the CCR-0 DAGs of (c) Celeritas /
-the lower bound max(critical path, work / devices); and every placer's placement seconds (mean,
-max). Then PASS/MISS lines for the targets:
+(d), through ``celeritas_core.placers.place`` (simulated step time, OOM, placement seconds). A
+placement *fits* when its replayed liveness-aware peak is within every device's capacity
+(``placement.oom`` false; for graphs without liveness fields the peak is the sum of op memory).
+Per family it prints the number of graphs; Celeritas / best other placer that fits memory
+(geometric mean and worst, naming the graph and the placer that beat Celeritas there); on the
+cheap-transfer steps of (a), Celeritas / the fastest that fits of the list schedules that keep
+co-location groups together and Baechi's recipes (heft, m-etf, m-etf/ops, m-sct, m-sct/ops,
+m-topo); on (d), where ``optimal`` runs with ``channels=1`` (send/receive channel contention, so
+its optimum is a lower bound on every placement's simulated step time), Celeritas's simulated step
+/ the optimal placement's simulated step, / the channel MILP's objective and / its bound, and on
+a second line per graph Celeritas's step simulated without channel contention / the no-channel
+MILP's objective and bound (the first phase of the channel solve); on the CCR-0 DAGs of (c)
+Celeritas / the lower bound max(critical path, work / devices); Celeritas's placement replayed
+under the five alternative dispatch orders of ``celeritas_core.simulator.ALTERNATIVE_DISPATCH``
+(Kahn FIFO, four seeded random topological orders), as the median of the five / the predicted
+step (geometric mean, range, the instance furthest from 1); and every placer's placement seconds
+(mean, max). Then PASS/MISS lines for the targets:
 
 * Celeritas never more than 1 % slower than the best other placer that fits, on any graph;
 * geometric mean of Celeritas / best other <= 0.95 over all families;
 * within 1.10x of the channel MILP optimum on (d) (over the instances proven optimal) and of the
   lower bound on the CCR-0 DAGs of (c);
-* never slower than the single-device time when one device holds the model.
+* never slower than the single-device time when one device holds the model (by its peak);
+* on the cheap-transfer memory-bound steps of (a), Celeritas never more than 1 % slower than the
+  best of heft, m-etf, m-etf/ops, m-sct, m-sct/ops and m-topo that fits (and fitting wherever one
+  of them does);
+* every placement keeps its co-location groups on one device (checked on each assignment;
+  ``place`` refuses a split too);
+* Celeritas's step under the alternative dispatch orders within 3 % of its prediction (median of
+  the five / predicted), on every instance.
 
 Targets are reported, not enforced (exit 0). Figures go to ``build/bench/quality.json``.
 
@@ -35,6 +52,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -45,11 +63,13 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from celeritas_core.colocation import colocation_respected  # noqa: E402
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
 from celeritas_core.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
 from celeritas_core.formats import write_json_atomic  # noqa: E402
 from celeritas_core.levels import ccr  # noqa: E402
 from celeritas_core.placers import PLACERS, place  # noqa: E402
+from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
 from celeritas_core.units import format_us  # noqa: E402
 
 PLACER_NAMES = ("celeritas", "single", "metis", "m-topo", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "heft",
@@ -71,6 +91,13 @@ OPTIMAL_TIME_LIMIT_S = 30
 WORST_TARGET = 1.01  # Celeritas / best other, every graph
 GEOMEAN_TARGET = 0.95  # Celeritas / best other, geometric mean over all graphs
 OPTIMUM_TARGET = 1.10  # Celeritas / MILP optimum on (d), Celeritas / lower bound on CCR-0 DAGs of (c)
+#: The list schedules that keep co-location groups together (HEFT, m-ETF, m-SCT on Baechi's fused
+#: graph and on the ops) and Baechi's recipes (m-TOPO, m-ETF, m-SCT): the reference on family a's
+#: memory-bound steps with cheap transfers, where they beat Celeritas on real graphs.
+LIST_SCHEDULES = ("heft", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "m-topo")
+CHEAP_VARIANT = "cheap"  # families.Instance.variant of those steps
+CHEAP_TARGET = 1.01  # Celeritas / best of LIST_SCHEDULES that fits, every cheap-transfer step
+DISPATCH_TARGET = 0.03  # |median step under the alternative dispatch orders / predicted - 1|
 
 Row = dict[str, Any]
 
@@ -82,8 +109,11 @@ def _run_placer(inst: Instance, name: str, params: Mapping[str, Any] | None = No
         p = place(inst.graph, inst.cluster, name, params)
     except Exception as exc:  # a placer's failure is a result to report, not a reason to stop
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    # "fits" is the replay's liveness-aware peak against every device's capacity (``p.oom``; the
+    # sum of op memory for graphs without liveness fields), as Celeritas itself ranks candidates
     row: Row = {"step_time_us": float(p.predicted_step_time_us), "oom": bool(p.oom),
-                "placement_seconds": float(p.placement_seconds)}
+                "placement_seconds": float(p.placement_seconds),
+                "keeps_groups": colocation_respected(inst.graph, p.assignment)}
     if name == OPTIMAL:
         row["extra"] = {k: v for k, v in p.extra.items() if k.startswith("milp_")}
     row["_assignment"] = p.assignment
@@ -107,12 +137,18 @@ def _optimal_params(inst: Instance) -> dict[str, Any]:
 
 def _no_channels_us(inst: Instance, assignment: Any) -> float | None:
     """Step time (µs) of ``assignment`` simulated without channel contention (the MILP's model)."""
-    from celeritas_core.simulator import simulate
+    return float(simulate(inst.graph, inst.cluster, assignment, channels=False).step_time_us)
 
-    try:
-        return float(simulate(inst.graph, inst.cluster, assignment, channels=False).step_time_us)
-    except TypeError:  # a simulator without the ``channels`` keyword
+
+def _dispatch_figures(inst: Instance, cel: Row | None) -> Row | None:
+    """Celeritas's placement replayed under each of ``ALTERNATIVE_DISPATCH`` (other valid orders
+    of starting ready ops): the steps (µs), their median and median / the predicted step."""
+    if cel is None or "error" in cel:
         return None
+    steps = {name: float(simulate(inst.graph, inst.cluster, cel["_assignment"], dispatch=name).step_time_us)
+             for name in ALTERNATIVE_DISPATCH}
+    median = statistics.median(steps.values())
+    return {"steps_us": steps, "median_us": median, "ratio": median / cel["step_time_us"]}
 
 
 def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> Row:
@@ -124,7 +160,8 @@ def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> 
         "edges": graph.num_edges, "devices": cluster.num_devices,
         "device_memory_bytes": float(cluster.memory_bytes[0]),
         "model_memory_bytes": graph.total_memory_bytes, "fits_one_device": inst.fits_one_device,
-        "ccr": ccr(graph, cluster), "target_ccr": graph.meta.get("target_ccr"),
+        "ccr": ccr(graph, cluster), "target_ccr": graph.meta.get("target_ccr"), "variant": inst.variant,
+        "dispatch": _dispatch_figures(inst, figures.get("celeritas")),
     }
     if with_optimal:
         opt = _run_placer(inst, OPTIMAL, _optimal_params(inst))
@@ -158,12 +195,27 @@ def _ratios(row: Row) -> Row:
         out["best_other"], out["best_other_step_us"] = best, others[best]
         if not out["celeritas_oom"]:
             out["ratio_vs_best_other"] = cel["step_time_us"] / others[best]
+    out.update(_list_ratio(figures, out["celeritas_oom"]))
     if "error" not in cel:
         out["ratio_vs_lower_bound"] = cel["step_time_us"] / row["lower_bound_us"]
         out["ratio_vs_single"] = cel["step_time_us"] / row["single_device_time_us"]
     opt = row.get("optimal")
     if opt is not None and "error" not in opt:
         out["optimal"] = {**opt, **_optimum_ratios(cel, opt)}
+    return out
+
+
+def _list_ratio(figures: Mapping[str, Row], celeritas_oom: bool) -> Row:
+    """Celeritas / the fastest of :data:`LIST_SCHEDULES` that fits (its replayed peak within
+    every device; None when none fits or Celeritas does not)."""
+    fits = {n: figures[n]["step_time_us"] for n in LIST_SCHEDULES
+            if n in figures and "error" not in figures[n] and not figures[n]["oom"]}
+    out: Row = {"best_list": None, "best_list_step_us": None, "ratio_vs_best_list": None}
+    if fits:
+        best = min(fits, key=fits.__getitem__)
+        out["best_list"], out["best_list_step_us"] = best, fits[best]
+        if not celeritas_oom:
+            out["ratio_vs_best_list"] = figures["celeritas"]["step_time_us"] / fits[best]
     return out
 
 
@@ -264,6 +316,42 @@ def summarize(rows: Sequence[Row], placers: Sequence[str]) -> Row:
                               if o["no_channel_status"] == "optimal" and o["ratio_milp"] is not None),
                              default=None),
         "placement_seconds": seconds,
+        **_cheap_summary(rows),
+        **_dispatch_summary(rows),
+        "groups_split": [f"{p} on {r['name']}" for r in rows for p, f in r["placers"].items()
+                         if f.get("keeps_groups") is False],
+    }
+
+
+def _cheap_summary(rows: Sequence[Row]) -> Row:
+    """Family a's cheap-transfer steps: Celeritas / the best list schedule that fits."""
+    cheap = [r for r in rows if r.get("variant") == CHEAP_VARIANT]
+    rated = [r for r in cheap if r["ratio_vs_best_list"] is not None]
+    worst = max(rated, key=lambda r: r["ratio_vs_best_list"], default=None)
+    return {
+        "cheap_graphs": len(cheap),
+        "cheap_rated": len(rated),
+        "geomean_vs_best_list_cheap": geomean([r["ratio_vs_best_list"] for r in rated]),
+        "worst_vs_best_list_cheap": worst["ratio_vs_best_list"] if worst else None,
+        "worst_cheap_graph": worst["name"] if worst else None,
+        "worst_cheap_beaten_by": worst["best_list"] if worst else None,
+        "celeritas_oom_where_a_list_schedule_fits_cheap": [r["name"] for r in cheap if r["celeritas_oom"]
+                                                           and r["best_list"] is not None],
+    }
+
+
+def _dispatch_summary(rows: Sequence[Row]) -> Row:
+    """Celeritas's step under the alternative dispatch orders: median / predicted, over the rows."""
+    rated = [r for r in rows if r.get("dispatch")]
+    ratios = [r["dispatch"]["ratio"] for r in rated]
+    worst = max(rated, key=lambda r: abs(r["dispatch"]["ratio"] - 1.0), default=None)
+    return {
+        "dispatch_graphs": len(rated),
+        "dispatch_geomean": geomean(ratios),
+        "dispatch_min": min(ratios, default=None),
+        "dispatch_max": max(ratios, default=None),
+        "dispatch_worst": worst["dispatch"]["ratio"] if worst else None,
+        "dispatch_worst_graph": worst["name"] if worst else None,
     }
 
 
@@ -275,14 +363,14 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
 def print_family(family: str, rows: Sequence[Row], summary: Row, placers: Sequence[str]) -> None:
     """The family's per-graph table and its summary lines."""
     print(f"== ({family}) {FAMILIES[family]}: {summary['graphs']} graphs ==")
-    head = (f"{'graph':<34}{'ops':>6}{'dev':>4}{'CCR':>7}{'celeritas':>11}{'best other':>12}"
+    head = (f"{'graph':<38}{'ops':>6}{'dev':>4}{'CCR':>7}{'celeritas':>11}{'best other':>12}"
             f"{'by':>13}{'ratio':>7}{'vs LB':>7}")
     print(head)
     for r in rows:
         cel = r["placers"].get("celeritas", {})
         cel_text = "error" if "error" in cel else ("OOM" if cel["oom"] else format_us(cel["step_time_us"]))
         other = format_us(r["best_other_step_us"]) if r["best_other_step_us"] is not None else "-"
-        print(f"{r['name'][:33]:<34}{r['nodes']:>6}{r['devices']:>4}{r['ccr']:>7.2f}{cel_text:>11}"
+        print(f"{r['name'][:37]:<38}{r['nodes']:>6}{r['devices']:>4}{r['ccr']:>7.2f}{cel_text:>11}"
               f"{other:>12}{r['best_other'] or '-':>13}{_fmt(r['ratio_vs_best_other']):>7}"
               f"{_fmt(r.get('ratio_vs_lower_bound'), '.2f'):>7}")
     print(f"Celeritas / best other placer that fits: geomean {_fmt(summary['geomean_vs_best_other'])}, "
@@ -297,6 +385,13 @@ def print_family(family: str, rows: Sequence[Row], summary: Row, placers: Sequen
               f"worst {_fmt(summary['worst_vs_lower_bound_ccr0'])}")
     if any("optimal" in r for r in rows):
         _print_optimum(rows, summary)
+    if summary["cheap_graphs"]:
+        _print_cheap(rows, summary)
+    if summary["dispatch_graphs"]:
+        print(f"Celeritas under the {len(ALTERNATIVE_DISPATCH)} alternative dispatch orders, median / "
+              f"predicted step: geomean {_fmt(summary['dispatch_geomean'])}, range "
+              f"{_fmt(summary['dispatch_min'])}–{_fmt(summary['dispatch_max'])}, furthest from 1 on "
+              f"{summary['dispatch_worst_graph']}")
     print(f"{'placement seconds':<18}{'mean':>9}{'max':>9}")
     for p in [*placers, OPTIMAL]:
         if p in summary["placement_seconds"]:
@@ -308,6 +403,26 @@ def print_family(family: str, rows: Sequence[Row], summary: Row, placers: Sequen
     for name, p, err in errors:
         print(f"  error: {p} on {name}: {err}")
     print()
+
+
+def _print_cheap(rows: Sequence[Row], summary: Row) -> None:
+    """Family a's memory-bound steps with cheap transfers: Celeritas against the list schedules."""
+    print(f"Cheap-transfer memory-bound steps ({summary['cheap_graphs']}): Celeritas / the fastest that fits "
+          f"of {', '.join(LIST_SCHEDULES)} (group-keeping list schedules and Baechi's recipes); 'fit' counts "
+          f"those that fit by their replayed peak")
+    print(f"  {'graph':<38}{'CCR':>6}{'celeritas':>11}{'best list':>11}{'by':>11}{'fit':>5}{'ratio':>7}")
+    for r in rows:
+        if r.get("variant") != CHEAP_VARIANT:
+            continue
+        cel = r["placers"].get("celeritas", {})
+        cel_text = "error" if "error" in cel else ("OOM" if cel["oom"] else format_us(cel["step_time_us"]))
+        best = format_us(r["best_list_step_us"]) if r["best_list_step_us"] is not None else "-"
+        fit = sum(1 for n in LIST_SCHEDULES if n in r["placers"] and not r["placers"][n].get("oom", True))
+        print(f"  {r['name'][:37]:<38}{r['ccr']:>6.3f}{cel_text:>11}{best:>11}{r['best_list'] or '-':>11}"
+              f"{fit:>5}{_fmt(r['ratio_vs_best_list']):>7}")
+    print(f"  geomean {_fmt(summary['geomean_vs_best_list_cheap'])} over {summary['cheap_rated']} rated, "
+          f"worst {_fmt(summary['worst_vs_best_list_cheap'])} on {summary['worst_cheap_graph']} "
+          f"(by {summary['worst_cheap_beaten_by']})")
 
 
 def _print_optimum(rows: Sequence[Row], summary: Row) -> None:
@@ -349,6 +464,10 @@ def targets(rows: dict[str, list[Row]], notes: Sequence[str]) -> list[str]:
     if "c" in rows:
         lines.append(_bound_target(rows["c"]))
     lines.append(_single_target(every))
+    if any(r.get("variant") == CHEAP_VARIANT for r in every):
+        lines.append(_cheap_target(every))
+    lines.append(_groups_target(every))
+    lines.append(_dispatch_target(every))
     return lines
 
 
@@ -407,6 +526,47 @@ def _single_target(every: Sequence[Row]) -> str:
     detail = f"worst {worst['ratio_vs_single']:.3f} on {worst['name']}" if worst else "no such graph"
     return (f"{_verdict(not slower)} no Celeritas placement slower than one device when one device holds "
             f"the model ({len(fits)} graphs, {len(slower)} slower; {detail})")
+
+
+def _cheap_target(every: Sequence[Row]) -> str:
+    """Celeritas within 1 % of the best group-keeping list schedule on every cheap-transfer step."""
+    cheap = [r for r in every if r.get("variant") == CHEAP_VARIANT]
+    rated = [r for r in cheap if r["ratio_vs_best_list"] is not None]
+    oom = [r["name"] for r in cheap if r["celeritas_oom"] and r["best_list"] is not None]
+    over = [r for r in rated if r["ratio_vs_best_list"] > CHEAP_TARGET]
+    worst = max(rated, key=lambda r: r["ratio_vs_best_list"], default=None)
+    detail = (f"worst {worst['ratio_vs_best_list']:.3f} on {worst['name']} vs {worst['best_list']}"
+              if worst else "no step rated")
+    none_fits = sum(r["best_list"] is None for r in cheap)
+    detail += f"; {len(rated)} of {len(cheap)} rated, {none_fits} where none fits"
+    detail += f"; {len(over)} over" if over else ""
+    detail += f"; Celeritas OOM on {len(oom)} where one fits" if oom else ""
+    return (f"{_verdict(not over and not oom)} Celeritas never more than {CHEAP_TARGET - 1:.0%} slower than "
+            f"the best of {', '.join(LIST_SCHEDULES)} that fits on the memory-bound steps with cheap "
+            f"transfers ({detail})")
+
+
+def _groups_target(every: Sequence[Row]) -> str:
+    """Every placement (list schedules included) keeps each co-location group on one device."""
+    checked = [(r["name"], p) for r in every for p, f in r["placers"].items() if "keeps_groups" in f]
+    split = [f"{p} on {r['name']}" for r in every for p, f in r["placers"].items()
+             if f.get("keeps_groups") is False]
+    detail = f"; split: {', '.join(split[:3])}" if split else ""
+    return (f"{_verdict(not split)} every placement keeps its co-location groups together "
+            f"({len(checked)} placements checked{detail})")
+
+
+def _dispatch_target(every: Sequence[Row]) -> str:
+    """Celeritas's predicted step holds under the alternative dispatch orders (median within 3 %)."""
+    rated = [r for r in every if r.get("dispatch")]
+    if not rated:
+        return "SKIP Celeritas's step under the alternative dispatch orders: no Celeritas placement"
+    worst = max(rated, key=lambda r: abs(r["dispatch"]["ratio"] - 1.0))
+    off = [r for r in rated if abs(r["dispatch"]["ratio"] - 1.0) > DISPATCH_TARGET]
+    extra = f"; {len(off)} of {len(rated)} outside" if off else ""
+    return (f"{_verdict(not off)} Celeritas's step within {DISPATCH_TARGET:.0%} of its prediction on every "
+            f"instance under the dispatch orders {', '.join(ALTERNATIVE_DISPATCH)} (median / predicted; "
+            f"{len(rated)} placements, furthest {worst['dispatch']['ratio']:.3f} on {worst['name']}{extra})")
 
 
 # ---------------------------------------------------------------------------- main

@@ -4,9 +4,25 @@ Four families, each a list of :class:`Instance` (a graph and the cluster to plac
 
 * **a — training steps**: the synthetic TensorFlow training steps of
   :mod:`celeritas_core.synthetic` (forward, backward, Adam, co-location groups), a few hundred
-  to a few thousand ops, on 2 and 4 devices that each hold 30–60 % of the model's memory (the
-  model does not fit one device, as in the Celeritas paper's evaluation), plus cases where one
-  device holds the whole model.
+  to a few thousand ops, in three variants:
+
+  - the sum model (no liveness fields: an op's memory is held all step) with the default
+    transfer model (PCIe class, CCR 22–49), on 2 and 4 devices that each hold 30–60 % of the
+    model's memory (the model does not fit one device, as in the Celeritas paper's evaluation),
+    plus cases where one device holds the whole model;
+  - ``…/live``: the same four steps (the 407-op one, ``mlp-qkv``, ``conv-inception``, the
+    paper-shaped Tensor Holography), seed 0, **with liveness fields** (``liveness=True``:
+    variables and Adam slots persistent, activations live until their gradient ops, views
+    aliasing their input), on the :data:`LIVENESS_SETUPS` (2, 4 and 8 devices of 30–60 % of the
+    **one-device liveness peak**, :func:`celeritas_core.memory.one_device_peak_bytes`), default
+    transfer model;
+  - ``…/cheap``: **memory-bound training steps with cheap transfers**, the ``/live`` graphs and
+    setups on :func:`cheap_cluster`: an NVLink-shaped link (150 GB/s and 2 µs, see
+    :data:`NVLINK_SLOPE_US_PER_BYTE`) scaled by one factor per graph to CCR
+    :data:`CHEAP_CCR` = 0.05 (31–67 times faster than NVLink: with roofline op times NVLink
+    itself gives CCR 1.6–3.4, while profiled steps lie below 0.1; see :func:`cheap_cluster`).
+    Several devices are needed for memory, and transfers hardly cost: the regime of real
+    extracted training steps.
 * **b — inference graphs with parallel branches**: Inception-like modules
   (:func:`inception_graph`; Szegedy et al., "Going deeper with convolutions", CVPR 2015, and
   "Rethinking the Inception architecture", CVPR 2016) and multi-tower graphs
@@ -42,15 +58,26 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
-from celeritas_core.synthetic import GraphBuilder
+from celeritas_core.memory import one_device_peak_bytes
+from celeritas_core.synthetic import (
+    GraphBuilder,
+    paper_shaped_graph,
+    small_training_graph,
+    training_step_graph,
+)
 
 __all__ = [
+    "CHEAP_CCR",
     "FAMILIES",
     "LAYERED_CCRS",
     "LAYERED_INTERCEPT_US",
     "LAYERED_SLOPE_US_PER_BYTE",
+    "LIVENESS_SETUPS",
+    "NVLINK_INTERCEPT_US",
+    "NVLINK_SLOPE_US_PER_BYTE",
     "Instance",
     "benchmark_instances",
+    "cheap_cluster",
     "inception_graph",
     "layered_cluster",
     "layered_dag",
@@ -72,6 +99,22 @@ LAYERED_CCRS: tuple[float, ...] = (0.0, 0.1, 1.0, 10.0)
 #: Transfer model of family c: linear in bytes, no fixed latency, so CCR 0 means free transfers.
 LAYERED_SLOPE_US_PER_BYTE = 1e-4
 LAYERED_INTERCEPT_US = 0.0
+#: The link family a's cheap-transfer instances are shaped after: NVLink 2.0 between two V100s,
+#: 150 GB/s per direction (six links of 25 GB/s; NVIDIA Tesla V100 GPU architecture whitepaper,
+#: 2017; any pair of a DGX-2's 16 GPUs through NVSwitch), i.e. 1/1.5e5 µs per byte ...
+NVLINK_SLOPE_US_PER_BYTE = 1.0 / 1.5e5
+#: ... and 2 µs per transfer (a peer copy's launch and completion; interconnect tables give
+#: 1–2 µs for NVLink: an assumed round figure, not a measurement).
+NVLINK_INTERCEPT_US = 2.0
+#: CCR (``levels.ccr``) of family a's cheap-transfer instances: half the 0.1 below which profiled
+#: training steps lie, so the claim "CCR < 0.1" holds with room.
+CHEAP_CCR = 0.05
+#: Family a's (devices, share of the one-device liveness peak per device) for the graphs with
+#: liveness fields: every share of 30, 45 and 60 % on 2, 4 and 8 devices whose devices hold
+#: 1.2–3.6 times the peak in total (1.2: the least of the sum-model cases, 2 x 60 % and 4 x 30 %;
+#: a split adds received copies, so less would rarely fit).
+LIVENESS_SETUPS: tuple[tuple[int, float], ...] = tuple(
+    (d, share) for d in (2, 4, 8) for share in (0.3, 0.45, 0.6) if 1.2 - 1e-9 <= d * share <= 3.6 + 1e-9)
 
 # ---------------------------------------------------------------------------- cost model
 # The roofline of celeritas_core.synthetic (V100 class), so families a and b price ops alike.
@@ -96,11 +139,15 @@ class Instance:
     graph: Graph
     cluster: Cluster
     notes: str = ""
+    variant: str = ""
+    """Family a: ``"live"`` (liveness fields), ``"cheap"`` (liveness fields and a transfer model of
+    CCR :data:`CHEAP_CCR`) or ``""`` (the sum model and the default transfer model)."""
 
     @property
     def fits_one_device(self) -> bool:
-        """True when device 0 alone holds the whole model's memory."""
-        return bool(self.cluster.memory_bytes[0] >= self.graph.total_memory_bytes)
+        """True when device 0 alone holds the whole model: its liveness-aware peak replayed on one
+        device (:func:`~celeritas_core.memory.one_device_peak_bytes`; the sum without liveness)."""
+        return bool(self.cluster.memory_bytes[0] >= one_device_peak_bytes(self.graph))
 
 
 # ---------------------------------------------------------------------------- builder
@@ -465,6 +512,26 @@ def scale_to_ccr(graph: Graph, ccr: float, cluster: Cluster) -> Graph:
         check_acyclic=False)
 
 
+def cheap_cluster(graph: Graph, num_devices: int, memory_bytes: float, ccr: float = CHEAP_CCR) -> Cluster:
+    """``num_devices`` identical devices of ``memory_bytes`` bytes whose transfer model is the
+    NVLink-shaped one (:data:`NVLINK_SLOPE_US_PER_BYTE`, :data:`NVLINK_INTERCEPT_US`) times one
+    factor ``f <= 1`` so that ``levels.ccr(graph, cluster) == ccr`` (or below, when NVLink itself
+    is below it).
+
+    Why scaled: on the roofline-costed synthetic steps NVLink itself gives CCR 1.6–3.4, since an
+    elementwise op moves its bytes at HBM speed (900 GB/s), faster than any link; profiled steps
+    measure op times far above the roofline (launch and executor overheads) and lie below CCR 0.1.
+    A link ``1/f`` times faster stands for op times ``1/f`` times the roofline's, as the byte
+    scale of :func:`celeritas_core.synthetic.paper_shaped_graph` stands for a slower link.
+    """
+    target = _check_number(ccr, "ccr")
+    nvlink_us = (NVLINK_SLOPE_US_PER_BYTE * float(graph.edge_bytes.sum())
+                 + NVLINK_INTERCEPT_US * graph.num_edges)
+    factor = min(1.0, target * graph.total_time_us / nvlink_us) if nvlink_us > 0 else 1.0
+    return Cluster.homogeneous(num_devices, memory_bytes, slope_us_per_byte=factor * NVLINK_SLOPE_US_PER_BYTE,
+                               intercept_us=factor * NVLINK_INTERCEPT_US)
+
+
 # ---------------------------------------------------------------------------- instances
 def benchmark_instances(family: str, *, quick: bool = False, seed: int = 0) -> list[Instance]:
     """The benchmark's instances of ``family`` (``"a"``–``"d"`` or ``training``, ``inference``,
@@ -478,49 +545,86 @@ def benchmark_instances(family: str, *, quick: bool = False, seed: int = 0) -> l
     return _BUILDERS[key](quick, seed)
 
 
+def _medium_mlp(s: int, liveness: bool = False) -> Graph:
+    """Transformer-like training step: Q/K/V projections, layer norm, residuals (1,068 ops)."""
+    return training_step_graph(layers=10, width=512, seed=s, name="mlp-qkv", branches=3, kernel="MatMul",
+                               join="add", residual=True, norm=True, extra_elementwise=2, reshapes=1,
+                               batch_size=16, positions=128, classes=1000, liveness=liveness)
+
+
+def _medium_conv(s: int, liveness: bool = False) -> Graph:
+    """Inception-like training step: 4 conv branches, batch norm, 2 grid reductions (1,399 ops)."""
+    return training_step_graph(layers=12, width=128, seed=s, name="conv-inception", branches=4,
+                               kernel="Conv2D", join="concat", norm=True, batch_size=32, positions=35 * 35,
+                               stages=2, classes=1000, liveness=liveness)
+
+
+def _holo(s: int, liveness: bool = False) -> Graph:
+    """The paper-shaped Tensor Holography training step (3,810 ops)."""
+    return paper_shaped_graph("tensor_holography", seed=s, liveness=liveness)
+
+
+def _small(s: int, liveness: bool = False) -> Graph:
+    """The bundled 407-op conv training step."""
+    return small_training_graph(s, liveness=liveness)
+
+
+#: A family-a case: (graph builder, seed offset, devices, fraction of the model's memory per device).
+_Case = tuple[Callable[..., Graph], int, int, float]
+
+
 def _training_instances(quick: bool, seed: int) -> list[Instance]:
-    """Family a: synthetic training steps on devices holding 30–60 % of the model, or all of it."""
-    from celeritas_core.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
-
-    def medium_mlp(s: int) -> Graph:  # transformer-like: Q/K/V projections, layer norm, residuals
-        return training_step_graph(layers=10, width=512, seed=s, name="mlp-qkv", branches=3,
-                                   kernel="MatMul", join="add", residual=True, norm=True,
-                                   extra_elementwise=2, reshapes=1, batch_size=16, positions=128,
-                                   classes=1000)
-
-    def medium_conv(s: int) -> Graph:  # inception-like: 4 conv branches, batch norm, 2 grid reductions
-        return training_step_graph(layers=12, width=128, seed=s, name="conv-inception", branches=4,
-                                   kernel="Conv2D", join="concat", norm=True, batch_size=32,
-                                   positions=35 * 35, stages=2, classes=1000)
-
-    def holo(s: int) -> Graph:
-        return paper_shaped_graph("tensor_holography", seed=s)
-
-    # (graph builder, seed offset, devices, fraction of the model's memory per device)
-    plan: list[tuple[Callable[[int], Graph], int, int, float]] = [
-        (small_training_graph, 0, 2, 0.6), (small_training_graph, 0, 4, 0.3),
-        (small_training_graph, 0, 2, 1.25),
-    ]
+    """Family a: synthetic training steps, sum model, on devices holding 30–60 % of the model or
+    all of it; then the same steps with liveness fields (``/live``) and with liveness fields and
+    cheap transfers (``/cheap``) on 2, 4 and 8 devices holding 30–60 % of the one-device peak."""
+    plan: list[_Case] = [(_small, 0, 2, 0.6), (_small, 0, 4, 0.3), (_small, 0, 2, 1.25)]
+    live: list[_Case] = [(_small, 0, 2, 0.6)]
+    cheap: list[_Case] = [(_small, 0, 4, 0.6)]
     if not quick:
         plan += [
-            (small_training_graph, 1, 2, 0.6), (small_training_graph, 1, 4, 0.3),
-            (small_training_graph, 2, 2, 0.6), (small_training_graph, 2, 4, 0.45),
-            (medium_mlp, 0, 2, 0.6), (medium_mlp, 0, 4, 0.3), (medium_mlp, 1, 4, 0.45),
-            (medium_mlp, 1, 4, 1.25),
-            (medium_conv, 0, 2, 0.6), (medium_conv, 0, 4, 0.3), (medium_conv, 1, 4, 1.25),
-            (holo, 0, 4, 0.3), (holo, 0, 2, 0.6), (holo, 0, 4, 1.25),
+            (_small, 1, 2, 0.6), (_small, 1, 4, 0.3), (_small, 2, 2, 0.6), (_small, 2, 4, 0.45),
+            (_medium_mlp, 0, 2, 0.6), (_medium_mlp, 0, 4, 0.3), (_medium_mlp, 1, 4, 0.45),
+            (_medium_mlp, 1, 4, 1.25),
+            (_medium_conv, 0, 2, 0.6), (_medium_conv, 0, 4, 0.3), (_medium_conv, 1, 4, 1.25),
+            (_holo, 0, 4, 0.3), (_holo, 0, 2, 0.6), (_holo, 0, 4, 1.25),
         ]
-    cache: dict[tuple[str, int], Graph] = {}
+        live = cheap = [(build, 0, devices, share) for build in (_small, _medium_mlp, _medium_conv, _holo)
+                        for devices, share in LIVENESS_SETUPS]
+    cache: dict[tuple[str, int, bool], Graph] = {}
+
+    def graph_of(build: Callable[..., Graph], s: int, liveness: bool) -> Graph:
+        key = (build.__name__, s, liveness)
+        if key not in cache:
+            cache[key] = build(s, liveness=liveness)
+        return cache[key]
+
     out = []
     for build, offset, devices, share in plan:
-        key = (build.__name__, offset)
-        if key not in cache:
-            cache[key] = build(seed + offset)
-        graph = cache[key]
+        graph = graph_of(build, seed + offset, False)
         cluster = Cluster.homogeneous(devices, share * graph.total_memory_bytes)
         out.append(Instance(f"{graph.name}-s{seed + offset}/{devices}x{share:.0%}", "a", graph, cluster,
                             f"{devices} devices x {share:.0%} of model memory, default transfer model"))
+    for variant, cases in (("live", live), ("cheap", cheap)):
+        for build, offset, devices, share in cases:
+            graph = graph_of(build, seed + offset, True)
+            out.append(_liveness_instance(graph, seed + offset, devices, share, variant))
     return out
+
+
+def _liveness_instance(graph: Graph, s: int, devices: int, share: float, variant: str) -> Instance:
+    """A family-a instance of a graph with liveness fields: devices of ``share`` times its one-device
+    peak (bytes), the default transfer model (``live``) or :func:`cheap_cluster` (``cheap``)."""
+    memory = share * one_device_peak_bytes(graph)
+    name = f"{graph.name}-s{s}/{devices}x{share:.0%}/{variant}"
+    if variant == "live":
+        return Instance(name, "a", graph, Cluster.homogeneous(devices, memory),
+                        f"{devices} devices x {share:.0%} of the one-device liveness peak, default transfer "
+                        f"model", variant)
+    cluster = cheap_cluster(graph, devices, memory)
+    return Instance(name, "a", graph, cluster,
+                    f"{devices} devices x {share:.0%} of the one-device liveness peak, NVLink-shaped link "
+                    f"scaled to CCR {CHEAP_CCR:g}: {cluster.slope_us_per_byte:.3g} µs/B + "
+                    f"{cluster.intercept_us:.3g} µs", variant)
 
 
 def _inference_instances(quick: bool, seed: int) -> list[Instance]:

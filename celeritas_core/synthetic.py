@@ -26,6 +26,14 @@ its gradient, ``ShapeN``, ``ConcatOffset`` and the loss). Everything is determin
 seed (``numpy.random.default_rng``), and the node order is a topological order except for
 padding constants, which come last.
 
+``liveness=True`` (off by default; without it a graph is exactly what it was before the option)
+also gives every op the liveness fields of docs/formats.md, filled the way
+``celeritas_tf.extract`` fills them for a real step: variables and Adam slots hold their bytes as
+``persistent_bytes``, every other op declares its outputs (``output_bytes``), views (a variable's
+``/read``, ``Reshape``, ``ExpandDims``) alias their first input (``output_aliases``), and
+``scratch_bytes`` is 0. The one-device peak then follows tensor lifetimes (forward activations
+live until their gradient ops) instead of the sum: about a quarter to a third of it.
+
 :func:`paper_shaped_graph` picks a layer stack per model, pads with small constants to the exact
 node count of the paper's CCR table, then multiplies every edge's bytes by one factor so that
 :func:`celeritas_core.levels.ccr` matches the table's CCR (recorded as ``meta["byte_scale"]``;
@@ -44,7 +52,7 @@ import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
+from celeritas_core.graph import Graph, Liveness
 
 __all__ = [
     "PAPER_MODELS",
@@ -126,6 +134,7 @@ class GraphBuilder:
         self.memory: list[float] = []
         self.out_bytes: list[float] = []
         self.coloc: list[str | None] = []
+        self.outputs: list[tuple[float, ...] | None] = []  # every output's bytes; None: (out_bytes,)
         self.src: list[int] = []
         self.dst: list[int] = []
         self.ebytes: list[float] = []
@@ -141,8 +150,11 @@ class GraphBuilder:
         inputs: Sequence[_Input] = (),
         memory: float | None = None,
         coloc: str | None = None,
+        outputs: Sequence[float] | None = None,
     ) -> int:
-        """Add an op whose output 0 has ``out_bytes`` bytes; return its index."""
+        """Add an op whose output 0 has ``out_bytes`` bytes; return its index. ``outputs`` gives
+        every output's bytes of an op that has other than the one output of ``out_bytes`` (only
+        the liveness fields read it)."""
         i = len(self.names)
         self.names.append(name)
         self.ops.append(op)
@@ -150,6 +162,7 @@ class GraphBuilder:
         self.out_bytes.append(out_bytes)
         self.memory.append(out_bytes if memory is None else memory)
         self.coloc.append(coloc)
+        self.outputs.append(None if outputs is None else tuple(outputs))
         for inp in inputs:
             if isinstance(inp, tuple):
                 s, o, b = inp
@@ -283,7 +296,7 @@ def _normalise(net: _Net, p: str, h: int, act: float, width_b: int) -> int:
         stats = _FLOAT * width_b
         cur = g.add(f"{p}/FusedBatchNormV3", "FusedBatchNormV3", out_bytes=act,
                     base_us=_eltwise_us(3 * act), inputs=(h, gread, bread, c_mean, c_var),
-                    memory=act + 5 * stats)
+                    memory=act + 5 * stats, outputs=(act, *(stats,) * 5))
         return net.record("norm", cur, (h, gread, len(variables) - 2, len(variables) - 1, int(stats)))
     bread = _variable(g, variables, f"{p}/bias", _FLOAT * width_b)
     cur = g.add(f"{p}/BiasAdd", "BiasAdd", out_bytes=act, base_us=_eltwise_us(2 * act), inputs=(h, bread))
@@ -344,7 +357,8 @@ def _head(net: _Net, x: int, pos: int) -> int:
     labels = g.add("labels", "Placeholder", out_bytes=_FLOAT * s.batch_size, base_us=_SOURCE_US)
     xent = g.add("loss/SparseSoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
                  out_bytes=_FLOAT * s.batch_size, base_us=_eltwise_us(3 * logits_bytes),
-                 inputs=(biased, labels), memory=_FLOAT * s.batch_size + logits_bytes)
+                 inputs=(biased, labels), memory=_FLOAT * s.batch_size + logits_bytes,
+                 outputs=(_FLOAT * s.batch_size, logits_bytes))
     # the backward pass starts here: its first gradient flows into the biased logits
     net.fwd.append(("xent", xent, (biased,)))
     return xent
@@ -455,6 +469,7 @@ def _norm_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...], d
     h, gread, vg, vb, stats = args
     grad = g.add(f"{gp}/FusedBatchNormGradV3", "FusedBatchNormGradV3", out_bytes=nbytes,
                  base_us=_eltwise_us(4 * nbytes), memory=nbytes + 2 * stats,
+                 outputs=(nbytes, stats, stats, 0.0, 0.0),
                  inputs=(dy, h, gread, (node, 3, stats), (node, 4, stats)))
     net.variables[vg].grad = (grad, 1, stats)
     net.variables[vb].grad = (grad, 2, stats)
@@ -495,10 +510,10 @@ def _concat_grad(net: _Net, grads: _Gradients, node: int, args: tuple[int, ...],
     g = net.g
     *outs, axis = args
     shapes = g.add(f"{gp}/ShapeN", "ShapeN", out_bytes=_SMALL, base_us=_META_US,
-                   inputs=outs, memory=_SMALL * len(outs))
+                   inputs=outs, memory=_SMALL * len(outs), outputs=(_SMALL,) * len(outs))
     offsets = g.add(f"{gp}/ConcatOffset", "ConcatOffset", out_bytes=_SMALL, base_us=_META_US,
                     inputs=(axis, *((shapes, i, _SMALL) for i in range(len(outs)))),
-                    memory=_SMALL * len(outs))
+                    memory=_SMALL * len(outs), outputs=(_SMALL,) * len(outs))
     for i, o in enumerate(outs):
         part = g.out_bytes[o]
         grads.give(o, g.add(f"{gp}/Slice_{i}", "Slice", out_bytes=part, base_us=_eltwise_us(2 * part),
@@ -557,7 +572,7 @@ def _optimizer(g: GraphBuilder, variables: list[_Var]) -> None:
             base_us=_eltwise_us(5 * v.nbytes), coloc=v.name,
             inputs=(v.var, v.slots[0], v.slots[1], powers[0][1], powers[1][1], lr, beta1, beta2, eps,
                     v.grad)))
-    group = g.add("Adam/update", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=updates)
+    group = g.add("Adam/update", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=updates, outputs=())
     assigns = []
     for i, ((var, read), beta) in enumerate(zip(powers, (beta1, beta2), strict=True)):
         suffix = "" if i == 0 else f"_{i}"
@@ -565,7 +580,7 @@ def _optimizer(g: GraphBuilder, variables: list[_Var]) -> None:
                     inputs=(read, beta, group), coloc=first)
         assigns.append(g.add(f"Adam/Assign{suffix}", "Assign", out_bytes=0.0, base_us=_META_US,
                              inputs=(var, mul), coloc=first))
-    g.add("Adam", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=(group, *assigns))
+    g.add("Adam", "NoOp", out_bytes=0.0, base_us=_META_US, inputs=(group, *assigns), outputs=())
 
 
 def _build(s: _Spec) -> GraphBuilder:
@@ -575,6 +590,47 @@ def _build(s: _Spec) -> GraphBuilder:
     _backward(net, xent)
     _optimizer(net.g, net.variables)
     return net.g
+
+
+#: Op types whose output 0 is a view of input 0 (no copy): the ones this generator makes, out of
+#: ``celeritas_tf.extract.VIEW_OPS`` (a layer above, so not imported here).
+_VIEW_OPS = frozenset({"Identity", "Reshape", "ExpandDims"})
+#: Op types that hold a variable (weights, Adam slots, beta powers) for the whole step.
+_VARIABLE_OPS = frozenset({"VariableV2"})
+
+
+def _liveness(g: GraphBuilder, memory: np.ndarray) -> Liveness:
+    """The liveness fields (docs/formats.md) of the built ops, as ``celeritas_tf.extract`` fills
+    them for a real step, so the one-device peak follows tensor lifetimes instead of the sum.
+
+    Bytes, per op of rounded ``memory`` (``memory_bytes``): a ``VariableV2`` keeps its memory as
+    ``persistent_bytes`` and its outputs are 0 bytes (the variable's own buffer); every other op
+    declares its outputs (``out_bytes``, or every output of a multi-output op such as
+    ``FusedBatchNormV3``; none for a ``NoOp``); a view op (``Identity`` such as a variable's
+    ``/read``, ``Reshape``, ``ExpandDims``) declares its output at full size but as an alias of
+    its first input, so it adds no bytes on its device (a copy sent elsewhere is full size);
+    ``scratch_bytes`` is what the memory exceeds the outputs and persistent bytes by (0 for every
+    op this generator makes). O(ops + edges), one Python pass.
+    """
+    first_input: dict[int, tuple[int, int]] = {}
+    for s, d, o in zip(g.src, g.dst, g.eout, strict=True):
+        first_input.setdefault(d, (s, o))
+    persistent: list[float | None] = []
+    scratch: list[float | None] = []
+    outputs: list[list[float] | None] = []
+    aliases: list[list[tuple[int, int] | None] | None] = []
+    for i, op in enumerate(g.ops):
+        declared = g.outputs[i]
+        sizes = np.rint(np.asarray((g.out_bytes[i],) if declared is None else declared, dtype=np.float64))
+        keep = 0.0
+        if op in _VARIABLE_OPS:
+            keep, sizes[:] = float(memory[i]), 0.0
+        persistent.append(keep)
+        scratch.append(max(float(memory[i]) - keep - float(sizes.sum()), 0.0))
+        outputs.append(sizes.tolist())
+        view = op in _VIEW_OPS and len(sizes) and i in first_input
+        aliases.append([first_input[i], *[None] * (len(sizes) - 1)] if view else None)
+    return Liveness.from_lists(persistent, scratch, outputs, aliases)
 
 
 def _check_int(value: object, field: str, minimum: int) -> int:
@@ -603,6 +659,7 @@ def training_step_graph(
     classes: int = 1000,
     num_nodes: int | None = None,
     model: str | None = None,
+    liveness: bool = False,
 ) -> Graph:
     """A seeded synthetic TensorFlow training step (forward, loss, backward, Adam updates).
 
@@ -628,11 +685,15 @@ def training_step_graph(
         num_nodes: pad with small ``Const`` ops (one edge each) to exactly this many nodes; an
             error if the layer stack alone already has more.
         model: recorded in ``meta["model"]`` (default: ``name``).
+        liveness: give every op the liveness fields of docs/formats.md (:func:`_liveness`):
+            variables and Adam slots persistent, activations live until their last consumer (the
+            gradient ops), views aliasing their input. Off by default: the graph is then exactly
+            what it was before the option existed (no liveness fields, peak = sum).
 
     Returns:
         The graph: ``time_us`` in µs, ``memory_bytes`` and edge bytes in bytes, every edge of one
         source output carrying the same byte size; ``meta`` holds ``source``, ``model``, ``seed``
-        and ``batch_size``.
+        and ``batch_size`` (and ``liveness: true`` with the option).
     """
     spec = _checked_spec(layers=layers, width=width, branches=branches, kernel=kernel, join=join,
                          residual=residual, norm=norm, extra_elementwise=extra_elementwise,
@@ -652,12 +713,16 @@ def training_step_graph(
         _pad_constants(g, rng, target - n)
         n = target
     noise = rng.lognormal(0.0, _NOISE_SIGMA, size=n)
+    memory = np.rint(np.asarray(g.memory, dtype=np.float64))
+    meta: dict[str, object] = {"source": "synthetic", "model": model or name, "seed": seed,
+                               "batch_size": spec.batch_size}
+    if liveness:
+        meta["liveness"] = True
     return Graph.from_arrays(
         name=name, node_names=g.names, ops=g.ops, time_us=np.asarray(g.base_us, dtype=np.float64) * noise,
-        memory_bytes=np.rint(np.asarray(g.memory, dtype=np.float64)), colocation=g.coloc,
+        memory_bytes=memory, colocation=g.coloc,
         edge_src=g.src, edge_dst=g.dst, edge_bytes=np.rint(np.asarray(g.ebytes, dtype=np.float64)),
-        edge_src_output=g.eout,
-        meta={"source": "synthetic", "model": model or name, "seed": seed, "batch_size": spec.batch_size},
+        edge_src_output=g.eout, meta=meta, liveness=_liveness(g, memory) if liveness else None,
     )
 
 
@@ -775,11 +840,11 @@ def _scale_to_ccr(graph: Graph, target: float, cluster: Cluster) -> Graph:
         name=graph.name, node_names=graph.node_names, ops=graph.ops, time_us=graph.time_us,
         memory_bytes=graph.memory_bytes, colocation=graph.colocation, edge_src=graph.edge_src,
         edge_dst=graph.edge_dst, edge_bytes=edge_bytes, edge_src_output=graph.edge_src_output,
-        meta=meta, check_acyclic=False)
+        meta=meta, liveness=graph.liveness, check_acyclic=False)
 
 
 def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = None,
-                       nodes: int | None = None) -> Graph:
+                       nodes: int | None = None, liveness: bool = False) -> Graph:
     """A synthetic training step with the node count and CCR of one of the paper's models.
 
     Args:
@@ -789,6 +854,8 @@ def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = N
             transfer model; only its slope and intercept matter).
         nodes: build this many ops instead of the paper's count (more or fewer layers of the
             same shape, same CCR), from the two layers' minimum up to :data:`MAX_GENERATED_NODES`.
+        liveness: give every op the liveness fields (:func:`training_step_graph`); output and
+            persistent bytes are the op memory, not scaled with the edges' bytes.
 
     Returns:
         A graph named ``model`` with exactly ``nodes`` (default ``PAPER_MODELS[model].nodes``) nodes and
@@ -807,21 +874,22 @@ def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = N
     if count > MAX_GENERATED_NODES:
         raise CeleritasInputError(f"nodes: must be at most {MAX_GENERATED_NODES:,}, got {count:,}")
     graph = training_step_graph(layers=_layers_for(shape, count), seed=seed, name=model,
-                                num_nodes=count, model=model, **asdict(shape))
+                                num_nodes=count, model=model, liveness=liveness, **asdict(shape))
     if cluster is None:
         cluster = Cluster.homogeneous(4, _DEFAULT_CLUSTER_MEMORY)
     return _scale_to_ccr(graph, paper.ccr, cluster)
 
 
-def small_training_graph(seed: int = 0) -> Graph:
+def small_training_graph(seed: int = 0, *, liveness: bool = False) -> Graph:
     """The bundled example ``training_step_small``: a 407-op conv training step (inception-like).
 
     Six layers of two 3×3 conv branches joined by ``ConcatV2``, batch norm and residual
     connections, batch 32 at 64×64 then 32×32 pixels: about 1.3 GiB of op memory in total, so it
     does not fit on one 600 MiB device but does on four. Costs are not rescaled (CCR ≈ 27 with
-    the default transfer model).
+    the default transfer model). ``liveness`` gives every op the liveness fields
+    (:func:`training_step_graph`).
     """
     return training_step_graph(
         layers=6, width=64, seed=seed, name="training_step_small", branches=2, kernel="Conv2D",
         join="concat", residual=True, norm=True, batch_size=32, positions=64 * 64, stages=1,
-        classes=100)
+        classes=100, liveness=liveness)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import subprocess
 import sys
 from itertools import combinations
@@ -17,9 +18,15 @@ from celeritas_cli.main import main
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.families import (
+    CHEAP_CCR,
     FAMILIES,
     LAYERED_CCRS,
+    LIVENESS_SETUPS,
+    NVLINK_INTERCEPT_US,
+    NVLINK_SLOPE_US_PER_BYTE,
+    Instance,
     benchmark_instances,
+    cheap_cluster,
     inception_graph,
     layered_cluster,
     layered_dag,
@@ -29,6 +36,9 @@ from celeritas_core.families import (
 from celeritas_core.formats import load_graph
 from celeritas_core.graph import Graph
 from celeritas_core.levels import ccr
+from celeritas_core.memory import one_device_peak_bytes
+from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+from celeritas_core.synthetic import small_training_graph
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,7 +182,7 @@ def test_layered_family_grid():
 
 
 def test_training_and_inference_families_memory_setups():
-    a = benchmark_instances("a")
+    a = [i for i in benchmark_instances("a") if not i.variant]  # the sum-model cases
     tight = [i for i in a if not i.fits_one_device]
     assert tight and any(i.fits_one_device for i in a)
     for inst in tight:
@@ -183,6 +193,76 @@ def test_training_and_inference_families_memory_setups():
     assert b and all(i.family == "b" for i in b)
     assert len(benchmark_instances("a", quick=True)) < len(a)
     assert set(FAMILIES) == {"a", "b", "c", "d"}
+
+
+def test_liveness_instances_need_several_devices_for_their_peak():
+    a = benchmark_instances("a")
+    for variant in ("live", "cheap"):
+        cases = [i for i in a if i.variant == variant]
+        assert len(cases) == 4 * len(LIVENESS_SETUPS)
+        assert {i.cluster.num_devices for i in cases} == {2, 4, 8}
+        for inst in cases:
+            assert inst.name.endswith(f"/{variant}") and inst.family == "a"
+            live = inst.graph.liveness
+            assert live is not None and live.modelled.all()
+            peak = one_device_peak_bytes(inst.graph)
+            assert peak < inst.graph.total_memory_bytes
+            share = inst.cluster.memory_bytes[0] / peak
+            assert 0.3 - 1e-9 <= share <= 0.6 + 1e-9 and np.all(inst.cluster.memory_bytes < peak)
+            assert not inst.fits_one_device  # several devices needed
+            assert inst.cluster.num_devices * share >= 1.2 - 1e-9
+    assert all(i.graph.liveness is None for i in a if not i.variant)
+
+
+def test_cheap_instances_have_ccr_below_a_tenth_and_live_ones_the_default_link():
+    a = benchmark_instances("a")
+    cheap = [i for i in a if i.variant == "cheap"]
+    live = {i.name.removesuffix("/live"): i for i in a if i.variant == "live"}
+    assert cheap and live
+    for inst in cheap:
+        assert ccr(inst.graph, inst.cluster) < 0.1
+        assert ccr(inst.graph, inst.cluster) == pytest.approx(CHEAP_CCR, rel=1e-9)
+        # NVLink's shape, made faster by one factor
+        factor = inst.cluster.slope_us_per_byte / NVLINK_SLOPE_US_PER_BYTE
+        assert 0 < factor < 1 and inst.cluster.intercept_us == pytest.approx(factor * NVLINK_INTERCEPT_US)
+        twin = live[inst.name.removesuffix("/cheap")]  # the same graph and memory, default link
+        assert twin.graph is inst.graph
+        np.testing.assert_array_equal(twin.cluster.memory_bytes, inst.cluster.memory_bytes)
+        assert ccr(twin.graph, twin.cluster) > 10
+
+
+def test_cheap_cluster_keeps_nvlink_when_it_is_cheap_already():
+    graph = layered_dag(tasks=30, ccr=0.0, seed=1)  # 0-byte edges: only the latency costs
+    cluster = cheap_cluster(graph, 3, 1e9, ccr=10.0)
+    assert cluster.slope_us_per_byte == NVLINK_SLOPE_US_PER_BYTE
+    assert cluster.intercept_us == NVLINK_INTERCEPT_US and cluster.num_devices == 3
+    assert ccr(graph, cluster) < 10.0
+    tight = cheap_cluster(graph, 3, 1e9, ccr=0.01)
+    assert ccr(graph, tight) == pytest.approx(0.01)
+
+
+def test_fits_one_device_follows_the_liveness_peak():
+    graph = small_training_graph(0, liveness=True)
+    peak = one_device_peak_bytes(graph)
+    assert peak < graph.total_memory_bytes
+    holds = Instance("x", "a", graph, Cluster.homogeneous(2, peak))
+    short = Instance("y", "a", graph, Cluster.homogeneous(2, peak - 1))
+    assert holds.fits_one_device and not short.fits_one_device
+    plain = small_training_graph(0)
+    assert not Instance("z", "a", plain, Cluster.homogeneous(2, peak)).fits_one_device
+
+
+def test_training_family_is_a_pure_function_of_the_seed():
+    first = benchmark_instances("a", quick=True, seed=3)
+    again = benchmark_instances("a", quick=True, seed=3)
+    assert [i.name for i in first] == [i.name for i in again]
+    assert {i.variant for i in first} == {"", "live", "cheap"} and len(first) <= 6
+    for x, y in zip(first, again, strict=True):
+        assert _same(x.graph, y.graph)
+        np.testing.assert_array_equal(x.cluster.memory_bytes, y.cluster.memory_bytes)
+        assert (x.cluster.slope_us_per_byte, x.cluster.intercept_us) == (y.cluster.slope_us_per_byte,
+                                                                       y.cluster.intercept_us)
+    assert all("-s3/" in i.name for i in first)
 
 
 # ---------------------------------------------------------------------------- the generate CLI
@@ -257,6 +337,76 @@ def test_bench_quality_quick_runs_and_writes_json(tmp_path):
             "lower_bound_us", "single_device_time_us"} <= set(row)
     assert "celeritas" in row["placers"] and "step_time_us" in row["placers"]["celeritas"]
     assert all(line.split()[0] in ("PASS", "MISS", "SKIP") for line in doc["checks"])
+
+
+def test_bench_quality_training_quick_reports_cheap_steps_groups_and_dispatch(tmp_path):
+    out = tmp_path / "quality.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_quality.py"), "--quick",
+                           "--families", "a", "--out", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Cheap-transfer memory-bound steps (1)" in proc.stdout
+    doc = json.loads(out.read_text())
+    rows = doc["families"]["a"]["instances"]
+    assert {r["variant"] for r in rows} == {"", "live", "cheap"}
+    for row in rows:
+        steps = row["dispatch"]["steps_us"]
+        assert list(steps) == list(ALTERNATIVE_DISPATCH) and all(v > 0 for v in steps.values())
+        cel = row["placers"]["celeritas"]["step_time_us"]
+        assert row["dispatch"]["ratio"] == pytest.approx(sorted(steps.values())[2] / cel)
+        assert all(f["keeps_groups"] for f in row["placers"].values())
+    cheap = next(r for r in rows if r["variant"] == "cheap")
+    assert cheap["ccr"] < 0.1 and {"best_list", "best_list_step_us", "ratio_vs_best_list"} <= set(cheap)
+    lines = {key: next(line for line in doc["checks"] if key in line)
+             for key in ("cheap transfers", "dispatch orders fifo", "co-location groups")}
+    assert all(line.split()[0] in ("PASS", "MISS") for line in lines.values())
+    assert "m-sct/ops, m-topo that fits" in lines["cheap transfers"]
+    assert "5 placements" in lines["dispatch orders fifo"] and "50 placements" in lines["co-location groups"]
+
+
+def _bench() -> dict:
+    """The benchmark's functions, without running it."""
+    return runpy.run_path(str(ROOT / "bench" / "bench_quality.py"), run_name="bench_quality")
+
+
+def _row(name: str, variant: str, cel: float, lists: dict[str, float | None], ratio: float = 1.0) -> dict:
+    """A bench row: Celeritas's step and each list schedule's (None: it does not fit), µs."""
+    placers = {"celeritas": {"step_time_us": cel, "oom": False, "keeps_groups": True}}
+    for p, step in lists.items():
+        placers[p] = {"step_time_us": step or 1.0, "oom": step is None, "keeps_groups": True}
+    row = {"name": name, "variant": variant, "placers": placers, "celeritas_oom": False,
+           "dispatch": {"steps_us": {}, "median_us": cel * ratio, "ratio": ratio}}
+    return {**row, **_bench()["_list_ratio"](placers, False)}
+
+
+def test_bench_cheap_target_misses_when_a_list_schedule_is_faster():
+    bench = _bench()
+    ok = [_row("g1", "cheap", 100.0, {"heft": 100.5, "m-topo": 120.0}),
+          _row("g2", "cheap", 100.0, {"heft": None, "m-etf": None})]  # none fits: not rated
+    assert bench["_cheap_target"](ok).startswith("PASS")
+    assert "1 of 2 rated, 1 where none fits" in bench["_cheap_target"](ok)
+    slow = [*ok, _row("g3", "cheap", 100.0, {"m-sct/ops": 95.0, "heft": 99.5})]
+    line = bench["_cheap_target"](slow)
+    assert line.startswith("MISS") and "worst 1.053 on g3 vs m-sct/ops" in line
+    other = [_row("g4", "live", 100.0, {"heft": 50.0})]  # not a cheap step: not judged here
+    assert bench["_cheap_target"]([*ok, *other]).startswith("PASS")
+    oom = _row("g5", "cheap", 100.0, {"heft": 200.0})
+    oom["placers"]["celeritas"]["oom"] = oom["celeritas_oom"] = True
+    oom.update(bench["_list_ratio"](oom["placers"], True))
+    assert "Celeritas OOM on 1 where one fits" in bench["_cheap_target"]([*ok, oom])
+
+
+def test_bench_dispatch_and_groups_targets_can_miss():
+    bench = _bench()
+    rows = [_row("a", "", 100.0, {}, ratio=1.01), _row("b", "", 100.0, {}, ratio=0.98)]
+    assert bench["_dispatch_target"](rows).startswith("PASS")
+    rows.append(_row("c", "", 100.0, {}, ratio=0.96))
+    line = bench["_dispatch_target"](rows)
+    assert line.startswith("MISS") and "furthest 0.960 on c" in line and "1 of 3 outside" in line
+    assert bench["_groups_target"](rows).startswith("PASS")
+    rows[0]["placers"]["celeritas"]["keeps_groups"] = False
+    assert bench["_groups_target"](rows).startswith("MISS")
 
 
 def test_bench_quality_without_optimal_says_so(tmp_path):
