@@ -49,9 +49,15 @@ def robust_step_us(graph: Graph, cluster: Cluster, assignment: np.ndarray, resul
                    dispatch: tuple[str, ...] = ROBUST_DISPATCH) -> float:
     """Mean step (µs) of ``assignment`` over the ``dispatch`` orders; ``result`` is its replay
     under the documented order (reused when that order is listed)."""
-    steps = [result.step_time_us if name == DOCUMENTED_DISPATCH else
-             simulate(graph, cluster, assignment, dispatch=name).step_time_us for name in dispatch]
-    return float(np.mean(steps))
+    return float(np.mean(dispatch_steps_us(graph, cluster, assignment, result, dispatch)))
+
+
+def dispatch_steps_us(graph: Graph, cluster: Cluster, assignment: np.ndarray, result: SimulationResult,
+                      dispatch: tuple[str, ...]) -> list[float]:
+    """The step (µs) of ``assignment`` under each of the ``dispatch`` orders (``result``: its
+    documented replay)."""
+    return [result.step_time_us if name == DOCUMENTED_DISPATCH else
+            simulate(graph, cluster, assignment, dispatch=name).step_time_us for name in dispatch]
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,12 +238,11 @@ def _cause_of_start(
     return w if w >= 0 and finish[w] >= start[v] - tolerance else best
 
 
-def _objective(graph: Graph, cluster: Cluster, assignment: np.ndarray, result: SimulationResult,
-               dispatch: tuple[str, ...]) -> tuple[float, float]:
-    """What the search lowers: the mean step over the ``dispatch`` orders (µs), then the mean op
+def _objective(steps: list[float], result: SimulationResult) -> tuple[float, float]:
+    """What the search lowers: the mean of ``steps`` (µs, one per dispatch order), then the mean op
     finish time of the documented replay ``result`` (µs) on plateaus."""
     mean_finish = float(result.finish_us.mean()) if len(result.finish_us) else 0.0
-    return robust_step_us(graph, cluster, assignment, result, dispatch), mean_finish
+    return float(np.mean(steps)), mean_finish
 
 
 def _better(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -319,6 +324,8 @@ class _Search:
         self.graph, self.cluster, self.dispatch = graph, cluster, dispatch
         self.deadline, self.replay_seconds = deadline, replay_seconds
         self.left, self.used, self.stopped = max_replays, 0, "local optimum"
+        self.spread = 0.0
+        """Largest minus smallest step (µs) over the orders of the last assignment judged."""
 
     def can_try(self) -> bool:
         """Whether one more trial (one replay per order) fits the budget and the clock."""
@@ -341,7 +348,9 @@ class _Search:
         others = len(self.dispatch) - (DOCUMENTED_DISPATCH in self.dispatch)
         self.left -= others
         self.used += others
-        return _objective(self.graph, self.cluster, assignment, result, self.dispatch)
+        steps = dispatch_steps_us(self.graph, self.cluster, assignment, result, self.dispatch)
+        self.spread = max(steps) - min(steps)
+        return _objective(steps, result)
 
 
 class UnitMembers:
@@ -371,8 +380,12 @@ def _first_improving_move(search: _Search, assignment: np.ndarray, result: Simul
     Units on the critical chain come first, each trying the device of the op that released it
     (joining its cause saves the transfer), then the other devices from the least busy; then
     every other unit, latest finish first, so the search can also cross plateaus of equal step.
+    A trial whose documented step exceeds the current mean by more than the current placement's
+    spread between orders is dropped after that one replay: its other orders would have to be
+    faster than any order of the current placement varies.
     """
     graph, cluster = search.graph, search.cluster
+    spread = search.spread
     by_load = np.argsort(result.device_busy_us, kind="stable").tolist()
     tried: set[int] = set()
     for v, preferred in _move_order(graph, assignment, result):
@@ -389,6 +402,8 @@ def _first_improving_move(search: _Search, assignment: np.ndarray, result: Simul
             trial = assignment.copy()
             trial[members[unit]] = device
             replay = search.replay(trial)
+            if replay.step_time_us > current[0] + spread:  # the other orders cannot make this up
+                continue
             objective = search.objective(trial, replay)
             if not _better(objective, current):
                 continue
