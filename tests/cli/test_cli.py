@@ -38,12 +38,15 @@ def test_place_prints_summary_and_writes_placement(graph_file, tmp_path, capsys)
     code, out, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                            "--R", "5", "--out", str(out_file)], capsys)
     assert code == 0, err
-    for text in ("step time (simulated)", "single device", "lower bound", "gpu:0", "gpu:1", "OOM: none"):
+    for text in ("step time (simulated)", "single device", "lower bound", "gpu:0", "gpu:1", "OOM: none",
+                 "memory bound: every placement needs at least"):
         assert text in out
     doc = json.loads(out_file.read_text())
     assert doc["format"] == "celeritas-placement/1" and doc["placer"] == "celeritas"
-    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": True, "search_seconds": 1.0,
-                             "search_budget": 300_000}
+    assert doc["params"] == {"R": 5, "memory_fraction": 0.25, "refine": True, "work_seconds": 1.0,
+                             "search_seconds": 60.0, "search_budget": 1_200_000, "repair_budget": 4_000_000}
+    assert doc["extra"]["cannot_fit"] is False and 0 < doc["extra"]["memory_lower_bound_bytes"] <= 3000
+    assert set(doc["extra"]["stages"]) == {"ran", "skipped_for_work", "cut_by_clock"}
     assert doc["params"]["refine"] is True  # a real boolean, not 1
     assert len(doc["assignment"]) == 41 and doc["oom"] is False
     assert doc["assignment"]["w0"] == doc["assignment"]["n29"]

@@ -173,15 +173,17 @@ def test_refined_celeritas_beats_the_papers_placement_on_a_training_like_graph()
         assert refined.device_of(f"f{i}") == refined.device_of(f"b{i}")
 
 
-def test_refinement_keeps_adjusting_placement_when_it_is_best():
-    # A fork-join with cheap transfers: Adjusting Placement's parallel split is optimal.
+def test_refinement_keeps_the_step_of_adjusting_placement_when_it_is_best():
+    # A fork-join with cheap transfers: Adjusting Placement's parallel split is optimal. Another
+    # candidate of the same step that no dispatch order slows (t beside b: every order 107 µs,
+    # against 112 µs for some orders with t beside a) may be kept instead.
     g = make_graph([("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")],
                    times={"s": 1, "a": 100, "b": 100, "t": 1})
     cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=5.0)
     refined = place(g, cluster, "celeritas", {"R": 1})
     paper = place(g, cluster, "celeritas", {"R": 1, "refine": 0})
-    assert refined.extra["chosen"] == "adjusting"
-    assert refined.assignment.tolist() == paper.assignment.tolist()
+    assert refined.predicted_step_time_us == paper.predicted_step_time_us == 107.0
+    assert refined.device_of("a") != refined.device_of("b")
 
 
 @pytest.mark.parametrize("seed", range(6))
