@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -21,7 +20,7 @@ class StageBudget:
     """Admits optional stages against ``work_us`` (nominal µs) and records what ran.
 
     ``deadline`` is a ``time.perf_counter()`` instant after which optional stages are cut (the
-    safety net); ``clock`` is the function read (tests slow it down).
+    safety net); ``time.perf_counter`` is looked up at each reading, so a test can slow it down.
 
     Examples
     --------
@@ -34,7 +33,6 @@ class StageBudget:
 
     work_us: float
     deadline: float
-    clock: Any = time.perf_counter
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     cut: list[str] = field(default_factory=list)
@@ -44,20 +42,22 @@ class StageBudget:
         if estimate_us > self.work_us:
             self.skipped.append(stage)
             return False
-        if self.clock() > self.deadline:
+        if time.perf_counter() > self.deadline:
             self.cut.append(stage)
             return False
         self.work_us -= estimate_us
         self.ran.append(stage)
         return True
 
-    def always(self, stage: str) -> None:
-        """Record a stage that always runs."""
+    def reserve(self, stage: str, estimate_us: float) -> bool:
+        """Set ``estimate_us`` aside now for ``stage``, which runs later, when the whole budget
+        covers it; the record lists it as run (or skipped) at once. Not subject to the clock."""
+        if estimate_us > self.work_us:
+            self.skipped.append(stage)
+            return False
+        self.work_us -= estimate_us
         self.ran.append(stage)
-
-    def out_of_time(self) -> bool:
-        """True once the wall-clock safety net has passed (for loops of optional work)."""
-        return bool(self.clock() > self.deadline)
+        return True
 
     def report(self) -> dict[str, list[str]]:
         """The stages that ran, those the work budget skipped and those the clock cut."""

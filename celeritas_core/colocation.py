@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 
 
@@ -48,21 +46,6 @@ def anchored_memory(graph: Graph, anchor: np.ndarray) -> np.ndarray:
 def apply_colocation(assignment: np.ndarray, anchor: np.ndarray) -> np.ndarray:
     """Move every group member to its anchor's device."""
     return assignment[anchor]
-
-
-def check_colocation_fits(graph: Graph, cluster: Cluster) -> None:
-    """Raise when a co-location group needs more memory than the largest device has."""
-    gid = graph.colocation_ids
-    if not np.any(gid >= 0):
-        return
-    totals = np.bincount(gid[gid >= 0], weights=graph.memory_bytes[gid >= 0])
-    biggest = float(cluster.memory_bytes.max())
-    worst = int(np.argmax(totals))
-    if totals[worst] > biggest:
-        raise CeleritasInputError(
-            f"co-location group {graph.colocation_names[worst]!r} needs {int(totals[worst])} bytes, "
-            f"more than the largest device ({int(biggest)} bytes)"
-        )
 
 
 def colocation_respected(graph: Graph, assignment: np.ndarray) -> bool:

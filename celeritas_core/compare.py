@@ -206,7 +206,6 @@ def compare_placers(
     (``R`` goes to the fusion placers, ``threshold`` to m-SCT, …). Parameter values are checked
     for every placer before any runs, so a bad value fails fast.
     """
-    from celeritas_core.colocation import check_colocation_fits
     from celeritas_core.placers import get_placer, place
 
     if not placers:
@@ -215,7 +214,6 @@ def compare_placers(
     check_shared_params(placers, shared)
     for name in placers:
         get_placer(name).resolve_params(params_for(name, shared))
-    check_colocation_fits(graph, cluster)
     placements = []
     spreads = []
     for i, name in enumerate(placers):

@@ -464,8 +464,8 @@ def peak_lower_bound(graph: Graph) -> PeakLowerBound:
       copy) and the persistent bytes of its co-location group (all of ``memory_bytes`` for ops
       without liveness fields): the largest such working set is held by some device.
     * While an op ``p`` of a longest path runs, every tensor made by ``p`` or an ancestor and read
-      by a descendant is live on some device (:mod:`celeritas_core.paths`), and so is every
-      persistent byte: their largest total is live across the devices at once.
+      by a descendant is live on some device (:mod:`celeritas_core.paths`), and so are ``p``'s
+      scratch and every persistent byte: their largest total is live across the devices at once.
 
     Examples
     --------
@@ -495,7 +495,7 @@ def peak_lower_bound(graph: Graph) -> PeakLowerBound:
     first, last = crossing_spans(graph, path, tensors.producer, graph.edge_dst[tensors.edge],
                                  root[tensors.edge_tensor])
     across = crossing_totals(len(path), first, last, size)
-    at_op = across + np.where(modelled[path], live.scratch_bytes[path] + own[path], 0.0)
+    at_op = across + np.where(modelled[path], live.scratch_bytes[path], 0.0)  # its outputs are in ``across``
     j = int(np.argmax(at_op)) if len(at_op) else 0
     total = float(static.sum() + (at_op[j] if len(at_op) else 0.0))
     return PeakLowerBound(float(working.max(initial=0.0)), total, int(path[j]) if len(path) else 0)

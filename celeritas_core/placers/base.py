@@ -21,7 +21,7 @@ import numpy as np
 
 from celeritas_core.bounds import lower_bound_us, single_device_time_us
 from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import check_colocation_fits, colocation_respected
+from celeritas_core.colocation import colocation_respected
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement, PlacementEvaluation
@@ -200,7 +200,6 @@ def place(
     resolved = spec.resolve_params(params)
     typed = spec.params_type(**resolved)
     planning_cluster = cluster.with_headroom(headroom)
-    check_colocation_fits(graph, cluster)
     start = time.perf_counter()
     planning = graph if graph.liveness is None else graph.with_memory(planning_memory_bytes(graph))
     out = spec.func(planning, planning_cluster, typed)

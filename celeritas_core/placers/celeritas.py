@@ -8,7 +8,9 @@ to their anchor's device.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from celeritas_core.local_search import (
 )
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
-from celeritas_core.placers.stages import stage_candidates
+from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates
 from celeritas_core.simulator import SimulationResult, simulate
 from celeritas_core.timeline import DeviceTimeline
 
@@ -187,7 +189,8 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
 #: its estimate fits in what is left (:class:`~celeritas_core.budget.StageBudget`): a property of
 #: the graph's size, never of the machine's speed or load.
 STAGE_US_PER_ITEM: dict[str, float] = {
-    "multilevel": 1.0, "heft": 46.0, "etf/fused": 3.5, "sct/fused": 9.5, "etf": 5.0,
+    "multilevel": 1.0, "heft": 46.0, "etf/fused": 3.5, "sct/fused": 9.5, "etf": 5.0, "sct": 20.0,
+    "stages": STAGE_US_PER_SPLIT,
 }
 
 
@@ -200,14 +203,15 @@ def stage_estimate_us(graph: Graph, stage: str) -> float:
     return STAGE_US_PER_ITEM[stage] * (graph.num_nodes + graph.num_edges)
 
 
-def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: StageBudget) -> None:
+def multilevel_candidates(graph: Graph, cluster: Cluster,
+                          pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
     """Offer a multilevel (METIS, through pymetis) memory-repaired partition of the op graph onto
     the largest ``k`` devices, for every ``k`` from the fewest that hold the graph to all.
 
     The coarse min-cut candidates cut only between fusion clusters; a multilevel partition of the
     ops finds cuts inside them (recurrent and attention graphs). The first (fewest devices) and
-    the one onto all devices (what the ``metis`` placer returns) always run; the others when the
-    work ``budget`` admits them. Skipped without pymetis.
+    the one onto all devices (what the ``metis`` placer returns) run now; the others are returned
+    as ``(name, run)`` for the caller's work budget. Nothing without pymetis.
     """
     from celeritas_core.partition import parts_needed
     from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
@@ -215,20 +219,22 @@ def multilevel_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, b
     try:
         import pymetis  # noqa: F401
     except ImportError:
-        return
+        return []
     if cluster.num_devices < 2:
-        return
+        return []
     units = unit_graph(graph)
     capacity = cluster.memory_bytes.astype(np.float64)
     by_capacity = np.argsort(-capacity, kind="stable")
-    first = max(2, parts_needed(units.memory_bytes, capacity))
-    for k in range(first, cluster.num_devices + 1):
-        if first < k < cluster.num_devices and not budget.allow(
-                f"multilevel/{k}", stage_estimate_us(graph, "multilevel")):
-            continue
+
+    def offer(k: int) -> None:
         device = metis_partition(units, cluster, np.sort(by_capacity[:k]))
         repair_memory(units, device, capacity)
         pool.add(f"multilevel/{k}", device[units.unit_of])
+
+    first = max(2, parts_needed(units.memory_bytes, capacity))
+    for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
+        offer(k)
+    return [(f"multilevel/{k}", partial(offer, k)) for k in range(first + 1, cluster.num_devices)]
 
 
 def _min_cut_candidates(fusion: Fusion, cluster: Cluster, order: np.ndarray,
@@ -281,22 +287,31 @@ def single_device_candidate(graph: Graph, cluster: Cluster, pool: CandidatePool)
              step_time_us=graph.total_time_us / float(cluster.speed[device]))
 
 
-def list_schedule_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
-                             budget: StageBudget) -> None:
-    """Offer list schedules that use parallel work: the ``heft`` placer on the ops, the ``m-etf``
-    and ``m-sct`` placers on Baechi's fused co-placement graph (their defaults) and ``m-etf`` on the
-    ops, each with its default parameters.
-
-    Each runs when the work ``budget`` admits its estimated cost, so large graphs skip them.
-    """
+def list_schedule_candidates(graph: Graph, cluster: Cluster,
+                             pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
+    """List schedules that use parallel work, as ``(name, run)`` for the caller's work budget: the
+    ``heft`` placer on the ops, the ``m-etf`` and ``m-sct`` placers on Baechi's fused co-placement
+    graph (their defaults) and both on the ops, each with its default parameters."""
     from celeritas_core.placers.base import get_placer
 
+    def offer(name: str, placer: str, params: dict[str, Any]) -> None:
+        spec = get_placer(placer)
+        pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
+
     schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", {}), ("sct/fused", "m-sct", {}),
-                 ("etf", "m-etf", {"fusion": False}))
-    for name, placer, params in schedules:
-        if budget.allow(name, stage_estimate_us(graph, name)):
-            spec = get_placer(placer)
-            pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
+                 ("etf", "m-etf", {"fusion": False}), ("sct", "m-sct", {"fusion": False}))
+    return [(name, partial(offer, name, placer, params)) for name, placer, params in schedules]
+
+
+def simple_candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
+                      pool: CandidatePool) -> None:
+    """Offer the cheap baselines a user would try first: Order-Place on the fused graph and
+    Baechi's ``m-topo``; both are linear in ops, so they always run."""
+    from celeritas_core.placers.base import get_placer
+
+    pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order)))
+    spec = get_placer("m-topo")
+    pool.add("m-topo", spec.func(graph, cluster, spec.typed_params({})).assignment)
 
 
 def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: int,
@@ -384,19 +399,14 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     """The fastest replay among Adjusting Placement and the other candidates, repaired when none
     fits and improved by the critical-path search, within the placer's work budgets."""
     budget = StageBudget(work_us=params.work_seconds * 1e6, deadline=started + params.search_seconds)
+    robust = budget.reserve("robust ranking", ROBUST_FINALISTS * len(ROBUST_DISPATCH) * REPLAY_US_PER_ITEM
+                            * (graph.num_nodes + graph.num_edges))
     pool = CandidatePool(graph, cluster)
-    pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
-    op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
-    communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
-    single_device_candidate(graph, cluster, pool)
-    multilevel_candidates(graph, cluster, pool, budget)
-    plans = stage_candidates(graph, cluster, pool, budget)
-    list_schedule_candidates(graph, cluster, pool, budget)
-    refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
+    plans = _candidates(graph, cluster, fusion, coarse_order, pool, budget)
     if graph.liveness is not None and not pool.best.fits:
         unit_rank = plans[0].seq.position if plans else None
         extra["memory_repair"] = memory_repair(graph, cluster, pool, params.repair_budget, unit_rank)
-    start, start_replay = robust_start(graph, cluster, pool, budget)
+    start, start_replay = robust_start(graph, cluster, pool) if robust else (pool.best, pool.best_replay())
     search: dict[str, Any] = {}
     best = critical_path_search(graph, cluster, start, deadline=budget.deadline,
                                 replay_seconds=pool.replay_seconds,
@@ -408,22 +418,40 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     return best.assignment
 
 
+def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
+                pool: CandidatePool, budget: StageBudget) -> list[StagePlan]:
+    """Fill ``pool``: the candidates that always run, then the optional ones in order of what they
+    usually add, each when the work ``budget`` admits it; refine the best on the ops. Returns the
+    pipeline orders' stage plans (the paired one first, when the graph has it)."""
+    pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
+    op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
+    communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
+    single_device_candidate(graph, cluster, pool)
+    simple_candidates(graph, cluster, fusion, coarse_order, pool)
+    more_multilevel = multilevel_candidates(graph, cluster, pool)
+    plans, first_split, more_splits = stage_candidates(graph, cluster, pool)
+    optional = first_split + list_schedule_candidates(graph, cluster, pool) + more_multilevel + more_splits
+    for name, run in optional:
+        kind = name.split("/")[0] if name.startswith(("multilevel", "stages")) else name
+        if budget.allow(name, stage_estimate_us(graph, kind)):
+            run()
+    refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
+    return plans
+
+
 #: How many of the pool's best candidates are ranked again by their mean step over the dispatch
 #: orders (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`) before the search starts.
 ROBUST_FINALISTS = 3
 
 
-def robust_start(graph: Graph, cluster: Cluster, pool: CandidatePool,
-                 budget: StageBudget) -> tuple[Candidate, SimulationResult | None]:
+def robust_start(graph: Graph, cluster: Cluster,
+                 pool: CandidatePool) -> tuple[Candidate, SimulationResult | None]:
     """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
-    then fastest), the one with the shortest mean step over the search's dispatch orders, when the
-    work ``budget`` admits those replays; else the pool's best. With its documented replay if known.
-    """
+    then fastest), the one with the shortest mean step over the search's dispatch orders
+    (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`), with its documented replay."""
     finalists = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
     finalists = [c for c in finalists[:ROBUST_FINALISTS] if c.fits == finalists[0].fits]
-    replays = len(finalists) * len(ROBUST_DISPATCH)
-    if len(finalists) < 2 or not budget.allow("robust ranking", replays * REPLAY_US_PER_ITEM
-                                              * (graph.num_nodes + graph.num_edges)):
+    if len(finalists) < 2:
         return pool.best, pool.best_replay()
     scored = []
     for candidate in finalists:

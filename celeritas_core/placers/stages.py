@@ -41,11 +41,12 @@ and bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from celeritas_core.budget import StageBudget
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
@@ -389,31 +390,33 @@ def stage_devices(cluster: Cluster, k: int) -> np.ndarray:
 
 
 def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
-                     budget: StageBudget | None = None) -> list[StagePlan]:
-    """Offer ``pool`` the stage splits of every pipeline order onto K = 2 … devices stages.
-
-    Each split is replayed; while a stage's replayed peak exceeds its device, its capacity is
-    lowered by that ratio and the cuts are chosen again (at most :data:`CALIBRATION_ROUNDS`
-    rounds). With a work ``budget`` only the first order's split onto the fewest devices it fits
-    (by the estimate; all devices when it fits none) always runs, the others when the budget
-    admits them (:data:`STAGE_US_PER_SPLIT` µs per op plus edge each). Returns the orders' plans,
-    the paired one first when the graph has it.
+                     ) -> tuple[list[StagePlan], list[tuple[str, Callable[[], int]]],
+                                list[tuple[str, Callable[[], int]]]]:
+    """Offer ``pool`` the first order's stage split onto the fewest devices it fits (by the
+    estimate; all devices when it fits none), and return the other splits for the caller's work
+    budget as ``(name, run)``: first the split onto all devices and the other order's first
+    split, then every other device count. Each split is replayed and calibrated
+    (:func:`offer_split`). Returns (the orders' plans, the paired one first when the graph has it;
+    the second splits; the rest).
     """
     plans: list[StagePlan] = []
     if cluster.num_devices < 2 or graph.num_nodes < 2:
-        return plans
-    estimate = STAGE_US_PER_SPLIT * (graph.num_nodes + graph.num_edges)
+        return plans, [], []
+    second, rest = [], []
     for i, seq in enumerate(pipeline_sequences(graph)):
         plan = StagePlan.build(graph, cluster, seq)
         plans.append(plan)
         counts = range(2, cluster.num_devices + 1)
         fits = (k for k in counts if plan.cuts(cluster.memory_bytes[stage_devices(cluster, k)]) is not None)
         first = next(fits, cluster.num_devices)
+        if i == 0:
+            offer_split(graph, cluster, pool, plan, first)
         for k in counts:
-            always = i == 0 and k == first
-            if budget is None or always or budget.allow(f"stages/{seq.name}/{k}", estimate):
-                offer_split(graph, cluster, pool, plan, k)
-    return plans
+            if i == 0 and k == first:
+                continue
+            entry = (f"stages/{seq.name}/{k}", partial(offer_split, graph, cluster, pool, plan, k))
+            (second if k == first or (i == 0 and k == cluster.num_devices) else rest).append(entry)
+    return plans, second, rest
 
 
 def offer_split(graph: Graph, cluster: Cluster, pool: CandidatePool, plan: StagePlan, k: int) -> int:
@@ -446,7 +449,9 @@ def stages_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOut
     op on device 0 when that is faster."""
     pool = CandidatePool(graph, cluster)
     pool.add("single/0", np.zeros(graph.num_nodes, dtype=np.int64))
-    stage_candidates(graph, cluster, pool)
+    _, second, rest = stage_candidates(graph, cluster, pool)
+    for _, run in second + rest:
+        run()
     best = pool.best
     return PlacerOutput(assignment=best.assignment, extra={"chosen": best.name, "candidates": pool.summary()})
 

@@ -111,7 +111,6 @@ def test_bad_graphs_give_one_line_errors_and_no_output(graph_file, tmp_path, cap
         (["--devices", "2", "--device-memory", "1GiB", "--placer", "magic"], "unknown placer 'magic'"),
         (["--devices", "2", "--device-memory", "1GiB", "--R", "0"], "'R': must be >= 1"),
         (["--devices", "2", "--device-memory", "1GiB", "--memory-fraction", "1.5"], "memory_fraction"),
-        (["--devices", "2", "--device-memory", "150B"], "co-location group 'var0'"),
     ],
 )
 def test_bad_cluster_and_parameters(graph_file, tmp_path, capsys, args, expected):
@@ -119,6 +118,16 @@ def test_bad_cluster_and_parameters(graph_file, tmp_path, capsys, args, expected
     code, _, err = _run(["place", str(graph_file), *args, "--out", str(out_file)], capsys)
     assert code == 2 and expected in err and err.count("\n") == 1
     assert not out_file.exists()
+
+
+def test_a_colocation_group_larger_than_any_device_is_placed_best_effort_and_said_not_to_fit(
+        graph_file, tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    code, out, _ = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "150B",
+                         "--out", str(out_file)], capsys)
+    assert code == 0 and "OOM: gpu:" in out and "cannot fit:" in out
+    doc = json.loads(out_file.read_text())
+    assert doc["oom"] is True and doc["extra"]["cannot_fit"] is True
 
 
 def test_simulate_rejects_a_placement_of_another_graph(graph_file, tmp_path, capsys):
