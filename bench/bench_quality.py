@@ -9,9 +9,10 @@ layered task DAGs in the style of the classic scheduling benchmarks (Kasahara's 
 Davidović & Crainic 2006) at CCR 0, 0.1, 1 and 10 on 2, 4 and 8 devices, (d) graphs of at most
 30 ops for the exact MILP placer ``optimal``.
 
-Every instance runs the placers celeritas, single, metis, m-topo, m-etf, m-sct, heft and
-order-place (a placer that is not registered is skipped with a note), plus ``optimal`` on family
-(d), through ``celeritas_core.placers.place`` (simulated step time, OOM, placement seconds). A
+Every instance runs the placers celeritas, single, metis, m-topo, m-etf, m-sct (both also on the
+ops), heft, order-place and stages (a placer that is not registered is skipped with a note), plus
+``optimal`` on family (d), through ``celeritas_core.placers.place`` (simulated step time, OOM,
+placement seconds). A
 placement *fits* when its replayed liveness-aware peak is within every device's capacity
 (``placement.oom`` false; for graphs without liveness fields the peak is the sum of op memory).
 Per family it prints the number of graphs; Celeritas / best other placer that fits memory
@@ -73,7 +74,7 @@ from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E40
 from celeritas_core.units import format_us  # noqa: E402
 
 PLACER_NAMES = ("celeritas", "single", "metis", "m-topo", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "heft",
-                "order-place")
+                "order-place", "stages")
 #: Variants run under their own label: Baechi's placers both as Baechi runs them (grouping and
 #: fusion, the default) and on the ops, so every graph meets the stronger of the two.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

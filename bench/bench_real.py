@@ -13,8 +13,8 @@ them rebuilds the graph (``--rebuild`` forces it).
 Instances: every graph on 2, 4 and 8 identical devices (default transfer model), each holding 30 %,
 45 % and 60 % of the graph's one-device liveness peak. Each instance runs, through
 ``celeritas_core.placers.place``, celeritas and the placers of ``bench/bench_quality.py``
-(single, metis, m-topo, m-etf, m-etf/ops, m-sct, m-sct/ops, heft, order-place) and ``stages``
-when it is registered; a placer that is not registered is skipped with a note. None is skipped
+(single, metis, m-topo, m-etf, m-etf/ops, m-sct, m-sct/ops, heft, order-place, stages); a placer
+that is not registered is skipped with a note. None is skipped
 for its run time: the slowest, m-SCT on the ops (its LP over every op), took at most about 6 s
 per instance on the largest graph (NASNetMobile, about 25,000 ops, one core).
 
@@ -81,8 +81,6 @@ FRACTIONS = (0.30, 0.45, 0.60)
 QUICK_MODELS = ("vgg16", "transformer_encoder")
 QUICK_DEVICES = (4,)
 QUICK_FRACTIONS = (0.45,)
-#: A placer another engineer is adding (pipeline stages); run when registered.
-STAGES = "stages"
 WORST_TARGET = 1.01  # Celeritas / fastest fitting other placer, every instance
 DISPATCH_TARGET = 0.03  # |median alternative-order step / predicted step - 1|, every Celeritas placement
 EXTRACT_TIMEOUT_S = 1800
@@ -164,7 +162,7 @@ def _extraction_env() -> dict[str, str]:
 # ---------------------------------------------------------------------------- placing
 def placer_labels() -> tuple[list[str], list[str]]:
     """The table labels of the placers to run (celeritas first), and notes on those skipped."""
-    wanted = [*PLACER_NAMES, STAGES]
+    wanted = list(PLACER_NAMES)
     labels = [p for p in wanted if placer_of(p)[0] in PLACERS]
     notes = [f"placer {p!r} is not registered: skipped" for p in wanted if placer_of(p)[0] not in PLACERS]
     return labels, notes
@@ -185,12 +183,10 @@ def run_placer(graph: Graph, cluster: Cluster, label: str) -> tuple[Row, Placeme
     return row, p
 
 
-def memory_lower_bound(p: Placement) -> float | None:
-    """The placement's memory lower bound (bytes) when the placer or its evaluation reports one."""
-    value = getattr(p, "memory_lower_bound_bytes", None)
-    if value is None and p.evaluation is not None:
-        value = getattr(p.evaluation, "memory_lower_bound_bytes", None)
-    return None if value is None else float(value)
+def memory_bound(p: Placement) -> Row:
+    """What every placement needs on the fullest device (bytes) and whether no placement fits, as
+    the evaluation reports them (:func:`celeritas_core.memory.peak_lower_bound`)."""
+    return {"memory_lower_bound_bytes": float(p.memory_lower_bound_bytes), "cannot_fit": bool(p.cannot_fit)}
 
 
 def dispatch_figures(graph: Graph, cluster: Cluster, p: Placement) -> Row:
@@ -217,7 +213,8 @@ def run_instance(graph: Graph, model: str, devices: int, fraction: float, labels
     row: Row = {"model": model, "ops": graph.num_nodes, "edges": graph.num_edges, "devices": devices,
                 "fraction": fraction, "one_device_peak_bytes": peak,
                 "device_memory_bytes": float(cluster.memory_bytes[0]), "placers": figures}
-    row["memory_lower_bound_bytes"] = memory_lower_bound(celeritas) if celeritas is not None else None
+    row.update(memory_bound(celeritas) if celeritas is not None else
+               {"memory_lower_bound_bytes": None, "cannot_fit": None})
     row.update(dispatch_figures(graph, cluster, celeritas) if celeritas is not None else
                {"dispatch_steps_us": {}, "dispatch_median_us": None, "dispatch_median_ratio": None})
     row.update(comparison(figures))
@@ -247,7 +244,8 @@ def _fmt(x: float | None, spec: str = ".3f") -> str:
 
 
 HEADER = (f"{'graph':<25}{'ops':>7}{'dev×mem':>10}{'cel fits':>9}{'others fit':>11}{'best other':>13}"
-          f"{'cel step':>11}{'other step':>11}{'ratio':>7}{'cel s':>7}{'mem LB':>11}{'alt/pred':>9}")
+          f"{'cel step':>11}{'other step':>11}{'ratio':>7}{'cel s':>7}{'mem LB':>12}{'can fit':>8}"
+          f"{'alt/pred':>9}")
 
 
 def format_row(r: Row) -> str:
@@ -262,7 +260,9 @@ def format_row(r: Row) -> str:
             f"{format_us(step) if step is not None else '-':>11}"
             f"{format_us(r['best_other_step_us']) if r['best_other_step_us'] is not None else '-':>11}"
             f"{_fmt(r['ratio_vs_best_other']):>7}{_fmt(r['celeritas_placement_seconds'], '.2f'):>7}"
-            f"{format_bytes(lb) if lb is not None else 'n/a':>11}{_fmt(r['dispatch_median_ratio']):>9}")
+            f"{format_bytes(lb) if lb is not None else 'n/a':>12}"
+            f"{'-' if r['cannot_fit'] is None else ('no' if r['cannot_fit'] else 'maybe'):>8}"
+            f"{_fmt(r['dispatch_median_ratio']):>9}")
 
 
 def error_lines(rows: Sequence[Row]) -> list[str]:
@@ -305,7 +305,8 @@ def _name(r: Row) -> str:
 def targets(rows: Sequence[Row]) -> list[str]:
     """PASS/MISS (SKIP when nothing to judge) lines for targets (a)–(c), and the largest Celeritas
     placement time."""
-    return [_fit_target(rows), _speed_target(rows), _dispatch_target(rows), _seconds_line(rows)]
+    return [_fit_target(rows), _speed_target(rows), _dispatch_target(rows), _bound_line(rows),
+            _seconds_line(rows)]
 
 
 def _fit_target(rows: Sequence[Row]) -> str:
@@ -343,6 +344,17 @@ def _dispatch_target(rows: Sequence[Row]) -> str:
     detail = f"; {len(off)} outside, {sum(r['celeritas_fits'] for r in off)} of them fitting" if off else ""
     return (f"{_verdict(not off)} {what} step ({len(alt)} Celeritas placements; farthest "
             f"{far['dispatch_median_ratio']:.3f} on {_name(far)}{detail})")
+
+
+def _bound_line(rows: Sequence[Row]) -> str:
+    """How many instances nothing fits, and how many of those the memory lower bound proves
+    impossible (the rest may fit a placement no placer found)."""
+    unfit = [r for r in rows if r.get("cannot_fit") is not None and not r["celeritas_fits"]
+             and r["best_other"] is None]
+    proven = [r for r in unfit if r["cannot_fit"]]
+    return (f"no placer fits {len(unfit)} instances; the memory lower bound proves {len(proven)} of them "
+            f"impossible" + (f" (open: {', '.join(_name(r) for r in unfit if not r['cannot_fit'])})"
+                             if len(proven) < len(unfit) else ""))
 
 
 def _seconds_line(rows: Sequence[Row]) -> str:

@@ -70,7 +70,10 @@ def test_figures_agree_with_each_other_and_the_table(bench_run: dict[str, Any]) 
     assert bench_real.format_row(row) in stdout.splitlines()
     assert [line.split()[0] for line in doc["checks"][:3]] == [
         "PASS" if ok else "MISS" for ok in _expected_verdicts(row)]
-    assert doc["checks"][3].startswith("max Celeritas placement seconds")
+    assert doc["checks"][3].startswith("no placer fits 0 instances" if fitting or row["celeritas_fits"] else
+                                       "no placer fits 1 instances")
+    assert row["memory_lower_bound_bytes"] > 0 and row["cannot_fit"] is False  # 4 × 80 % of the peak
+    assert doc["checks"][4].startswith("max Celeritas placement seconds")
     assert all(line in stdout for line in doc["checks"])
 
 
