@@ -51,6 +51,7 @@ bench: setup
 	$(PY) bench/bench_tf.py
 	$(PY) bench/bench_io.py
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_determinism.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis
