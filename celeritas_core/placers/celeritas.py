@@ -439,7 +439,7 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
     return plans
 
 
-#: How many of the pool's best candidates are ranked again by their mean step over the dispatch
+#: How many of the pool's best candidates are ranked again by their robust step over the dispatch
 #: orders (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`) before the search starts.
 ROBUST_FINALISTS = 3
 
@@ -447,17 +447,20 @@ ROBUST_FINALISTS = 3
 def robust_start(graph: Graph, cluster: Cluster,
                  pool: CandidatePool) -> tuple[Candidate, SimulationResult | None]:
     """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
-    then fastest), the one with the shortest mean step over the search's dispatch orders
-    (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`), with its documented replay."""
-    finalists = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
-    finalists = [c for c in finalists[:ROBUST_FINALISTS] if c.fits == finalists[0].fits]
+    then fastest) and its one-device candidates, the one with the shortest robust step
+    (:func:`~celeritas_core.local_search.robust_step_us` over
+    :data:`~celeritas_core.local_search.ROBUST_DISPATCH`), with its documented replay. A one-device
+    candidate's robust step is its documented step, so the result is never slower than it."""
+    ranked = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
+    one_device = [c for c in ranked[ROBUST_FINALISTS:] if np.all(c.assignment == c.assignment[0])]
+    finalists = [c for c in ranked[:ROBUST_FINALISTS] + one_device if c.fits == ranked[0].fits]
     if len(finalists) < 2:
         return pool.best, pool.best_replay()
     scored = []
     for candidate in finalists:
         result = simulate(graph, cluster, candidate.assignment)
-        mean = robust_step_us(graph, cluster, candidate.assignment, result)
-        scored.append(((candidate.excess_bytes, mean), candidate, result))
+        robust = robust_step_us(graph, cluster, candidate.assignment, result)
+        scored.append(((candidate.excess_bytes, robust), candidate, result))
     _, best, result = min(scored, key=lambda s: s[0])
     return best, result
 
