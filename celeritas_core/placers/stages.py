@@ -18,12 +18,12 @@ summed bytes: the first stages hold their activations longest.
    gradient it refines); a co-location group takes its members' latest. A graph without such pairs
    (no forward tensor read after the turning point: inference) gets no paired order. A second
    order is the plain topological one (an inference pipeline).
-2. **Stage memory** (:class:`StageMemory`). The graph is replayed once on one device and every
-   buffer is charged to the op that owns it (:func:`~celeritas_core.memory.owned_intervals`); a
-   stage's estimated peak is the peak over time of the sum of its units' buffers plus their
-   persistent bytes. Sliding a window along the pipeline order with a segment tree over time
-   gives, for every start, the longest run of units whose estimated peak fits a device:
-   O((ops + edges) log ops) per device capacity.
+2. **Stage memory** (:class:`~celeritas_core.live_estimate.SequenceMemory`). The graph is
+   replayed once on one device and every buffer is split among the ops that keep it live
+   (:func:`~celeritas_core.memory.owned_intervals`); a stage's estimated peak is the peak over time
+   of the sum of its units' pieces plus their persistent bytes. Sliding a window along the
+   pipeline order with a segment tree over time gives, for every start, the longest run of units
+   whose estimated peak fits a device: O((ops + edges) log ops) per device capacity.
 3. **Cuts** (:func:`split`): a dynamic program over the positions picks the K − 1 cuts that
    minimise the summed transfer time (µs) of the tensors spanning each cut, every stage fitting its
    device (Kernighan's sequential partition with a memory window; PipeDream's and Alpa's stage
@@ -51,8 +51,9 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
+from celeritas_core.live_estimate import SequenceMemory
 from celeritas_core.local_search import CandidatePool
-from celeritas_core.memory import memory_profile, owned_intervals
+from celeritas_core.memory import memory_profile
 from celeritas_core.paths import ancestors, turning_point
 from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.simulator import simulate
@@ -173,109 +174,6 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
     return x
 
 
-# ---------------------------------------------------------------------------- stage memory
-@dataclass(frozen=True, eq=False)
-class StageMemory:
-    """Each unit's buffers in pipeline order, from one replay on one device (see module docstring):
-    unit ``sequence[i]``'s intervals are ``lo/hi/size[ptr[i]:ptr[i + 1]]`` (index ranges over the
-    replay's distinct event times), its persistent bytes ``static[i]``."""
-
-    ptr: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    size: np.ndarray
-    static: np.ndarray
-    num_points: int
-
-    @classmethod
-    def build(cls, graph: Graph, seq: UnitSequence) -> StageMemory:
-        """Replay ``graph`` on one device and charge every buffer to its unit."""
-        one = np.zeros(graph.num_nodes, dtype=np.int64)
-        owned = owned_intervals(graph, simulate(graph, Cluster.homogeneous(1, 1.0), one))
-        keep = owned.size_bytes > 0
-        start, end = owned.start_us[keep], owned.end_us[keep]
-        points = np.unique(np.concatenate([start, end]))
-        lo = np.searchsorted(points, start)
-        hi = np.maximum(np.searchsorted(points, end), lo + 1)
-        where = seq.position[seq.unit_of[owned.owner[keep]]]
-        by_unit = np.argsort(where, kind="stable")
-        ptr = np.zeros(seq.num_units + 1, dtype=np.int64)
-        np.cumsum(np.bincount(where, minlength=seq.num_units), out=ptr[1:])
-        static = np.bincount(seq.position[seq.unit_of], weights=owned.static_bytes, minlength=seq.num_units)
-        return cls(ptr, lo[by_unit].astype(np.int64), hi[by_unit].astype(np.int64),
-                   owned.size_bytes[keep][by_unit], static.astype(np.float64), max(len(points), 1))
-
-    def window_ends(self, capacity: float) -> np.ndarray:
-        """Per start position ``a``, the largest ``e`` such that units ``a..e-1`` fit ``capacity``
-        (bytes) by the estimate; ``e == a`` when unit ``a`` alone does not. Non-decreasing."""
-        return _window_ends(self.ptr, self.lo, self.hi, self.size, self.static, float(capacity),
-                            self.num_points)
-
-    def peak(self, begin: int, end: int) -> float:
-        """Estimated peak (bytes) of the units at positions ``begin..end-1``."""
-        usage = np.zeros(self.num_points + 1)
-        span = slice(self.ptr[begin], self.ptr[end])
-        np.add.at(usage, self.lo[span], self.size[span])
-        np.add.at(usage, self.hi[span], -self.size[span])
-        return float(self.static[begin:end].sum() + np.cumsum(usage).max(initial=0.0))
-
-
-@jit
-def _window_ends(ptr: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: np.ndarray, static: np.ndarray,
-                 capacity: float, num_points: int) -> np.ndarray:
-    """Two pointers over the units; a segment tree over time keeps the window's usage (range add,
-    global max), so each unit enters and leaves it once."""
-    num_units = len(static)
-    leaves = 1
-    while leaves < num_points:
-        leaves *= 2
-    tree, lazy = np.zeros(2 * leaves), np.zeros(2 * leaves)
-    ends = np.empty(num_units, dtype=np.int64)
-    limit = capacity * (1.0 + 1e-12)
-    e, held = 0, 0.0
-    for a in range(num_units):
-        if e < a:
-            e = a
-        while e < num_units:
-            for k in range(ptr[e], ptr[e + 1]):
-                _range_add(tree, lazy, leaves, lo[k], hi[k], size[k])
-            if held + static[e] + tree[1] > limit:
-                for k in range(ptr[e], ptr[e + 1]):
-                    _range_add(tree, lazy, leaves, lo[k], hi[k], -size[k])
-                break
-            held += static[e]
-            e += 1
-        ends[a] = e
-        if e > a:
-            for k in range(ptr[a], ptr[a + 1]):
-                _range_add(tree, lazy, leaves, lo[k], hi[k], -size[k])
-            held -= static[a]
-    return ends
-
-
-@jit
-def _range_add(tree: np.ndarray, lazy: np.ndarray, leaves: int, lo: int, hi: int, value: float) -> None:
-    """Add ``value`` to points ``lo..hi-1``; ``tree[1]`` stays the maximum over all points."""
-    left, right = lo + leaves, hi + leaves
-    first, last = left, right - 1
-    while left < right:
-        if left & 1:
-            tree[left] += value
-            lazy[left] += value
-            left += 1
-        if right & 1:
-            right -= 1
-            tree[right] += value
-            lazy[right] += value
-        left >>= 1
-        right >>= 1
-    for node in (first, last):
-        node >>= 1
-        while node >= 1:
-            tree[node] = max(tree[2 * node], tree[2 * node + 1]) + lazy[node]
-            node >>= 1
-
-
 # ---------------------------------------------------------------------------- cuts
 def boundary_costs(graph: Graph, cluster: Cluster, seq: UnitSequence) -> np.ndarray:
     """``cost[c]``: transfer time (µs) of the tensors whose producer and consumers span the cut
@@ -297,8 +195,8 @@ def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
     """The cuts ``0 < c_1 < … < c_{K-1} < units`` minimising ``Σ cost[c_k]`` such that stage ``k``
     (positions ``c_k..c_{k+1}-1``) ends by ``ends[k, c_k]``; None when no split fits.
 
-    ``ends`` is K × units (:meth:`StageMemory.window_ends` for stage k's device), ``cost`` has
-    units + 1 entries (:func:`boundary_costs`).
+    ``ends`` is K × units (:meth:`~celeritas_core.live_estimate.SequenceMemory.window_ends` for
+    stage k's device), ``cost`` has units + 1 entries (:func:`boundary_costs`).
 
     Examples
     --------
@@ -352,13 +250,14 @@ class StagePlan:
     """One order's data for cutting stages: the order, its stage memory and cut costs."""
 
     seq: UnitSequence
-    memory: StageMemory
+    memory: SequenceMemory
     cost: np.ndarray
 
     @classmethod
     def build(cls, graph: Graph, cluster: Cluster, seq: UnitSequence) -> StagePlan:
         """The plan of ``seq`` on ``graph`` and ``cluster``'s transfer model."""
-        return cls(seq, StageMemory.build(graph, seq), boundary_costs(graph, cluster, seq))
+        memory = SequenceMemory.build(graph, seq.position[seq.unit_of], seq.num_units)
+        return cls(seq, memory, boundary_costs(graph, cluster, seq))
 
     def cuts(self, capacity: np.ndarray) -> np.ndarray | None:
         """Cuts for stages whose devices have ``capacity`` (bytes each, in stage order)."""

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph, Liveness
+from celeritas_core.live_estimate import SequenceMemory
 from celeritas_core.memory import memory_profile, one_device_peak_bytes, owned_intervals
 from celeritas_core.paths import turning_point
 from celeritas_core.placers import place
 from celeritas_core.placers.stages import (
-    StageMemory,
     layer_coordinate,
     pipeline_sequences,
     split,
@@ -118,7 +118,7 @@ def test_the_cut_dp_is_optimal(stages: int, units: int, data: st.DataObject) -> 
 def test_the_window_ends_match_the_estimated_peak_of_every_run(layers: int) -> None:
     g = training_step(layers)
     seq = pipeline_sequences(g)[0]
-    memory = StageMemory.build(g, seq)
+    memory = SequenceMemory.build(g, seq.position[seq.unit_of], seq.num_units)
     for capacity in (15 * MB, 40 * MB, 1e12):
         ends = memory.window_ends(capacity)
         assert (np.diff(ends) >= 0).all()
