@@ -24,6 +24,7 @@ from celeritas_core.colocation import anchored_memory, apply_colocation, colocat
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.live_estimate import SequenceMemory
 from celeritas_core.orders import cpd_topo_order
 
 DEFAULT_R = 200
@@ -69,12 +70,15 @@ def optimal_breakpoints(
     *,
     R: int = DEFAULT_R,
     memory_cap: float = np.inf,
+    memory_ends: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float]:
     """``Optimal_BP``: segment bounds over ``order`` minimising inter-segment transfer time (µs).
 
     Returns ``(bounds, cost)`` with segment k = ``order[bounds[k]:bounds[k+1]]``. Segments hold
     at most ``R`` nodes and at most ``memory_cap`` bytes of ``node_memory`` (a single node may
-    exceed it). Ties prefer the longer segment, giving fewer clusters.
+    exceed it), or, when ``memory_ends`` is given, a segment from position ``i`` ends by
+    ``memory_ends[i]`` (a liveness-aware window, :meth:`SequenceMemory.window_ends`). Ties prefer
+    the longer segment, giving fewer clusters.
     """
     n = graph.num_nodes
     if R < 1:
@@ -89,15 +93,17 @@ def optimal_breakpoints(
         raise ValueError("order is not topological")
     pout = np.zeros(n + 1)
     np.cumsum(np.bincount(a, weights=c, minlength=n), out=pout[1:])
-    pmem = np.zeros(n + 1)
-    np.cumsum(node_memory[order], out=pmem[1:])
+    if memory_ends is None:
+        pmem = np.zeros(n + 1)
+        np.cumsum(node_memory[order], out=pmem[1:])
+        memory_ends = _sum_ends(pmem, float(memory_cap))
     # cost = POut difference - internal cancels; snap rounding noise to 0 so ties stay ties
     tolerance = 1e-9 * (float(pout[-1]) + 1.0)
     short = np.flatnonzero(b - a < R)  # only an edge shorter than R can lie inside a segment
     by_end = short[np.argsort(b[short], kind="stable")]
     in_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(b[by_end], minlength=n), out=in_ptr[1:])
-    choice, total = _segment_dp(in_ptr, a[by_end], c[by_end], pout, pmem, R, float(memory_cap), tolerance)
+    choice, total = _segment_dp(in_ptr, a[by_end], c[by_end], pout, memory_ends, R, tolerance)
     bounds = [n]
     j = n
     while j > 0:
@@ -107,8 +113,24 @@ def optimal_breakpoints(
 
 
 @jit
+def _sum_ends(pmem: np.ndarray, memory_cap: float) -> np.ndarray:
+    """Per start ``i``, the last end ``j`` with ``pmem[j] - pmem[i] <= memory_cap`` (prefix sums of
+    bytes along the order): two pointers, the same comparison the DP used to make."""
+    n = len(pmem) - 1
+    ends = np.empty(n, dtype=np.int64)
+    j = 0
+    for i in range(n):
+        if j < i:
+            j = i
+        while j < n and pmem[j + 1] - pmem[i] <= memory_cap:
+            j += 1
+        ends[i] = j
+    return ends
+
+
+@jit
 def _segment_dp(in_ptr: np.ndarray, in_src: np.ndarray, in_c: np.ndarray, pout: np.ndarray,
-                pmem: np.ndarray, R: int, memory_cap: float, tolerance: float) -> tuple[np.ndarray, float]:
+                memory_ends: np.ndarray, R: int, tolerance: float) -> tuple[np.ndarray, float]:
     """``S(j) = min_d S(j - d) + cost(j - d, j)`` over positions ``j`` of the order, ``d <= R``;
     returns the chosen start of the last segment ending at each ``j`` and ``S(n)`` (µs).
 
@@ -116,7 +138,7 @@ def _segment_dp(in_ptr: np.ndarray, in_src: np.ndarray, in_c: np.ndarray, pout: 
     the edges inside ``[i, j)``) is kept for the ``R`` open starts and grows, when ``j`` advances,
     by the edges that end at ``j - 1`` (``in_src``/``in_c`` by end position, CSR ``in_ptr``):
     one suffix sum over the window, so O(n·R + edges) time and O(n) memory. A segment longer
-    than one op may hold at most ``memory_cap`` bytes (prefix sums ``pmem``). Costs within
+    than one op from position ``i`` must end by ``memory_ends[i]``. Costs within
     ``tolerance`` of the best are ties: the fewest clusters win, then the longest last segment.
     """
     n = len(pout) - 1
@@ -142,7 +164,7 @@ def _segment_dp(in_ptr: np.ndarray, in_src: np.ndarray, in_c: np.ndarray, pout: 
             seg = pout[j] - pout[i] - internal[i]
             if seg < tolerance:
                 seg = 0.0
-            if j - i > 1 and pmem[j] - pmem[i] > memory_cap:
+            if j - i > 1 and j > memory_ends[i]:
                 seg = np.inf
             values[i - first] = best_s[i] + seg
             lowest = min(lowest, values[i - first])
@@ -222,16 +244,22 @@ def optimal_operation_fusion(
 
     ``R`` is the exploration range (ops per cluster at most); the memory cap is
     ``memory_fraction`` × the smallest device memory. Co-location groups are charged to their
-    anchor (first member in the order), so cluster memory matches where the group will live.
+    anchor (first member in the order), so cluster memory matches where the group will live. On a
+    graph with liveness fields the cap bounds a cluster's liveness-aware peak
+    (:class:`~celeritas_core.live_estimate.SequenceMemory` along the order), not its summed bytes.
     """
     comm = edge_comm_us(graph, cluster)
     if order is None:
         order = cpd_topo_order(graph, comm, cpath=cpath(graph, comm))
     anchor = colocation_anchor(graph, order)
     node_mem = anchored_memory(graph, anchor)
-    bounds, cost = optimal_breakpoints(
-        graph, order, comm, node_mem, R=R, memory_cap=memory_cap_bytes(cluster, memory_fraction)
-    )
+    cap = memory_cap_bytes(cluster, memory_fraction)
+    ends = None
+    if graph.liveness is not None and graph.liveness.modelled.any():
+        position = np.empty(graph.num_nodes, dtype=np.int64)
+        position[order] = np.arange(graph.num_nodes)
+        ends = SequenceMemory.build(graph, position[anchor], graph.num_nodes).window_ends(cap)
+    bounds, cost = optimal_breakpoints(graph, order, comm, node_mem, R=R, memory_cap=cap, memory_ends=ends)
     num_clusters = len(bounds) - 1
     cluster_of = np.empty(graph.num_nodes, dtype=np.int64)
     cluster_of[order] = np.repeat(np.arange(num_clusters), np.diff(bounds))

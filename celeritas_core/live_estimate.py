@@ -11,9 +11,11 @@ live (:func:`~celeritas_core.memory.owned_intervals`): a group holds the pieces 
   replay's event times (range add, global max), so the longest run that fits a capacity from every
   start costs O((ops + edges) log ops) in all.
 * :class:`GroupRoom`: groups placed one by one on devices (Adjusting Placement, Order-Place on the
-  coarse graph). Each group's pieces are summed into a fixed number of time buckets (a piece
-  counts in every bucket it touches, so bucket sums never understate); a device fits a group when
-  its persistent bytes plus the largest bucket of the summed usage stay within its capacity.
+  coarse graph). Each group's pieces are summed into time buckets that start at the replay's
+  allocation times (all of them when there are at most :data:`BUCKETS`, then every bucket is
+  exact; else equal shares of them): a piece counts in every bucket it touches, so bucket sums
+  never understate. A device fits a group when its persistent bytes plus the largest bucket of
+  the summed usage stay within its capacity.
 
 Both ignore the copies a device receives from others, which the callers' replays check. Units:
 µs and bytes.
@@ -158,8 +160,10 @@ def _range_add(tree: np.ndarray, lazy: np.ndarray, leaves: int, lo: int, hi: int
 
 
 # ---------------------------------------------------------------------------- groups on devices
-#: Time buckets of :class:`GroupRoom` over the one-device step.
-BUCKETS = 128
+#: At most this many time buckets per group in :class:`GroupRoom` (fewer when there are fewer
+#: distinct event times, then each bucket is exact), and at most this many bucket values in all.
+BUCKETS = 1024
+MAX_BUCKET_VALUES = 20_000_000
 
 
 class GroupRoom:
@@ -187,14 +191,12 @@ class GroupRoom:
         if graph.liveness is None or not graph.liveness.modelled.any():
             return cls(cluster, memory)
         owned = one_device_pieces(graph)
-        span = max(float(owned.end_us.max(initial=0.0)), 1e-300)
-        first = np.minimum((owned.start_us / span * BUCKETS).astype(np.int64), BUCKETS - 1)
-        last = np.minimum((owned.end_us / span * BUCKETS).astype(np.int64), BUCKETS - 1)
+        first, last, buckets = _buckets(owned.start_us, owned.end_us, num_groups)
         group = group_of[owned.owner]
-        diff = np.zeros((num_groups, BUCKETS + 1))
+        diff = np.zeros((num_groups, buckets + 1))
         np.add.at(diff, (group, first), owned.size_bytes)
         np.add.at(diff, (group, last + 1), -owned.size_bytes)
-        profiles = np.cumsum(diff, axis=1)[:, :BUCKETS]
+        profiles = np.cumsum(diff, axis=1)[:, :buckets]
         static = np.bincount(group_of, weights=owned.static_bytes, minlength=num_groups)
         return cls(cluster, memory, profiles, static)
 
@@ -225,3 +227,18 @@ class GroupRoom:
         if self.usage is None:
             return int(np.argmax(self.free))
         return int(np.argmax([self.room(group, d) for d in range(len(self.capacity))]))
+
+
+def _buckets(start: np.ndarray, end: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """The first and last time bucket each piece ``[start, end)`` touches, and the number of
+    buckets: the distinct start times when there are few enough (exact), else equal shares of
+    them. A piece ending where another starts does not touch that one's bucket (frees come before
+    allocations); a piece of zero length touches the bucket of its instant."""
+    limit = max(8, min(BUCKETS, MAX_BUCKET_VALUES // max(num_groups, 1)))
+    starts = np.unique(start)
+    if len(starts) > limit:
+        starts = np.unique(starts[np.linspace(0, len(starts) - 1, limit).astype(np.int64)])
+    bounds = starts
+    first = np.maximum(np.searchsorted(bounds, start, side="right") - 1, 0)
+    last = np.maximum(np.searchsorted(bounds, end, side="left") - 1, first)
+    return first, last, max(len(bounds), 1)

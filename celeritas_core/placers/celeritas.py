@@ -21,6 +21,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.live_estimate import GroupRoom
 from celeritas_core.local_search import (
     ROBUST_DISPATCH,
     Candidate,
@@ -37,47 +38,49 @@ from celeritas_core.timeline import DeviceTimeline
 
 
 def order_place(graph: Graph, cluster: Cluster, order: np.ndarray,
-                node_memory: np.ndarray | None = None) -> np.ndarray:
+                node_memory: np.ndarray | None = None, room: GroupRoom | None = None) -> np.ndarray:
     """Order-Place: walk ``order``, fill a device up to its memory, then move to the next one.
 
-    When no later device has room, the node goes to the device with the most free memory
-    (best effort; the placement is then flagged OOM by evaluation). Returns device per node.
+    When no later device has room, the node goes to the device with the most room (best effort;
+    the placement is then flagged OOM by evaluation). ``room`` checks capacity (default: the sum of
+    ``node_memory``, else the graph's memory, per device). Returns device per node.
     """
-    mem = (graph.memory_bytes if node_memory is None else node_memory).tolist()
-    free = cluster.memory_bytes.astype(np.float64).copy()
+    if room is None:
+        room = GroupRoom(cluster, graph.memory_bytes if node_memory is None else node_memory)
     device = np.zeros(graph.num_nodes, dtype=np.int64)
     current = 0
     last = cluster.num_devices - 1
     for v in order.tolist():
-        while current < last and free[current] < mem[v]:
+        while current < last and not room.fits(v, current):
             current += 1
-        d = current if free[current] >= mem[v] else int(np.argmax(free))
+        d = current if room.fits(v, current) else room.roomiest(v)
         device[v] = d
-        free[d] -= mem[v]
+        room.add(v, d)
     return device
 
 
 def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None = None,
-                        node_memory: np.ndarray | None = None) -> np.ndarray:
+                        node_memory: np.ndarray | None = None, room: GroupRoom | None = None) -> np.ndarray:
     """Adjusting Placement (paper, Algorithm 2): stay on the previous node's device unless another
     device starts the node earlier by more than ``back_cost``, the largest transfer (µs) of the
     node's outputs back. Returns the device index of every node of ``graph``.
 
     EST per device is insertion based: the node may fill an idle gap after its inputs arrive
     (inputs from another device arrive ``k·bytes + b`` µs after their producer finishes).
-    A device without room for the node has EST = ∞; when no device has room, the node goes to
-    the device with the most free memory (best effort).
+    A device without room for the node (``room``, default the sum of ``node_memory`` or the
+    graph's memory per device) has EST = ∞; when no device has room, the node goes to the device
+    with the most room (best effort).
     """
     n = graph.num_nodes
     comm = edge_comm_us(graph, cluster).tolist()
     if order is None:
         comm_arr = np.asarray(comm)
         order = cpd_topo_order(graph, comm_arr, cpath=cpath(graph, comm_arr))
-    mem = (graph.memory_bytes if node_memory is None else node_memory).tolist()
+    if room is None:
+        room = GroupRoom(cluster, graph.memory_bytes if node_memory is None else node_memory)
     time_us = graph.time_us.tolist()
     speed = cluster.speed.tolist()
     num_dev = cluster.num_devices
-    free = cluster.memory_bytes.astype(np.float64).tolist()
     pred_ptr, pred_idx, pred_edge = (a.tolist() for a in (graph.pred_ptr, graph.pred_idx, graph.pred_edge))
     succ_ptr, succ_edge = graph.succ_ptr.tolist(), graph.succ_edge.tolist()
     timelines = [DeviceTimeline() for _ in range(num_dev)]
@@ -90,7 +93,7 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
         preds = range(pred_ptr[v], pred_ptr[v + 1])
         est = [inf] * num_dev
         for d in range(num_dev):
-            if free[d] < mem[v]:
+            if not room.fits(v, d):
                 continue
             ready = 0.0
             for k in preds:
@@ -104,8 +107,8 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
             chosen = best
         elif est[previous] < inf:
             chosen = previous
-        else:  # every device is full: best effort on the one with the most free memory
-            chosen = max(range(num_dev), key=free.__getitem__)
+        else:  # every device is full: best effort on the one with the most room
+            chosen = room.roomiest(v)
             ready = max((finish[pred_idx[k]] + (0.0 if device[pred_idx[k]] == chosen
                                                 else comm[pred_edge[k]]) for k in preds), default=0.0)
             est[chosen] = timelines[chosen].earliest_start(ready, time_us[v] / speed[chosen])
@@ -114,9 +117,17 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
         timelines[chosen].insert(start, end)
         finish[v] = end
         device[v] = chosen
-        free[chosen] -= mem[v]
+        room.add(v, chosen)
         previous = chosen
     return np.asarray(device, dtype=np.int64)
+
+
+def fusion_room(graph: Graph, cluster: Cluster, fusion: Fusion) -> GroupRoom:
+    """What each device holds as fusion's clusters are placed on it: liveness-aware when ``graph``
+    has liveness fields (each cluster with its co-location groups' ops), else the coarse graph's
+    summed memory (:class:`~celeritas_core.live_estimate.GroupRoom`)."""
+    return GroupRoom.for_groups(graph, cluster, fusion.cluster_of[fusion.anchor], fusion.num_clusters,
+                                fusion.coarse.memory_bytes)
 
 
 def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, order: np.ndarray,
@@ -183,18 +194,21 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
     pool.add(winner.name + "+refined", refined[ops.unit_of])
 
 
-#: Estimated cost of the optional stages, in µs per op plus edge of the graph, measured on the
-#: 2-core build machine (one core, a 36k-op training step; HEFT grows faster than linearly, so its
-#: figure is the one at that size). The placer's work budget (``work_seconds``) admits a stage when
-#: its estimate fits in what is left (:class:`~celeritas_core.budget.StageBudget`): a property of
-#: the graph's size, never of the machine's speed or load.
+#: Estimated cost of the optional stages, in µs per op plus edge of the graph: the largest of one
+#: core of the 2-core build machine on the real Keras training steps of ``bench/bench_real.py``
+#: (4-25k ops) and the 36k-op transformer-shaped step (HEFT's insertion search is superlinear there:
+#: 51, against about 2 on the real steps; SCT's LP grows with the graph: 13-82 on the ops). The
+#: placer's work budget (``work_seconds``) admits a stage when its estimate fits in what is left
+#: (:class:`~celeritas_core.budget.StageBudget`): a property of the graph's size, never of the
+#: machine's speed or load.
 STAGE_US_PER_ITEM: dict[str, float] = {
-    "multilevel": 1.0, "heft": 46.0, "etf/fused": 3.5, "sct/fused": 9.5, "etf": 5.0, "sct": 20.0,
+    "multilevel": 1.7, "heft": 51.0, "etf/fused": 4.6, "sct/fused": 30.0, "etf": 10.3, "sct": 82.0,
     "stages": STAGE_US_PER_SPLIT,
 }
 
 
-#: Estimated cost of one replay (µs per op plus edge) on that machine, for stages that replay.
+#: Estimated cost of one replay (µs per op plus edge) on that machine, for stages that replay
+#: (0.07 measured on the same graphs; a replay's setup makes small graphs dearer per item).
 REPLAY_US_PER_ITEM = 0.3
 
 
@@ -309,7 +323,8 @@ def simple_candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_ord
     Baechi's ``m-topo``; both are linear in ops, so they always run."""
     from celeritas_core.placers.base import get_placer
 
-    pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order)))
+    room = fusion_room(graph, cluster, fusion)
+    pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order, room=room)))
     spec = get_placer("m-topo")
     pool.add("m-topo", spec.func(graph, cluster, spec.typed_params({})).assignment)
 
@@ -423,7 +438,9 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
     """Fill ``pool``: the candidates that always run, then the optional ones in order of what they
     usually add, each when the work ``budget`` admits it; refine the best on the ops. Returns the
     pipeline orders' stage plans (the paired one first, when the graph has it)."""
-    pool.add("adjusting", fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order)))
+    room = fusion_room(graph, cluster, fusion)
+    adjusting = adjusting_placement(fusion.coarse, cluster, coarse_order, room=room)
+    pool.add("adjusting", fusion.to_fine(adjusting))
     op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
     communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
     single_device_candidate(graph, cluster, pool)
@@ -475,14 +492,17 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
     if params.refine:
         assignment = _refined(graph, cluster, fusion, coarse_order, params, started, extra)
     else:
-        assignment = fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order))
+        room = fusion_room(graph, cluster, fusion)
+        assignment = fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order, room=room))
     return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
 
 
 def order_place_placer(graph: Graph, cluster: Cluster, params: FusionParams) -> PlacerOutput:
     """Order-Place: Optimal Operation Fusion, then fill devices in CPD-TOPO order."""
     fusion, coarse_order, extra = _fused(graph, cluster, params)
-    return PlacerOutput(assignment=fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order)),
+    room = fusion_room(graph, cluster, fusion)
+    ordered = order_place(fusion.coarse, cluster, coarse_order, room=room)
+    return PlacerOutput(assignment=fusion.to_fine(ordered),
                         coarse_nodes=fusion.num_clusters, extra=extra)
 
 

@@ -7,10 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import celeritas_core.placers.celeritas as celeritas_module
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
 from celeritas_core.graph import Graph
-from celeritas_core.local_search import CandidatePool, critical_chain, critical_path_search, placement_units
+from celeritas_core.local_search import (
+    CandidatePool,
+    critical_chain,
+    critical_path_search,
+    placement_units,
+    robust_step_us,
+)
 from celeritas_core.placers import place
 from celeritas_core.simulator import simulate
 from tests.conftest import make_graph
@@ -110,13 +117,32 @@ def test_search_respects_memory_and_colocation():
 @SETTINGS
 @given(graph=dags(max_nodes=25), devices=st.integers(1, 4), scale=st.floats(0.3, 2.0),
        slope=st.sampled_from([0.0, 1e-5, 1e-3]), intercept=st.sampled_from([0.0, 5.0, 50.0]))
-def test_celeritas_is_never_slower_than_any_of_its_own_candidates(graph, devices, scale, slope, intercept):
+def test_celeritas_is_never_slower_than_its_best_candidates_robustly(graph, devices, scale, slope, intercept):
+    """The result's robust step (documented step, or the mean over the search's orders when that
+    is larger) is never above that of the pool's three best candidates and its one-device ones,
+    and its predicted step never above one device's."""
+    pools: list[CandidatePool] = []
+
+    class Recorded(CandidatePool):
+        def __init__(self, *args: object) -> None:
+            super().__init__(*args)  # type: ignore[arg-type]
+            pools.append(self)
+
     cluster = clusters(graph, devices, scale, slope, intercept)
-    p = place(graph, cluster, "celeritas")
-    fitting = [t for t in p.extra.get("candidates", {}).values() if t is not None]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(celeritas_module, "CandidatePool", Recorded)
+        p = place(graph, cluster, "celeritas")
     assert colocation_respected(graph, p.assignment)
-    if fitting and not p.oom:
-        assert p.predicted_step_time_us <= min(fitting) * (1 + 1e-9) + 1e-9
+
+    def robust(assignment: np.ndarray) -> float:
+        return robust_step_us(graph, cluster, assignment, simulate(graph, cluster, assignment))
+
+    if pools and not p.oom:
+        ranked = sorted(pools[0].candidates, key=lambda c: c.key)
+        finalists = [c for c in ranked[:3] + [c for c in ranked if np.all(c.assignment == c.assignment[0])]
+                     if c.fits]
+        if finalists:
+            assert robust(p.assignment) <= min(robust(c.assignment) for c in finalists) * (1 + 1e-9) + 1e-9
     if graph.total_memory_bytes <= cluster.memory_bytes.max():
         assert not p.oom
         assert p.predicted_step_time_us <= p.single_device_time_us * (1 + 1e-9) + 1e-9
