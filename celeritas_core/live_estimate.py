@@ -42,7 +42,10 @@ def one_device_pieces(graph: Graph) -> OwnedIntervals:
     graph: fusion, the stage splits and Adjusting Placement all read it)."""
     if graph not in _OWNED:
         one = np.zeros(graph.num_nodes, dtype=np.int64)
-        _OWNED[graph] = owned_intervals(graph, simulate(graph, Cluster.homogeneous(1, 1.0), one))
+        if graph.liveness is None or not graph.liveness.modelled.any():  # the sum model: no timing needed
+            _OWNED[graph] = owned_intervals(graph, None)
+        else:
+            _OWNED[graph] = owned_intervals(graph, simulate(graph, Cluster.homogeneous(1, 1.0), one))
     return _OWNED[graph]
 
 

@@ -287,7 +287,8 @@ def critical_path_search(graph: Graph, cluster: Cluster, start: Candidate, *, de
     report: dict[str, Any] = {"moves": 0, "replays": 0, "stopped": "budget"}
     if stats is not None:
         stats.update(report)
-    if max_replays <= 0:
+    others = len(dispatch) - (DOCUMENTED_DISPATCH in dispatch)
+    if max_replays < others + len(dispatch):  # not even one trial after judging the start
         return start
     if time.perf_counter() + 2 * replay_seconds > deadline:
         if stats is not None:

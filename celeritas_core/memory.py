@@ -381,7 +381,7 @@ class OwnedIntervals:
     static_bytes: np.ndarray
 
 
-def owned_intervals(graph: Graph, result: SimulationResult) -> OwnedIntervals:
+def owned_intervals(graph: Graph, result: SimulationResult | None) -> OwnedIntervals:
     """The buffers of ``result``, a replay with every op on one device, split among the ops that
     keep them live, so that a placer grouping ops can estimate what a group holds over time by
     adding its ops' pieces, without replaying each grouping.
@@ -393,12 +393,13 @@ def owned_intervals(graph: Graph, result: SimulationResult) -> OwnedIntervals:
     (a group holding a later consumer alone is charged from the earlier consumer's finish on). An
     alias (a view) adds no bytes; its consumers extend the buffer it shares. Summed over all ops the
     pieces give :func:`memory_profile`'s usage on one device (but for the instants of 0-µs ops).
+    Without liveness fields (or without ``result``) there are no pieces, only ``static_bytes``.
     """
     live = graph.liveness
     modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
     static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
     empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0)
-    if live is None or not modelled.any():
+    if live is None or not modelled.any() or result is None:
         return OwnedIntervals(empty_i, empty_f, empty_f, empty_f, static.astype(np.float64))
     start, finish = result.start_us, result.finish_us
     scratch = np.flatnonzero(live.modelled & (live.scratch_bytes > 0))

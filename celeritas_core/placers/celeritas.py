@@ -203,7 +203,7 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
 #: machine's speed or load.
 STAGE_US_PER_ITEM: dict[str, float] = {
     "multilevel": 1.7, "heft": 51.0, "etf/fused": 4.6, "sct/fused": 30.0, "etf": 10.3, "sct": 82.0,
-    "stages": STAGE_US_PER_SPLIT,
+    "stages": STAGE_US_PER_SPLIT, "order-place": 0.5, "m-topo": 0.5,
 }
 
 
@@ -318,15 +318,20 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
 
 
 def simple_candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
-                      pool: CandidatePool) -> None:
-    """Offer the cheap baselines a user would try first: Order-Place on the fused graph and
-    Baechi's ``m-topo``; both are linear in ops, so they always run."""
+                      pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
+    """The cheap baselines a user would try first, as ``(name, run)`` for the caller's work budget:
+    Order-Place on the fused graph and Baechi's ``m-topo`` (each linear in ops, plus a replay)."""
     from celeritas_core.placers.base import get_placer
 
-    room = fusion_room(graph, cluster, fusion)
-    pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order, room=room)))
-    spec = get_placer("m-topo")
-    pool.add("m-topo", spec.func(graph, cluster, spec.typed_params({})).assignment)
+    def ordered() -> None:
+        room = fusion_room(graph, cluster, fusion)
+        pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order, room=room)))
+
+    def topo() -> None:
+        spec = get_placer("m-topo")
+        pool.add("m-topo", spec.func(graph, cluster, spec.typed_params({})).assignment)
+
+    return [("order-place", ordered), ("m-topo", topo)]
 
 
 def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: int,
@@ -444,10 +449,15 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
     op_nets = OpNets.build(graph, fusion.anchor, cluster) if cluster.num_devices > 1 else None
     communication_refinement(graph, fusion, cluster, coarse_order, pool, op_nets)
     single_device_candidate(graph, cluster, pool)
-    simple_candidates(graph, cluster, fusion, coarse_order, pool)
     more_multilevel = multilevel_candidates(graph, cluster, pool)
-    plans, first_split, more_splits = stage_candidates(graph, cluster, pool)
-    optional = first_split + list_schedule_candidates(graph, cluster, pool) + more_multilevel + more_splits
+    plans, first_split, more_splits = [], [], []
+    if graph.liveness is not None or stage_estimate_us(graph, "stages") <= budget.work_us:
+        plans, first_split, more_splits = stage_candidates(graph, cluster, pool,
+                                                           first_always=graph.liveness is not None)
+    else:  # not even one split fits the work budget: do not build the orders either
+        budget.skipped.append("stages")
+    optional = (simple_candidates(graph, cluster, fusion, coarse_order, pool) + first_split
+                + list_schedule_candidates(graph, cluster, pool) + more_multilevel + more_splits)
     for name, run in optional:
         kind = name.split("/")[0] if name.startswith(("multilevel", "stages")) else name
         if budget.allow(name, stage_estimate_us(graph, kind)):

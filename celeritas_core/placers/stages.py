@@ -289,15 +289,15 @@ def stage_devices(cluster: Cluster, k: int) -> np.ndarray:
     return np.sort(np.argsort(-cluster.memory_bytes, kind="stable")[:k])
 
 
-def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
+def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, *, first_always: bool = True,
                      ) -> tuple[list[StagePlan], list[tuple[str, Callable[[], int]]],
                                 list[tuple[str, Callable[[], int]]]]:
     """Offer ``pool`` the first order's stage split onto the fewest devices it fits (by the
-    estimate; all devices when it fits none), and return the other splits for the caller's work
-    budget as ``(name, run)``: first the split onto all devices and the other order's first
-    split, then every other device count. Each split is replayed and calibrated
-    (:func:`offer_split`). Returns (the orders' plans, the paired one first when the graph has it;
-    the second splits; the rest).
+    estimate; all devices when it fits none), unless ``first_always`` is false, and return the
+    other splits for the caller's work budget as ``(name, run)``: first (that one and) the split
+    onto all devices and the other order's first split, then every other device count. Each split
+    is replayed and calibrated (:func:`offer_split`). Returns (the orders' plans, the paired one
+    first when the graph has it; the second splits; the rest).
     """
     plans: list[StagePlan] = []
     if cluster.num_devices < 2 or graph.num_nodes < 2:
@@ -309,10 +309,10 @@ def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool,
         counts = range(2, cluster.num_devices + 1)
         fits = (k for k in counts if plan.cuts(cluster.memory_bytes[stage_devices(cluster, k)]) is not None)
         first = next(fits, cluster.num_devices)
-        if i == 0:
+        if i == 0 and first_always:
             offer_split(graph, cluster, pool, plan, first)
         for k in counts:
-            if i == 0 and k == first:
+            if i == 0 and k == first and first_always:
                 continue
             entry = (f"stages/{seq.name}/{k}", partial(offer_split, graph, cluster, pool, plan, k))
             (second if k == first or (i == 0 and k == cluster.num_devices) else rest).append(entry)

@@ -128,7 +128,8 @@ def test_a_wall_clock_limit_cuts_only_optional_stages_and_says_so() -> None:
     assert stages["cut_by_clock"] and "robust ranking" not in stages["cut_by_clock"]
     assert cut.extra["search"]["stopped"] == "clock"
     for name in stages["cut_by_clock"]:
-        assert name.split("/")[0] in ("stages", "multilevel", "heft", "etf", "sct", "critical-path search")
+        assert name.split("/")[0] in ("stages", "multilevel", "heft", "etf", "sct", "order-place", "m-topo",
+                                      "critical-path search")
 
 
 def test_the_repair_moves_a_stage_boundary_with_a_run() -> None:
