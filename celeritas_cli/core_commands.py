@@ -413,8 +413,9 @@ def _add_place(sub: typing.Any) -> None:
                         f"(default {DEFAULT_MEMORY_FRACTION})")
     p.add_argument("--refine", type=int, choices=(0, 1), default=None,
                    help="celeritas placer: 1 (default) also tries min-cut and multilevel partitions, "
-                        "list schedules and one device, keeps the fastest replay and improves it "
-                        "by a critical-path search; 0 is the paper's Adjusting Placement alone")
+                        "pipeline-stage splits, list schedules and one device, repairs those that "
+                        "overflow a device, keeps the fastest replay and improves it by a "
+                        "critical-path search; 0 is the paper's Adjusting Placement alone")
     _add_headroom(p)
     p.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="any other placer parameter (repeatable; `celeritas placers` lists them)")

@@ -1,8 +1,12 @@
-"""The fusion-based placers: Order-Place and Celeritas's Adjusting Placement (paper, Algorithm 2).
+"""The fusion-based placers: Order-Place and Celeritas's Adjusting Placement (paper, Algorithm 2),
+and the default ``celeritas`` placer built on them.
 
 Both fuse the graph first (:func:`celeritas_core.fusion.optimal_operation_fusion`), place the
 coarse graph in its CPD-TOPO order, map clusters back to ops and move co-location group members
-to their anchor's device.
+to their anchor's device; on graphs with liveness fields their capacity checks are liveness-aware
+(:class:`~celeritas_core.live_estimate.GroupRoom`). The ``celeritas`` placer (``refine``) adds the
+candidates, repair and robust search of docs/algorithms.md, "Parallel work, pipeline stages,
+repair and a robust search", under work budgets (:class:`~celeritas_core.budget.StageBudget`).
 """
 
 from __future__ import annotations
@@ -382,9 +386,9 @@ class CeleritasParams(FusionParams):
     """The celeritas placer's parameters: fusion's, and the candidates and search beyond the paper."""
 
     refine: bool = param(
-        True, "true: also try min-cut and multilevel partitions, list schedules and one device, keep "
-        "the fastest replay and improve it by a critical-path search; false: the paper's Adjusting "
-        "Placement alone")
+        True, "true: also try min-cut and multilevel partitions, pipeline-stage splits, list schedules "
+        "and one device, repair those that overflow a device, keep the fastest replay and improve it "
+        "by a critical-path search; false: the paper's Adjusting Placement alone")
     work_seconds: float = param(
         1.0, "refine: work budget (nominal seconds) of the optional stages (more multilevel "
         "partitions and stage splits, list schedules, ranking the best candidates over several "
@@ -494,9 +498,10 @@ def robust_start(graph: Graph, cluster: Cluster,
 
 def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) -> PlacerOutput:
     """Celeritas: Optimal Operation Fusion and Adjusting Placement (``refine`` false: the paper), or
-    (``refine``) the fastest replay among Adjusting Placement, min-cut partitions, list
-    schedules and one device (repaired by moves when, on a graph with liveness fields, none fits
-    by its replayed peak), improved by the simulator-guided critical-path search."""
+    (``refine``) the fastest replay among Adjusting Placement, min-cut and multilevel partitions,
+    pipeline-stage splits, list schedules and one device (repaired by trades when, on a graph with
+    liveness fields, none fits by its replayed peak), improved by the simulator-guided critical-path
+    search on the robust step (docs/algorithms.md)."""
     started = time.perf_counter()
     fusion, coarse_order, extra = _fused(graph, cluster, params)
     if params.refine:
@@ -519,7 +524,8 @@ def order_place_placer(graph: Graph, cluster: Cluster, params: FusionParams) -> 
 register_placer(PlacerSpec(
     "celeritas", celeritas_placer,
     "Optimal Operation Fusion over CPD-TOPO and Adjusting Placement, then the fastest of min-cut, "
-    "multilevel, list-schedule and one-device candidates, improved by a critical-path search",
+    "multilevel, pipeline-stage, list-schedule and one-device candidates (repaired when they overflow "
+    "a device), improved by a critical-path search judged over several dispatch orders",
     CeleritasParams,
 ))
 register_placer(PlacerSpec(
