@@ -458,6 +458,9 @@ class PeakLowerBound:
                     self.live_total_bytes > float(np.sum(capacity)))
 
 
+_PEAK_BOUNDS: weakref.WeakKeyDictionary[Graph, PeakLowerBound] = weakref.WeakKeyDictionary()
+
+
 def peak_lower_bound(graph: Graph) -> PeakLowerBound:
     """Lower bounds (bytes) on what the devices hold, valid for every placement and dispatch order.
 
@@ -475,6 +478,13 @@ def peak_lower_bound(graph: Graph) -> PeakLowerBound:
     >>> bound.live_total_bytes <= one_device_peak_bytes(small_training_graph(0)) + 1e-6
     True
     """
+    if graph not in _PEAK_BOUNDS:  # a property of the graph: the placer and the evaluation ask
+        _PEAK_BOUNDS[graph] = _peak_lower_bound(graph)
+    return _PEAK_BOUNDS[graph]
+
+
+def _peak_lower_bound(graph: Graph) -> PeakLowerBound:
+    """:func:`peak_lower_bound`, computed."""
     from celeritas_core.colocation import placement_units
     from celeritas_core.paths import crossing_spans, crossing_totals, longest_path
 

@@ -34,6 +34,7 @@ from celeritas_core.local_search import (
     peak_memory_repair,
     robust_step_us,
 )
+from celeritas_core.memory import peak_lower_bound
 from celeritas_core.orders import cpd_topo_order
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates
@@ -428,8 +429,11 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     pool = CandidatePool(graph, cluster)
     plans = _candidates(graph, cluster, fusion, coarse_order, pool, budget)
     if graph.liveness is not None and not pool.best.fits:
-        unit_rank = plans[0].seq.position if plans else None
-        extra["memory_repair"] = memory_repair(graph, cluster, pool, params.repair_budget, unit_rank)
+        if peak_lower_bound(graph).cannot_fit(cluster.memory_bytes):
+            extra["memory_repair"] = {"skipped": "no placement fits these devices (memory lower bound)"}
+        else:
+            unit_rank = plans[0].seq.position if plans else None
+            extra["memory_repair"] = memory_repair(graph, cluster, pool, params.repair_budget, unit_rank)
     start, start_replay = robust_start(graph, cluster, pool) if robust else (pool.best, pool.best_replay())
     search: dict[str, Any] = {}
     best = critical_path_search(graph, cluster, start, deadline=budget.deadline,
