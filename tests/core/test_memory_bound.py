@@ -65,7 +65,8 @@ def test_a_graph_where_nothing_fits_says_so_and_exits_0(tmp_path, capsys) -> Non
     doc = json.loads((tmp_path / "p.json").read_text())
     assert doc["oom"] is True and doc["extra"]["cannot_fit"] is True
     assert doc["extra"]["memory_lower_bound_bytes"] == pytest.approx(need)
-    assert doc["extra"]["memory_repair"] == {"skipped": "no placement fits these devices (memory lower bound)"}
+    assert doc["extra"]["memory_repair"] == {
+        "skipped": "no placement fits these devices (memory lower bound)"}
 
 
 @settings(max_examples=25, deadline=None)
