@@ -9,6 +9,7 @@ import subprocess
 import sys
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -317,13 +318,19 @@ def test_generate_rejects_unknown_kind(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def test_bench_quality_quick_runs_and_writes_json(tmp_path):
+def _quick_bench(tmp_path, families: str, timeout: int) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run ``bench_quality.py --quick --families FAMILIES`` in a subprocess; its result and JSON path."""
     out = tmp_path / "quality.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_quality.py"), "--quick",
-                           "--families", "c", "--out", str(out)],
-                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=120)
+                           "--families", families, "--out", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
+    return proc, out
+
+
+def test_bench_quality_quick_runs_and_writes_json(tmp_path):
+    proc, out = _quick_bench(tmp_path, "c", 120)
     assert "== (c)" in proc.stdout and "CCR-0 DAGs" in proc.stdout
     doc = json.loads(out.read_text())
     assert {"format", "seed", "quick", "placers", "notes", "families", "checks", "wall_seconds"} <= set(doc)
@@ -340,12 +347,7 @@ def test_bench_quality_quick_runs_and_writes_json(tmp_path):
 
 
 def test_bench_quality_training_quick_reports_cheap_steps_groups_and_dispatch(tmp_path):
-    out = tmp_path / "quality.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_quality.py"), "--quick",
-                           "--families", "a", "--out", str(out)],
-                          capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc, out = _quick_bench(tmp_path, "a", 300)
     assert "Cheap-transfer memory-bound steps (1)" in proc.stdout
     doc = json.loads(out.read_text())
     rows = doc["families"]["a"]["instances"]
