@@ -12,7 +12,8 @@ XCom): a missing or ill-typed field raises a one-line
 ``PlacementValidation: field 'median_s' must be a number, got 'fast'``, instead of a
 ``KeyError`` somewhere downstream (the DAG fails such a task without a retry). NumPy scalars become
 Python numbers, lists of a ``tuple[...]`` field become tuples, mappings are copied. Extra keys in
-an XCom dict are ignored, so a newer producer does not break an older consumer.
+an XCom dict are ignored, so a newer producer does not break an older consumer, and a field with a
+default may be missing (it takes its default), so a newer consumer reads an older producer's XCom.
 
 Importing this module is cheap (no numpy, MLflow or TensorFlow): the DAG's tasks use it.
 """
@@ -23,7 +24,7 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
@@ -58,9 +59,9 @@ class Contract:
         if not isinstance(data, Mapping):
             raise CeleritasInputError(f"{cls.__name__}: expected a JSON object, got {_show(data)}")
         for f in fields(cls):
-            if f.name not in data:
+            if f.name not in data and f.default is MISSING:
                 raise CeleritasInputError(f"{cls.__name__}: field {f.name!r} missing")
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 # --------------------------------------------------------------------------------------- contracts

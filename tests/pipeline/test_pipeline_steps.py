@@ -147,6 +147,10 @@ def test_from_xcom_names_a_missing_field(name, field):
     xcom = _xcom_example(cls)
     assert cls.from_xcom(xcom).to_xcom() == xcom
     del xcom[field]
+    default = next(f.default for f in dataclasses.fields(cls) if f.name == field)
+    if default is not dataclasses.MISSING:  # added later: an older producer's XCom lacks it
+        assert getattr(cls.from_xcom(xcom), field) == default
+        return
     with pytest.raises(CeleritasInputError, match=f"^{name}: field '{field}' missing$"):
         cls.from_xcom(xcom)
 
