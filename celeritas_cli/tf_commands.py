@@ -259,9 +259,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Measure transfers between two devices, fit t = k·bytes + b, write a celeritas-cluster/1."""
+    """Measure transfers between two devices, fit t = k·bytes + b, write a celeritas-cluster/1 with
+    the fit, or with the default model (and a warning) when the fit measured nothing useful."""
     from celeritas_core.formats import save_cluster
-    from celeritas_tf.calibrate import calibrate_comm, calibrated_cluster
+    from celeritas_tf.calibrate import (
+        calibrate_comm,
+        calibrated_cluster,
+        calibration_record,
+        choose_transfer_model,
+    )
 
     flags.devices(args.devices)
     memory = flags.size(args.device_memory, "--device-memory")
@@ -275,10 +281,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if sizes:
         kwargs["sizes"] = sizes
     calibration = calibrate_comm(2, **kwargs)
+    choice = choose_transfer_model(calibration)
     cluster = calibrated_cluster(calibration, args.devices, memory)
-    save_cluster(cluster, args.out)
-    print(f"fitted t = {calibration.slope_us_per_byte:.4g} µs/B · bytes + {calibration.intercept_us:.4g} µs "
-          f"(R² {calibration.r2:.3f}) from {len(calibration.samples)} sizes")
+    save_cluster(cluster, args.out, source=choice.source, calibration=calibration_record(calibration, choice))
+    print(f"fit: t = {calibration.slope_us_per_byte:.4g} µs/B · bytes + {calibration.intercept_us:.4g} µs, "
+          f"R² {calibration.r2:.3f} over {len(calibration.samples)} sizes")
+    if choice.reason is not None:
+        print(f"celeritas: warning: {choice.reason}: the cluster gets the default transfer model instead",
+              file=sys.stderr)
+    print(f"transfer model used: {choice.describe()}")
     print(f"wrote {args.out}: {args.devices} devices of {args.device_memory}")
     return 0
 
@@ -375,7 +386,9 @@ def _add_validate(sub: Any) -> None:
 def _add_calibrate(sub: Any) -> None:
     c = sub.add_parser("calibrate-comm", help="fit the transfer model t = k·bytes + b",
                        description="Time transfers of tensors of several sizes between two devices, fit "
-                                   "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices.")
+                                   "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices. A "
+                                   "fit with a slope of 0 or R² below 0.98 measured nothing useful: the file "
+                                   "then gets the default model (1e-4 µs/B, 25 µs) and a warning is printed.")
     c.add_argument("--devices", type=int, default=4,
                    help=f"devices in the written cluster, 1 to {MAX_DEVICES:,} (default 4)")
     c.add_argument("--device-memory", required=True, help="memory per device, e.g. 32GiB")

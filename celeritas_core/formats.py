@@ -52,6 +52,8 @@ GRAPH_FORMAT = "celeritas-graph/1"
 #: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
 GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
+#: Where a cluster file's transfer model comes from (``comm.source``, optional; docs/formats.md).
+COMM_SOURCES = ("calibrated", "default")
 PLACEMENT_FORMAT = "celeritas-placement/1"
 COMPARE_FORMAT = "celeritas-compare/1"
 ACCURACY_FORMAT = "celeritas-accuracy/1"
@@ -685,18 +687,41 @@ def cluster_from_json(doc: Any) -> Cluster:
                 f"comm: field '{field_name}' must be a finite number >= 0, got {short_repr(value)}"
             )
         _cost(value, "comm", field_name, limit=limit, unit=unit)
+    _check_comm_provenance(comm)
     return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept)
 
 
-def cluster_to_json(cluster: Cluster) -> dict[str, Any]:
-    """The ``celeritas-cluster/1`` document of ``cluster``."""
+def _check_comm_provenance(comm: dict[str, Any]) -> None:
+    """The optional ``comm.source`` (one of :data:`COMM_SOURCES`) and ``comm.calibration`` (an
+    object, informational) of a cluster document."""
+    source = comm.get("source")
+    if source is not None and source not in COMM_SOURCES:
+        allowed = ", ".join(map(repr, COMM_SOURCES))
+        raise CeleritasInputError(f"comm: field 'source' must be one of {allowed}, got {short_repr(source)}")
+    calibration = comm.get("calibration")
+    if calibration is not None and not isinstance(calibration, dict):
+        raise CeleritasInputError(
+            f"comm: field 'calibration' must be an object, got {short_repr(calibration)}")
+
+
+def cluster_to_json(cluster: Cluster, *, source: str | None = None,
+                    calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``celeritas-cluster/1`` document of ``cluster``; ``source`` (``calibrated`` or
+    ``default``) and ``calibration`` (what was measured) record where its transfer model comes from."""
+    comm: dict[str, Any] = {"slope_us_per_byte": cluster.slope_us_per_byte,
+                            "intercept_us": cluster.intercept_us}
+    if source is not None:
+        comm["source"] = source
+    if calibration is not None:
+        comm["calibration"] = dict(calibration)
+    _check_comm_provenance(comm)
     return {
         "format": CLUSTER_FORMAT,
         "devices": [
             {"name": n, "memory_bytes": int(m) if float(m).is_integer() else float(m), "speed": float(s)}
             for n, m, s in zip(cluster.device_names, cluster.memory_bytes, cluster.speed, strict=True)
         ],
-        "comm": {"slope_us_per_byte": cluster.slope_us_per_byte, "intercept_us": cluster.intercept_us},
+        "comm": comm,
     }
 
 
@@ -709,9 +734,12 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
 
 
 def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
-                 inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``cluster`` atomically as ``celeritas-cluster/1``."""
-    return write_json_atomic(path, cluster_to_json(cluster), indent=2, inputs=inputs)
+                 inputs: Iterable[str | os.PathLike[str] | None] = (), source: str | None = None,
+                 calibration: Mapping[str, Any] | None = None) -> Path:
+    """Write ``cluster`` atomically as ``celeritas-cluster/1`` (``source`` and ``calibration``:
+    see :func:`cluster_to_json`)."""
+    return write_json_atomic(path, cluster_to_json(cluster, source=source, calibration=calibration),
+                             indent=2, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- placement

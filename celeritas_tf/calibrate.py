@@ -17,6 +17,12 @@ one inter-op thread, mostly the hand-off to another thread — not a memory copy
 µs, noisy, and not necessarily linear in size (a 64 MiB copy would take milliseconds).
 :func:`fit_transfer_model` is well defined whatever the samples are (one size, all zeros,
 decreasing): k and b are clipped at ≥ 0, and ``r2`` says how well a line explains them.
+
+**When the fit is used.** :func:`choose_transfer_model` keeps the fit only when it measured a
+transfer: a slope above 0 (a copy takes longer the more bytes it moves) and ``r2`` of at least
+:data:`MIN_R2`. Otherwise the calibration measured nothing useful (on logical CPU devices it never
+does: t = 0 µs/B · bytes + ~100 µs, R² 0.000) and the documented default model of
+:mod:`celeritas_core.cluster` (1e-4 µs/B, 25 µs) is used instead, with the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
+from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_tf.tf import cpu_device, session_config, tensorflow
 
@@ -40,6 +46,14 @@ DEFAULT_SIZES: tuple[int, ...] = (4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB,
                                   1 * MIB, 4 * MIB, 16 * MIB, 64 * MIB)
 
 FLOAT32_BYTES = 4
+
+#: The least R² a fit must have to be used (docs/tensorflow.md, "Communication calibration"). A
+#: real copy's time is linear in the bytes moved: with the default sizes (4 KiB to 64 MiB) and up
+#: to 10 % noise on each size's median, simulated calibrations of PCIe- and NVLink-like links give
+#: R² >= 0.98 in over 99 % of cases (>= 0.995 at 5 % noise). Logical CPU devices, which hand
+#: tensors over by reference, gave R² from 0 to 0.94 over nine runs on a busy 2-core machine: a
+#: line pulled by one or two large sizes, not a transfer model.
+MIN_R2 = 0.98
 
 
 @dataclass
@@ -192,8 +206,57 @@ def _nanos(nanos: int, micros: int) -> int:
     return int(nanos) if nanos else int(micros) * 1000
 
 
+@dataclass(frozen=True)
+class TransferChoice:
+    """The transfer model a calibration leads to: its fit (``source="calibrated"``) or the default
+    model (``source="default"``) with the ``reason`` the fit was not used."""
+
+    slope_us_per_byte: float
+    intercept_us: float
+    source: str
+    reason: str | None
+
+    def describe(self) -> str:
+        """``t = K µs/B · bytes + B µs (calibrated)`` or ``(the default model)``."""
+        how = "calibrated" if self.source == "calibrated" else "the default model"
+        return f"t = {self.slope_us_per_byte:.4g} µs/B · bytes + {self.intercept_us:.4g} µs ({how})"
+
+
+def rejection(calibration: CommCalibration, min_r2: float = MIN_R2) -> str | None:
+    """Why ``calibration`` measured nothing useful, or None when its fit can be used: a slope of
+    0 (the time does not grow with the bytes moved) or R² below ``min_r2``."""
+    problems = []
+    if not calibration.slope_us_per_byte > 0:
+        problems.append(f"slope {calibration.slope_us_per_byte:.4g} µs/B: the time does not grow with the "
+                        "bytes moved")
+    if not calibration.r2 >= min_r2:
+        problems.append(f"R² {calibration.r2:.3f} below {min_r2:g}")
+    if not problems:
+        return None
+    return f"the calibration measured nothing useful ({'; '.join(problems)})"
+
+
+def choose_transfer_model(calibration: CommCalibration, min_r2: float = MIN_R2) -> TransferChoice:
+    """The fit of ``calibration`` when it can be used (:func:`rejection`), else the default model
+    (:data:`~celeritas_core.cluster.DEFAULT_SLOPE_US_PER_BYTE`, ``DEFAULT_INTERCEPT_US``) with the reason."""
+    reason = rejection(calibration, min_r2)
+    if reason is None:
+        return TransferChoice(float(calibration.slope_us_per_byte), float(calibration.intercept_us),
+                              "calibrated", None)
+    return TransferChoice(DEFAULT_SLOPE_US_PER_BYTE, DEFAULT_INTERCEPT_US, "default", reason)
+
+
 def calibrated_cluster(calibration: CommCalibration, num_devices: int, device_memory_bytes: float) -> Cluster:
-    """A homogeneous cluster of ``num_devices`` devices with the calibrated k and b."""
-    return Cluster.homogeneous(num_devices, device_memory_bytes,
-                               slope_us_per_byte=float(calibration.slope_us_per_byte),
-                               intercept_us=float(calibration.intercept_us))
+    """A homogeneous cluster of ``num_devices`` devices with the transfer model
+    :func:`choose_transfer_model` picks: the calibrated k and b, or the default ones."""
+    choice = choose_transfer_model(calibration)
+    return Cluster.homogeneous(num_devices, device_memory_bytes, slope_us_per_byte=choice.slope_us_per_byte,
+                               intercept_us=choice.intercept_us)
+
+
+def calibration_record(calibration: CommCalibration, choice: TransferChoice) -> dict[str, Any]:
+    """What a cluster file records of the calibration (``comm.calibration``, docs/formats.md): the
+    fit, its R², the threshold, the sizes measured and, when the default model replaced it, why."""
+    return {"slope_us_per_byte": float(calibration.slope_us_per_byte),
+            "intercept_us": float(calibration.intercept_us), "r2": float(calibration.r2), "min_r2": MIN_R2,
+            "sizes": len(calibration.samples), "rejected": choice.reason}

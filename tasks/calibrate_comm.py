@@ -1,31 +1,74 @@
-"""Pipeline step (GPU node): measure transfers between two devices and write the run's cluster."""
+"""Pipeline step (GPU node): measure transfers between two devices and write the run's cluster.
+
+A calibration that measured nothing useful (a slope of 0, or R² below
+:data:`celeritas_tf.calibrate.MIN_R2`) is not used: the run keeps the documented default transfer
+model and says so in the task log (a warning), in ``cluster.json`` (``comm.source`` and
+``comm.calibration``) and on the MLflow parent run (tags ``celeritas.transfer_model`` and
+``celeritas.transfer_model_reason``).
+"""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from celeritas_core.cluster import Cluster
 from celeritas_core.formats import cluster_to_json
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from
 from tasks.contracts import CalibrationResult, Job
 
+log = logging.getLogger(__name__)
+
+TAG_TRANSFER_MODEL = "celeritas.transfer_model"
+TAG_TRANSFER_REASON = "celeritas.transfer_model_reason"
+
 
 def calibrate_comm(job: Job) -> CalibrationResult:
-    """Fit t = k·bytes + b between devices 0 and 1 (or keep the default model when
-    ``calibrate_comm`` is off) and write ``cluster.json``. Returns its URI and the fit."""
+    """Fit t = k·bytes + b between devices 0 and 1 and write ``cluster.json`` with the fit, or with
+    the default model when ``calibrate_comm`` is off, there is one device, or the fit measured
+    nothing useful (:func:`celeritas_tf.calibrate.choose_transfer_model`; logged as a warning).
+    Logs the model used, its source and the fit to the MLflow parent run. Returns the cluster's
+    URI and the transfer model."""
     from celeritas_core.units import parse_size
 
     params = job.params
-    memory = parse_size(params["device_memory"])
-    if params.get("calibrate_comm", True) and int(params["num_devices"]) >= 2:
-        from celeritas_tf.calibrate import calibrate_comm as measure
-        from celeritas_tf.calibrate import calibrated_cluster
-
-        fit = measure(2)
-        cluster = calibrated_cluster(fit, int(params["num_devices"]), memory)
-        r2 = fit.r2
+    devices, memory = int(params["num_devices"]), parse_size(params["device_memory"])
+    if params.get("calibrate_comm", True) and devices >= 2:
+        cluster, source, reason, r2, fit = _measured_cluster(devices, memory)
     else:
-        cluster = cluster_from(params, None)
-        r2 = float("nan")
-    uri = storage.write_json(artifact(job.run_dir, "cluster"), cluster_to_json(cluster))
+        cluster, source, r2, fit = cluster_from(params, None), "default", None, None
+        reason = "calibration is off (calibrate_comm)" if devices >= 2 else "one device: no transfers"
+    if reason is not None and fit is not None:
+        log.warning("calibrate_comm: the fit t = %.4g µs/B · bytes + %.4g µs (R² %.3f): %s; using the "
+                    "default transfer model t = %.4g µs/B · bytes + %.4g µs instead",
+                    fit["slope_us_per_byte"], fit["intercept_us"], fit["r2"], reason,
+                    cluster.slope_us_per_byte, cluster.intercept_us)
+    doc = cluster_to_json(cluster, source=source, calibration=fit)
+    uri = storage.write_json(artifact(job.run_dir, "cluster"), doc)
     metrics = {"comm_slope_us_per_byte": cluster.slope_us_per_byte, "comm_intercept_us": cluster.intercept_us}
-    tracking.log_metrics(job.parent_run_id, metrics)
-    return CalibrationResult(cluster_uri=uri, **metrics, r2=r2 if r2 == r2 else None)
+    fitted = {} if fit is None else {"comm_fit_slope_us_per_byte": fit["slope_us_per_byte"],
+                                     "comm_fit_intercept_us": fit["intercept_us"], "comm_fit_r2": fit["r2"]}
+    tracking.log_metrics(job.parent_run_id, {**metrics, **fitted})
+    why = reason or f"the fit measured a transfer (slope > 0, R² {r2:.3f} >= {_min_r2():g})"
+    tracking.set_tags(job.parent_run_id, {TAG_TRANSFER_MODEL: source, TAG_TRANSFER_REASON: why})
+    return CalibrationResult(cluster_uri=uri, **metrics, r2=r2, transfer_model=source, transfer_reason=reason)
+
+
+def _measured_cluster(devices: int, memory: float) -> tuple[Cluster, str, str | None, float, dict[str, Any]]:
+    """Measure and choose: the cluster, its transfer model's source, why the default (or None),
+    the fit's R² and the record of the fit for ``cluster.json``."""
+    from celeritas_tf.calibrate import calibrate_comm as measure
+    from celeritas_tf.calibrate import calibration_record, choose_transfer_model
+
+    fit = measure(2)
+    choice = choose_transfer_model(fit)
+    cluster = Cluster.homogeneous(devices, memory, slope_us_per_byte=choice.slope_us_per_byte,
+                                  intercept_us=choice.intercept_us)
+    return cluster, choice.source, choice.reason, float(fit.r2), calibration_record(fit, choice)
+
+
+def _min_r2() -> float:
+    from celeritas_tf.calibrate import MIN_R2
+
+    return MIN_R2

@@ -107,16 +107,24 @@ class PrepareResult(Contract):
 
 @dataclass(frozen=True)
 class CalibrationResult(Contract):
-    """``calibrate_comm``: the run's cluster (``cluster.json``) and its transfer model
-    t = slope·bytes + intercept; ``r2`` is None when the default model was kept."""
+    """``calibrate_comm``: the run's cluster (``cluster.json``) and the transfer model it uses,
+    t = slope·bytes + intercept. ``r2`` is the measured fit's (None when nothing was measured);
+    ``transfer_model`` says whether the run uses that fit (``calibrated``) or the documented
+    default model (``default``), and ``transfer_reason`` why the default (None: not recorded, an
+    older producer)."""
 
     cluster_uri: str
     comm_slope_us_per_byte: float
     comm_intercept_us: float
     r2: float | None
+    transfer_model: Literal["calibrated", "default"] | None = None
+    transfer_reason: str | None = None
 
     def summary(self) -> str:
-        how = f"measured, R² {self.r2:.3f}" if self.r2 is not None else "the default model, not measured"
+        if self.transfer_model == "calibrated" or (self.transfer_model is None and self.r2 is not None):
+            how = "calibrated" + (f", R² {self.r2:.3f}" if self.r2 is not None else "")
+        else:
+            how = f"the default model: {self.transfer_reason or 'not measured'}"
         return (f"transfer time t = {self.comm_slope_us_per_byte:.3g} µs/B · bytes + "
                 f"{self.comm_intercept_us:.1f} µs ({how})")
 

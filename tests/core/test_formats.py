@@ -25,6 +25,7 @@ from celeritas_core.formats import (
     GRAPH_FORMAT,
     PLACEMENT_FORMAT,
     cluster_from_json,
+    cluster_to_json,
     graph_from_json,
     graph_to_json,
     load_cluster,
@@ -548,6 +549,26 @@ def test_cluster_round_trip(tmp_path: Path) -> None:
     assert (again.slope_us_per_byte, again.intercept_us) == (c.slope_us_per_byte, c.intercept_us)
 
 
+def test_cluster_files_record_where_their_transfer_model_comes_from(tmp_path: Path) -> None:
+    c = Cluster.homogeneous(2, 1e9)
+    fit = {"slope_us_per_byte": 0.0, "intercept_us": 101.4, "r2": 0.0, "rejected": "slope 0"}
+    path = save_cluster(c, tmp_path / "c.json", source="default", calibration=fit)
+    doc = json.loads(path.read_text())
+    assert doc["comm"] == {"slope_us_per_byte": 1e-4, "intercept_us": 25.0, "source": "default",
+                           "calibration": fit}
+    assert load_cluster(path).intercept_us == 25.0  # readers use the model in force, not the rejected fit
+    assert "source" not in cluster_to_json(c)["comm"]  # written only when known: older files stay valid
+    base = {"format": CLUSTER_FORMAT, "devices": [{"name": "gpu:0", "memory_bytes": 1e9}]}
+    assert cluster_from_json({**base, "comm": {"source": "calibrated", "calibration": {}}}).num_devices == 1
+    with pytest.raises(CeleritasInputError, match=r"^comm: field 'source' must be one of 'calibrated', "
+                                                  r"'default', got 'measured'$"):
+        cluster_from_json({**base, "comm": {"source": "measured"}})
+    with pytest.raises(CeleritasInputError, match=r"^comm: field 'calibration' must be an object, got 3$"):
+        cluster_from_json({**base, "comm": {"calibration": 3}})
+    with pytest.raises(CeleritasInputError, match=r"field 'source' must be one of"):
+        cluster_to_json(c, source="guessed")
+
+
 def test_homogeneous_cluster_names(tmp_path: Path) -> None:
     c = Cluster.homogeneous(4, parse_size("32GiB"))
     assert c.device_names == ("gpu:0", "gpu:1", "gpu:2", "gpu:3")
@@ -852,7 +873,7 @@ def test_docs_mention_every_graph_and_cluster_field() -> None:
     text = DOCS.read_text(encoding="utf-8")
     fields = ["format", "name", "meta", "batch_size", "source", "nodes", "edges", "op", "time_us",
               "memory_bytes", "colocation", "src", "dst", "bytes", "src_output", "devices", "speed",
-              "comm", "slope_us_per_byte", "intercept_us"]
+              "comm", "slope_us_per_byte", "intercept_us", "calibration", "rejected", "min_r2"]
     missing = [f for f in fields if f"`{f}`" not in text]
     assert not missing, missing
 

@@ -252,6 +252,8 @@ def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkey
     assert storage.read_json(prepared.params_uri) == job.params
     cluster = calibrate_comm(job)
     assert cluster.r2 is None  # calibration off: the default transfer model
+    assert cluster.transfer_model == "default"
+    assert cluster.transfer_reason == "calibration is off (calibrate_comm)"
     profile = profile_small_batches(job)
     assert profile.batch_sizes == (2, 4)
     fits = fit_regression(job, profile)
@@ -288,6 +290,47 @@ def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkey
     # each result crosses XCom and comes back equal (NaN aside, none here)
     for result in (prepared, cluster, profile, fits, measured, fusion, first):
         assert type(result).from_xcom(json.loads(json.dumps(result.to_xcom()))) == result
+
+
+def _calibration(slope: float, intercept: float, r2: float) -> Any:
+    from celeritas_tf.calibrate import CommCalibration
+
+    samples = [(size, intercept) for size in (4096, 1 << 20, 1 << 26)]
+    return CommCalibration(slope, intercept, samples, r2)
+
+
+@needs_stack
+@pytest.mark.parametrize(("fit", "used"), [((0.0, 101.4, 0.0), "default"),
+                                           ((1e-4, 12.0, 0.999), "calibrated")],
+                         ids=["nothing-useful", "a-transfer"])
+def test_calibrate_comm_uses_a_fit_only_when_it_measured_a_transfer(store, monkeypatch, caplog, fit, used):
+    from celeritas_tf import calibrate
+
+    monkeypatch.setattr(calibrate, "calibrate_comm", lambda *args, **kwargs: _calibration(*fit))
+    job = prepare({**TINY, "calibrate_comm": True}, job_id=f"calibrate-{used}").job
+    caplog.set_level("INFO")
+    result = calibrate_comm(job)
+    comm = storage.read_json(result.cluster_uri)["comm"]
+    run = tracking.get_run(job.parent_run_id)
+    assert result.transfer_model == comm["source"] == run["tags"]["celeritas.transfer_model"] == used
+    assert result.r2 == fit[2] and run["metrics"]["comm_fit_r2"] == fit[2]
+    assert run["metrics"]["comm_fit_intercept_us"] == fit[1] == comm["calibration"]["intercept_us"]
+    if used == "default":  # the case: t = 0 µs/B · bytes + 101.4 µs, R² 0.000
+        assert (result.comm_slope_us_per_byte, result.comm_intercept_us) == (1e-4, 25.0)
+        assert run["metrics"]["comm_intercept_us"] == 25.0 and comm["intercept_us"] == 25.0
+        reason = result.transfer_reason
+        assert reason.startswith("the calibration measured nothing useful") and "slope 0" in reason
+        assert run["tags"]["celeritas.transfer_model_reason"] == reason == comm["calibration"]["rejected"]
+        assert "(the default model: the calibration measured nothing useful" in result.summary()
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("101.4 µs (R² 0.000)" in w and "using the default transfer model" in w for w in warnings)
+    else:
+        assert (result.comm_slope_us_per_byte, result.comm_intercept_us, result.transfer_reason) == \
+            (1e-4, 12.0, None)
+        assert "R² 0.999 >= 0.98" in run["tags"]["celeritas.transfer_model_reason"]
+        assert result.summary().endswith("(calibrated, R² 0.999)")
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert type(result).from_xcom(json.loads(json.dumps(result.to_xcom()))) == result
 
 
 def _measured(job: Job, placer: str, steps_ms: list[float], champion_ms: list[float],

@@ -1,21 +1,37 @@
-"""Communication calibration: the measurement runs, the fit is right, bad arguments are refused."""
+"""Communication calibration: the measurement runs, the fit is right, bad arguments are refused, and a
+fit that measured nothing useful gives way to the default transfer model, loudly."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
 
+from celeritas_cli.main import main
+from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import load_cluster
+from celeritas_tf import calibrate
 from celeritas_tf.calibrate import (
+    MIN_R2,
     CommCalibration,
     calibrate_comm,
     calibrated_cluster,
+    choose_transfer_model,
     fit_transfer_model,
+    rejection,
 )
+
+#: What logical CPU devices measure: a hand-off latency, no slope (the issue's case).
+CPU_LIKE = CommCalibration(0.0, 101.4, [(4096, 99.0), (1 << 20, 104.0), (1 << 26, 101.2)], 0.0)
+DEFAULT = (DEFAULT_SLOPE_US_PER_BYTE, DEFAULT_INTERCEPT_US)
+#: A real copy: about 10 GB/s and 12 µs.
+GPU_LIKE = CommCalibration(1e-4, 12.0, [(4096, 12.4), (1 << 20, 117.0), (1 << 26, 6723.0)], 0.9999)
 
 
 def test_calibration_runs_and_returns_one_sample_per_size():
@@ -104,3 +120,83 @@ def test_bad_arguments_raise(kwargs, match):
     args = {"num_devices": 2, "sizes": (4096,), "repeats": 1, "warmup": 0, **kwargs}
     with pytest.raises(CeleritasInputError, match=match):
         calibrate_comm(**args)
+
+
+@pytest.mark.parametrize("calibration,why", [
+    (CPU_LIKE, "slope 0 µs/B"),
+    (CommCalibration(0.0, 4.0, [(1, 4.0), (2, 4.0)], 1.0), "slope 0 µs/B"),  # a perfect constant: R² 1
+    (CommCalibration(2e-5, 30.0, [(1, 1.0), (2, 9.0)], 0.42), "R² 0.420 below 0.98"),
+    (CommCalibration(2e-5, 30.0, [(1, 1.0), (2, 9.0)], math.nan), "R² nan below 0.98"),
+])
+def test_a_fit_that_measured_nothing_useful_gives_the_default_model(calibration, why):
+    choice = choose_transfer_model(calibration)
+    assert choice.source == "default" and why in choice.reason
+    assert choice.reason.startswith("the calibration measured nothing useful")
+    assert (choice.slope_us_per_byte, choice.intercept_us) == DEFAULT
+    cluster = calibrated_cluster(calibration, 4, 8e9)
+    assert (cluster.slope_us_per_byte, cluster.intercept_us) == DEFAULT
+    assert choice.describe().endswith("(the default model)")
+
+
+def test_the_threshold_is_the_one_the_help_and_the_docs_state(capsys):
+    with pytest.raises(SystemExit):
+        main(["calibrate-comm", "--help"])
+    assert f"R² below {MIN_R2:g}" in " ".join(capsys.readouterr().out.split())
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "tensorflow.md").read_text(encoding="utf-8")
+    assert f"`MIN_R2` = {MIN_R2:g}" in docs
+
+
+def test_a_fit_that_measured_a_transfer_is_used_down_to_the_threshold():
+    for r2 in (GPU_LIKE.r2, MIN_R2):
+        fit = CommCalibration(GPU_LIKE.slope_us_per_byte, GPU_LIKE.intercept_us, GPU_LIKE.samples, r2)
+        choice = choose_transfer_model(fit)
+        assert (choice.source, choice.reason) == ("calibrated", None) and rejection(fit) is None
+        assert (choice.slope_us_per_byte, choice.intercept_us) == (1e-4, 12.0)
+    just_below = CommCalibration(1e-4, 12.0, GPU_LIKE.samples, math.nextafter(MIN_R2, 0))
+    assert choose_transfer_model(just_below).source == "default"
+    assert choose_transfer_model(just_below, min_r2=0.5).source == "calibrated"
+
+
+def _run_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[dict, str, str]:
+    out_file = tmp_path / "cluster.json"
+    code = main(["calibrate-comm", "--devices", "4", "--device-memory", "1GiB", "--out", str(out_file),
+                 *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out_file.read_text()), out, err
+
+
+def test_cli_says_when_it_falls_back_to_the_default_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(calibrate, "calibrate_comm", lambda *args, **kwargs: CPU_LIKE)
+    doc, out, err = _run_cli(tmp_path, capsys)
+    assert "celeritas: warning: the calibration measured nothing useful" in err and "R² 0.000" in err
+    assert "fit: t = 0 µs/B · bytes + 101.4 µs, R² 0.000 over 3 sizes" in out
+    assert "transfer model used: t = 0.0001 µs/B · bytes + 25 µs (the default model)" in out
+    comm = doc["comm"]
+    assert (comm["slope_us_per_byte"], comm["intercept_us"], comm["source"]) == (1e-4, 25.0, "default")
+    assert comm["calibration"]["intercept_us"] == 101.4 and comm["calibration"]["r2"] == 0.0
+    assert "slope 0" in comm["calibration"]["rejected"] and comm["calibration"]["min_r2"] == MIN_R2
+    assert load_cluster(tmp_path / "cluster.json").intercept_us == 25.0  # readers take the used model
+
+
+def test_cli_writes_a_fit_that_measured_a_transfer(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(calibrate, "calibrate_comm", lambda *args, **kwargs: GPU_LIKE)
+    doc, out, err = _run_cli(tmp_path, capsys)
+    assert "warning" not in err
+    assert "transfer model used: t = 0.0001 µs/B · bytes + 12 µs (calibrated)" in out
+    assert doc["comm"]["source"] == "calibrated" and doc["comm"]["calibration"]["rejected"] is None
+    assert doc["comm"]["intercept_us"] == 12.0
+
+
+def test_cli_on_logical_cpu_devices_is_honest_about_what_it_measured(tmp_path, capsys):
+    """A real calibration here: whatever it measures, the file uses the fit only when it passed."""
+    doc, _, err = _run_cli(tmp_path, capsys, "--sizes", "4KiB,1MiB,16MiB", "--repeats", "3")
+    comm = doc["comm"]
+    fit = comm["calibration"]
+    if comm["source"] == "default":
+        assert fit["rejected"] and "warning: the calibration measured nothing useful" in err
+        assert (comm["slope_us_per_byte"], comm["intercept_us"]) == DEFAULT
+    else:
+        assert fit["slope_us_per_byte"] > 0 and fit["r2"] >= MIN_R2 and "warning" not in err
+        assert comm["slope_us_per_byte"] == fit["slope_us_per_byte"]
+
