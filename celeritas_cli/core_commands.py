@@ -297,7 +297,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
             gantt_chart(graph, cluster, best, out_dir / "gantt.png")
             memory_chart(comparison.placements, cluster, out_dir / "memory.png",
-                         title=f"{graph.name}: peak memory per device", graph=graph, best=best)
+                         title=f"{graph.name}: memory of the best placement ({best.placer})", graph=graph,
+                         best=best)
     print("wrote " + ", ".join(str(p) for p in outputs.paths))
     return 0
 

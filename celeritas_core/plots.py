@@ -82,21 +82,38 @@ def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str 
 
 def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | os.PathLike[str],
                  *, title: str = "", graph: Graph | None = None, best: Placement | None = None) -> Path:
-    """Write per-device memory as % of capacity: with ``graph`` and ``best``, the best placement's
-    liveness-aware usage over its replay (left, with the capacity line), and the replayed peak of
-    every placement as grouped bars (right; above 100 %, OOM, hatched). Returns the PNG path."""
+    """Write :func:`memory_figure` as a PNG; returns its path."""
     plt = _pyplot()
-    timeline = graph is not None and best is not None
-    width_in = max(6.0, 1.2 * len(placements) + 2) + (6.0 if timeline else 0.0)
-    fig, axes = plt.subplots(1, 2 if timeline else 1, figsize=(width_in, 4), squeeze=False)
-    if timeline:
-        _memory_over_time(axes[0][0], graph, cluster, best)
-    _peak_bars(axes[0][-1], placements, cluster, title)
-    fig.tight_layout()
+    fig = memory_figure(placements, cluster, title=title, graph=graph, best=best)
     try:
         return _save_atomic(fig, path)
     finally:
         plt.close(fig)
+
+
+def memory_figure(placements: Sequence[Placement], cluster: Cluster, *, title: str = "",
+                  graph: Graph | None = None, best: Placement | None = None) -> Any:
+    """Per-device memory as % of capacity (a matplotlib figure; the caller closes it).
+
+    With ``graph`` and ``best``: on the left, ``best``'s liveness-aware usage over its replay with
+    the capacity line (titled with ``best``'s placer); on the right, the replayed peak of every
+    placement as grouped bars (titled as every placer's, ``best``'s label in bold; above 100 %,
+    OOM, hatched); ``title`` above both. Without them: the bars alone, titled ``title``.
+    """
+    plt = _pyplot()
+    timeline = graph is not None and best is not None
+    width_in = max(6.0, 1.2 * len(placements) + 2) + (6.0 if timeline else 0.0)
+    fig, axes = plt.subplots(1, 2 if timeline else 1, figsize=(width_in, 4.3 if timeline else 4),
+                             squeeze=False)
+    if timeline:
+        _memory_over_time(axes[0][0], graph, cluster, best)
+        _peak_bars(axes[0][-1], placements, cluster, "peak memory per device, every placer", best)
+        if title:
+            fig.suptitle(title, fontsize=11)
+    else:
+        _peak_bars(axes[0][-1], placements, cluster, title or "peak memory per device, every placer", best)
+    fig.tight_layout()
+    return fig
 
 
 def _memory_over_time(ax: Any, graph: Graph, cluster: Cluster, placement: Placement) -> None:
@@ -117,13 +134,15 @@ def _memory_over_time(ax: Any, graph: Graph, cluster: Cluster, placement: Placem
     ax.set_ylim(0, max(110.0, ax.get_ylim()[1]))
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("device memory (% of capacity)")
-    ax.set_title(f"{placement.placer}: memory over the step", fontsize=10)
+    ax.set_title(f"{placement.placer}: memory per device over the simulated step", fontsize=10)
     ax.legend(fontsize=7, loc="upper right")
     ax.grid(alpha=0.3)
 
 
-def _peak_bars(ax: Any, placements: Sequence[Placement], cluster: Cluster, title: str) -> None:
-    """Grouped bars of every placement's replayed peak per device (% of capacity)."""
+def _peak_bars(ax: Any, placements: Sequence[Placement], cluster: Cluster, title: str,
+               best: Placement | None = None) -> None:
+    """Grouped bars of every placement's replayed peak per device (% of capacity); ``best``'s
+    label in bold."""
     plt = _pyplot()
     num_dev = cluster.num_devices
     width = 0.8 / num_dev
@@ -139,10 +158,13 @@ def _peak_bars(ax: Any, placements: Sequence[Placement], cluster: Cluster, title
                 bar.set_edgecolor("black")
     ax.axhline(100, color="red", lw=1, ls="--", label="capacity")
     ax.set_xticks(x)
-    ax.set_xticklabels([p.placer + (" (OOM)" if p.oom else "") for p in placements], fontsize=8)
+    labels = ax.set_xticklabels([p.placer + (" (OOM)" if p.oom else "") for p in placements], fontsize=8)
+    for label, p in zip(labels, placements, strict=True):
+        if best is not None and p.placer == best.placer:
+            label.set_fontweight("bold")
     ax.set_ylim(0, max(110.0, ax.get_ylim()[1]))
     ax.set_ylabel("peak device memory (% of capacity)")
-    ax.set_title(title or "peak memory per device", fontsize=10)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=min(num_dev + 1, 5), loc="upper right")
     ax.grid(axis="y", alpha=0.3)
 
