@@ -74,8 +74,8 @@ def _call(step: Callable[[], Any]) -> Any:
 
 def _run_step(step: Callable[[], Any], job: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run ``step`` (a call into ``tasks/`` returning a contract) through :func:`_call`, logging its
-    start, its duration, its summary (tables and figures) and the MLflow parent run's link; returns
-    the contract as XCom."""
+    start, its duration, its summary (tables and figures), the MLflow parent run's link and the
+    link of each placer's child run the step worked on; returns the contract as XCom."""
     task_id = get_current_context()["ti"].task_id
     log.info("%s: started", task_id)
     started = time.monotonic()
@@ -84,18 +84,29 @@ def _run_step(step: Callable[[], Any], job: dict[str, Any] | None = None) -> dic
     parent_run_id = getattr(result, "parent_run_id", None) or (job or {}).get("parent_run_id")
     if parent_run_id:
         _log_run_link(str(parent_run_id))
+    for placer, run_id in _child_runs(result).items():
+        _log_run_link(run_id, f"MLflow run of placer {placer}")
     return result.to_xcom()
 
 
-def _log_run_link(run_id: str) -> None:
+def _child_runs(result: Any) -> dict[str, str]:
+    """Placer → MLflow child run of the placers a step's result is about: one (``validate``:
+    ``child_run_id``) or every placer (``place``: ``child_runs``)."""
+    one = getattr(result, "child_run_id", None)
+    if one:
+        return {str(result.placer): str(one)}
+    return {str(k): str(v) for k, v in (getattr(result, "child_runs", None) or {}).items()}
+
+
+def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
     """Log where the MLflow run is; a tracking store that cannot answer only costs the link."""
     from celeritas_core.redact import redact
     from tasks.tracking import run_link
 
     try:
-        log.info("MLflow run: %s", run_link(run_id))
+        log.info("%s: %s", label, run_link(run_id))
     except Exception as exc:  # the step itself succeeded: a missing link must not fail it
-        log.warning("MLflow run %s: no link (%s)", run_id, redact(str(exc)))
+        log.warning("%s %s: no link (%s)", label, run_id, redact(str(exc)))
 
 
 def _holds_secrets(exc: BaseException) -> bool:

@@ -265,7 +265,8 @@ class ValidationPlan(Contract):
 class PlacementValidation(Contract):
     """``validate`` of one placement: its timed steps and, interleaved with them in blocks on the
     same devices, the champion's (empty when there is none, or when it could not run:
-    ``champion_error`` says why); ``validation/PLACER.json`` and the summary figures (s)."""
+    ``champion_error`` says why); ``validation/PLACER.json``, the summary figures (s) and the
+    placer's MLflow child run (``child_run_id``; None: not recorded, an older producer)."""
 
     placer: str
     placement_uri: str
@@ -278,6 +279,7 @@ class PlacementValidation(Contract):
     median_s: float
     p90_s: float
     blocks: int
+    child_run_id: str | None = None
 
     def summary(self) -> str:
         import statistics

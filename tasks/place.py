@@ -14,9 +14,10 @@ from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult
 def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -> PlaceResult:
     """Run every placer in ``params["placers"]`` on the measured graph, replay each in the simulator,
     write each placement with its Gantt and memory charts, ``compare.json``/``.csv`` and the memory
-    chart of all placers, and log one MLflow child run per placer (its placement and charts).
-    ``publish`` attaches the chosen placement's charts to the parent run. Fails (not retried) when
-    no placement fits in memory."""
+    chart of all placers, and log one MLflow child run per placer (its placement under
+    ``placement/``, its ``gantt.png`` and ``memory.png`` at the top of its artifacts, where MLflow's
+    compare view matches files). ``publish`` attaches the chosen placement's charts to the parent
+    run. Fails (not retried) when no placement fits in memory."""
     from celeritas_core.compare import compare_placers
     from celeritas_core.formats import compare_to_json, save_placement
     from celeritas_core.plots import gantt_chart, memory_chart
@@ -42,7 +43,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
             placements[p.placer] = storage.upload_file(str(local), placement_uri(run_dir, p.placer))
             metrics = {
                 "placement_time_s": p.placement_seconds,
-                "simulated_step_time_s": p.predicted_step_time_us * 1e-6,
+                "simulated_step_time_ms": p.predicted_step_time_us * 1e-3,
                 "speedup_vs_single": p.speedup_vs_single,
                 "simulated_speedup_vs_best_baseline": best_baseline / p.predicted_step_time_us,
                 "oom": float(p.oom),
@@ -57,24 +58,24 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
             charts.mkdir(parents=True)
             gantt_chart(graph, cluster, p, charts / "gantt.png")
             memory_chart(comparison.placements, cluster, charts / "memory.png", graph=graph, best=p,
-                         title=f"{graph.name}: memory per device, {p.placer}")
+                         title=f"{graph.name}: memory of the {p.placer} placement")
             for name in ("gantt.png", "memory.png"):
                 storage.upload_file(str(charts / name), chart_uri(run_dir, p.placer, name))
             children[p.placer] = tracking.child_run(
                 parent_run_id, p.placer, params={**p.params, "placer": p.placer},
                 metrics={k: v for k, v in metrics.items() if v == v and abs(v) != float("inf")},
-                artifacts={"placement": str(local), "charts": str(charts)})
+                artifacts={"placement": str(local), "": str(charts)})  # charts at the top: compare view
         everyone = memory_chart(comparison.placements, cluster, Path(tmp) / "memory_all_placers.png",
                                 title=f"{graph.name}: peak memory per device")
         storage.upload_file(str(everyone), artifact(run_dir, "memory_all_placers"))
-        tracking.log_artifact(parent_run_id, str(everyone), "placement")
+        tracking.log_artifact(parent_run_id, str(everyone))
     compare_doc = compare_to_json(comparison)
     compare_uri = storage.write_json(artifact(run_dir, "compare"), compare_doc)
     storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
     log_documents(parent_run_id, {"compare.json": compare_doc}, "placement")
     tracking.log_metrics(parent_run_id, {
-        "best_simulated_step_time_s": comparison.best.predicted_step_time_us * 1e-6,
-        "single_device_step_time_s": comparison.single_device_time_us * 1e-6})
+        "best_simulated_step_time_ms": comparison.best.predicted_step_time_us * 1e-3,
+        "single_device_step_time_ms": comparison.single_device_time_us * 1e-3})
     tracking.set_tags(parent_run_id, {"celeritas.best_simulated_placer": comparison.best.placer})
     return PlaceResult(placements=placements, child_runs=children, compare_uri=compare_uri,
                        best_simulated=comparison.best.placer,

@@ -31,6 +31,14 @@ def default_run_dir(model: str, job_id: str) -> str:
     return str(runs_root() / safe(name) / safe(job_id))
 
 
+def run_label(params: Mapping[str, Any]) -> str:
+    """What a parent run's name starts with: the model, the batch and the devices
+    (``tensor_holography b16 4dev``; :func:`tasks.tracking.parent_run_name` adds the run id)."""
+    model = str(params["model"])
+    name = Path(model).stem if "/" in model else model
+    return f"{name} b{params['batch_size']} {params['num_devices']}dev"
+
+
 def git_commit() -> str:
     """The project's git commit, or ``unknown`` outside a checkout."""
     try:
@@ -66,8 +74,8 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
                 "celeritas.devices": str(resolved["num_devices"]), "celeritas.run_dir": run_dir,
                 "celeritas.git_commit": git_commit(), tracking.TAG_CONFIG_KEY: config["key"],
                 tracking.TAG_REGISTERED_MODEL: config["registered_model"], **dict(tags or {})}
-    parent = tracking.start_parent_run(model=resolved["model"], run_name=f"{resolved['model']} {job_id}",
-                                       job_id=job_id, tags=all_tags, params=resolved, reopen=reopen)
+    parent = tracking.start_parent_run(model=resolved["model"], run_name=run_label(resolved), job_id=job_id,
+                                       tags=all_tags, params=resolved, reopen=reopen)
     params_uri = storage.write_json(artifact(run_dir, "params"), resolved)
     storage.write_json(artifact(run_dir, "configuration"), config)
     return PrepareResult(params=resolved, run_dir=run_dir, params_uri=params_uri, parent_run_id=parent,
@@ -128,7 +136,10 @@ def close_run(job: Job | None, decision: PublishResult | None) -> str:
     status = "FINISHED" if decision is not None else "FAILED"
     try:
         if decision is None:
-            tracking.set_tags(job.parent_run_id, {"celeritas.publish_decision": "failed"})
+            tracking.set_tags(job.parent_run_id, {
+                "celeritas.publish_decision": "failed",
+                tracking.TAG_NOTE: "Failed: a step failed before publish decided; production unchanged "
+                                   "(see the failed task's log)"})
         tracking.end_run(job.parent_run_id, status)
     except CeleritasInputError as exc:  # e.g. the run was deleted: say which run and what (one line)
         raise CeleritasInputError(f"close_run: cannot end MLflow parent run {job.parent_run_id} as {status}: "

@@ -47,6 +47,7 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
                                         alpha=ALPHA, comparisons=len(compared))
     summary_uri = _write_summary(job, plan, validations, best, comparison)
     wants, reason = _verdict(job, plan, best, comparison)
+    figures = reason
     log.info("publish: %s %s", "promote" if wants else "keep production:", reason)
     champion, previous = None, None
     if plan.champion_version is not None:
@@ -65,7 +66,7 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
         comparison=comparison.to_json() if comparison else {}, validation_summary_uri=summary_uri,
         publish_uri=artifact(job.run_dir, "publish"))
     tracking.record_decision(job.parent_run_id, decision, reason, config_key=job.config_key,
-                             metrics=_decision_metrics(best, comparison))
+                             metrics=_decision_metrics(best, comparison), note=_note(result, figures))
     _attach_charts(job, best.placer)
     storage.write_json(result.publish_uri, _finite(result.document()))
     log.info("publish: %s; production for configuration %s: version %s (%s)", decision, job.config_key,
@@ -73,9 +74,21 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
     return result
 
 
+def _note(result: PublishResult, figures: str) -> str:
+    """The parent run's one-line description: promoted or kept, and the figures that decided it
+    (``figures``: the verdict's sentence; the outcome's reason too when the promotion did not go
+    through, e.g. the champion changed meanwhile)."""
+    if result.promoted:
+        return f"Promoted to production as version {result.champion_version}: {figures}"
+    kept = f"the champion (version {result.champion_version})" if result.champion_version else "no champion"
+    extra = "" if result.reason == figures else f" ({result.reason})"
+    return f"Kept {kept}: {figures}{extra}"
+
+
 def _attach_charts(job: Job, placer: str) -> None:
     """The chosen placement's Gantt and memory charts as the run's own: ``gantt.png`` and
-    ``memory.png`` in the run directory and under ``placement/`` in the MLflow parent run."""
+    ``memory.png`` in the run directory and at the top of the MLflow parent run's artifacts
+    (where MLflow's compare view matches files)."""
     with tempfile.TemporaryDirectory() as tmp:
         for name, key in (("gantt.png", "gantt"), ("memory.png", "memory_chart")):
             local = Path(tmp) / name
@@ -85,7 +98,7 @@ def _attach_charts(job: Job, placer: str) -> None:
                 log.warning("publish: no %s for %s to attach to the run: %s", name, placer, exc)
                 return
             storage.upload_file(str(local), artifact(job.run_dir, key))
-            tracking.log_artifact(job.parent_run_id, str(local), "placement")
+            tracking.log_artifact(job.parent_run_id, str(local))
     tracking.set_tags(job.parent_run_id, {"celeritas.charts_placer": placer})
 
 
@@ -128,9 +141,10 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
 
 
 def _decision_metrics(best: PlacementValidation, comparison: StepTimeComparison | None) -> dict[str, float]:
-    out = {"challenger_median_step_time_s": best.median_s, "best_measured_step_time_s": best.median_s}
+    median_ms = best.median_s * 1e3
+    out = {"challenger_median_step_time_ms": median_ms, "best_measured_step_time_ms": median_ms}
     if comparison is not None:
-        out.update({"champion_median_step_time_s": comparison.champion_median_s,
+        out.update({"champion_median_step_time_ms": comparison.champion_median_s * 1e3,
                     "gain_vs_champion": comparison.gain, "gain_vs_champion_lower_bound": comparison.gain_low,
                     "ab_p_value": comparison.p_value})
     return out
@@ -161,7 +175,8 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
     tracking.set_tags(job.parent_run_id, {tracking.TAG_BEST_MEASURED: best.placer})
     log.info("validation summary (champion version %s):\n%s", plan.champion_version or "none",
              _validation_table(placers, best.placer))
-    tracking.log_series(job.parent_run_id, "best_validation_step_time_s", best.step_seconds)
+    tracking.log_series(job.parent_run_id, "best_validation_step_time_ms",
+                        [t * 1e3 for t in best.step_seconds])
     return storage.write_json(artifact(job.run_dir, "validation_summary"), _finite(summary))
 
 

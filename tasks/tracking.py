@@ -1,8 +1,12 @@
 """The pipeline's one MLflow module: parent/child runs, metrics, artifacts, champion/challenger tags.
 
 One Airflow DAG run (one placement job for one model) is one MLflow *parent* run tagged
-``celeritas.role=parent``, ``celeritas.model`` and ``celeritas.job_id``; every placer gets one
-*child* run (``mlflow.parentRunId``, ``celeritas.role=child``, ``celeritas.placer``) named after it.
+``celeritas.role=parent``, ``celeritas.model`` and ``celeritas.job_id`` and named by the caller
+plus the first 6 hex digits of its run id (``tensor_holography b16 4dev 3f9a2c``), so two runs of
+the same model differ in MLflow's run list; every placer gets one *child* run
+(``mlflow.parentRunId``, ``celeritas.role=child``, ``celeritas.placer``) named
+``PLACER · PARENT NAME``. The parent run's description (``mlflow.note.content``) states the publish
+decision in one line (:func:`record_decision`).
 Airflow tasks run in separate processes, so nothing here relies on MLflow's global active run:
 every function takes the run id it works on and talks through an explicit ``MlflowClient``.
 
@@ -88,6 +92,12 @@ TAG_DEVICES = "celeritas.devices"
 TAG_BEST_MEASURED = "celeritas.best_measured_placer"
 TAG_BEST_SIMULATED = "celeritas.best_simulated_placer"
 TAG_PARENT = "mlflow.parentRunId"
+#: The run's description in MLflow's UI.
+TAG_NOTE = "mlflow.note.content"
+#: Hex digits of the run id appended to a parent run's name.
+SHORT_ID = 6
+#: MLflow keeps at most this many characters of a run name.
+MAX_RUN_NAME = 250
 #: MLflow's experiment type: this one opens in the UI's model-training view (runs, charts), not
 #: the GenAI view (traces) that MLflow 3 shows an untyped experiment in.
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
@@ -113,12 +123,18 @@ _INPUT_ERROR_CODES = frozenset({"INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EX
                                 "BAD_REQUEST", "RESOURCE_ALREADY_EXISTS"})
 _TRANSIENT_ERROR_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
 # Metric columns of `celeritas runs compare` (parent-run metrics). MLflow metric names end in their
-# unit: times in seconds (_s), memory in bytes (_bytes); the rest are ratios or counts.
-RUN_METRICS = ("best_measured_step_time_s", "best_simulated_step_time_s", "speedup_vs_single",
+# unit: step times in milliseconds (_ms), placement times in seconds (_s), memory in bytes (_bytes);
+# the rest are ratios or counts.
+RUN_METRICS = ("best_measured_step_time_ms", "best_simulated_step_time_ms", "speedup_vs_single",
                "placement_time_s")
-# Runs logged before the names above: old name → (new name, factor to seconds).
-_RENAMED_METRICS = {"best_simulated_step_time_us": ("best_simulated_step_time_s", 1e-6),
-                    "single_device_time_us": ("single_device_step_time_s", 1e-6),
+# Runs logged under older names: old name → (current name, factor to the current unit).
+_RENAMED_METRICS = {"best_simulated_step_time_us": ("best_simulated_step_time_ms", 1e-3),
+                    "best_simulated_step_time_s": ("best_simulated_step_time_ms", 1e3),
+                    "best_measured_step_time_s": ("best_measured_step_time_ms", 1e3),
+                    "single_device_time_us": ("single_device_step_time_ms", 1e-3),
+                    "single_device_step_time_s": ("single_device_step_time_ms", 1e3),
+                    "challenger_median_step_time_s": ("challenger_median_step_time_ms", 1e3),
+                    "champion_median_step_time_s": ("champion_median_step_time_ms", 1e3),
                     "placement_seconds": ("placement_time_s", 1.0)}
 
 P = ParamSpec("P")
@@ -473,7 +489,8 @@ def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[st
                      params: Mapping[str, object] | None = None, experiment: str = EXPERIMENT,
                      reopen: bool = False) -> str:
     """Start the job's parent run, or take over the same ``job_id``'s earlier one: one parent run
-    per job, however often it is started.
+    per job, however often it is started. A new run is named ``run_name`` plus the first 6 hex
+    digits of its run id (:func:`parent_run_name`); a reused one keeps its name.
 
     Without ``reopen`` (``celeritas run``): a job whose run ended FAILED or KILLED is retried in
     that run; a job that FINISHED, or whose run is RUNNING under a live process (the same job
@@ -511,8 +528,23 @@ def start_parent_run(*, model: str, run_name: str, job_id: str, tags: Mapping[st
             with suppress(Exception):
                 all_tags.setdefault("mlflow.user", getpass.getuser())
             run = client.create_run(exp, run_name=run_name, tags=all_tags)
+            client.update_run(run.info.run_id, name=parent_run_name(run_name, run.info.run_id))
     _log_params(client, run, params)
     return run.info.run_id
+
+
+def parent_run_name(label: str, run_id: str) -> str:
+    """A parent run's name: ``label`` and the first :data:`SHORT_ID` hex digits of its run id
+    (``tensor_holography b16 4dev 3f9a2c``), at most :data:`MAX_RUN_NAME` characters."""
+    suffix = f" {run_id[:SHORT_ID]}"
+    return label.strip()[: MAX_RUN_NAME - len(suffix)] + suffix
+
+
+def child_run_name(placer: str, parent_name: str | None) -> str:
+    """A child run's name: the placer, then its parent run's name (``celeritas · tensor_holography
+    b16 4dev 3f9a2c``), so children of different runs differ when compared side by side."""
+    name = f"{placer} · {parent_name}" if parent_name else placer
+    return name[:MAX_RUN_NAME]
 
 
 def _owner_alive(owner: str | None) -> bool:
@@ -544,10 +576,12 @@ def _refuse_duplicate_job(run: Run, job_id: str) -> None:
 def child_run(parent_id: str, placer: str, *, params: Mapping[str, object] | None = None,
               metrics: Mapping[str, float] | None = None, artifacts: Mapping[str, str] | None = None,
               tags: Mapping[str, object] | None = None) -> str:
-    """Create (or reuse, per (parent, placer)) the placer's child run, log to it and end it FINISHED.
+    """Create (or reuse, per (parent, placer)) the placer's child run (named by
+    :func:`child_run_name`), log to it and end it FINISHED.
 
     ``artifacts`` maps an artifact folder in the run (``""`` for its root) to a local file or
-    folder to upload there, e.g. ``{"placement": "/tmp/x/celeritas.json"}``.
+    folder to upload there, e.g. ``{"placement": "/tmp/x/celeritas.json"}``; a folder's files go
+    into that folder (at the root for ``""``: where MLflow's compare view looks for common files).
     """
     _text(parent_id, "parent run id")
     _text(placer, "placer")
@@ -566,7 +600,7 @@ def child_run(parent_id: str, placer: str, *, params: Mapping[str, object] | Non
     else:
         ptags = parent.data.tags
         inherited = {k: ptags[k] for k in (TAG_MODEL, TAG_JOB, "mlflow.user") if k in ptags}
-        run = client.create_run(exp, run_name=placer, tags={
+        run = client.create_run(exp, run_name=child_run_name(placer, parent.info.run_name), tags={
             **extra, **inherited, TAG_PARENT: parent_id, TAG_ROLE: "child", TAG_PLACER: placer})
     run_id = run.info.run_id
     _log_params(client, run, params)
@@ -904,11 +938,14 @@ def promote_if_current(*, registered_model: str, model: str, config_key: str, co
 
 @_tracked
 def record_decision(run_id: str, decision: str, reason: str, *, config_key: str | None = None,
-                    metrics: Mapping[str, float] | None = None) -> None:
+                    metrics: Mapping[str, float] | None = None, note: str | None = None) -> None:
     """Record the publish decision (``promoted``/``kept``), its reason, the configuration and the
-    statistics' figures on the parent run (tags and metrics)."""
+    statistics' figures on the parent run (tags and metrics); ``note`` becomes the run's
+    description in MLflow's UI (``mlflow.note.content``)."""
     _text(decision, "decision")
     tags: dict[str, object] = {TAG_DECISION: decision, TAG_REASON: str(reason), TAG_DECIDED_AT: _now_iso()}
+    if note:
+        tags[TAG_NOTE] = note
     if config_key:
         tags[TAG_CONFIG_KEY] = config_key
     set_tags(run_id, tags)
@@ -946,12 +983,14 @@ def _parent_runs(client: MlflowClient, model: str, experiment: str, limit: int) 
 
 
 def _decision_of(run: Run) -> Decision:
-    """The :class:`Decision` recorded on a parent run by :func:`record_decision`."""
-    t, m = run.data.tags, run.data.metrics
+    """The :class:`Decision` recorded on a parent run by :func:`record_decision` (step times in s)."""
+    t, m = run.data.tags, _current_names(run.data.metrics)
     return Decision(decided_at=t.get(TAG_DECIDED_AT) or _iso(run.info.end_time or run.info.start_time) or "",
                     config_key=t.get(TAG_CONFIG_KEY, ""), decision=t.get(TAG_DECISION, ""),
-                    placer=t.get(TAG_BEST_MEASURED, ""), step_time_s=m.get("challenger_median_step_time_s"),
-                    champion_step_time_s=m.get("champion_median_step_time_s"), gain=m.get("gain_vs_champion"),
+                    placer=t.get(TAG_BEST_MEASURED, ""),
+                    step_time_s=_seconds(m.get("challenger_median_step_time_ms")),
+                    champion_step_time_s=_seconds(m.get("champion_median_step_time_ms")),
+                    gain=m.get("gain_vs_champion"),
                     p_value=m.get("ab_p_value"), version=t.get(TAG_MODEL_VERSION) if t.get(TAG_DECISION)
                     == "promoted" else None, run_id=run.info.run_id, job_id=t.get(TAG_JOB, ""),
                     reason=t.get(TAG_REASON, ""))
@@ -976,7 +1015,8 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
         tags, metrics = run.data.tags, _current_names(run.data.metrics)
         placer = tags.get(TAG_BEST_MEASURED) or tags.get(TAG_BEST_SIMULATED) or _lookup(run, "best_placer")
         values: dict[str, float | None] = {k: metrics.get(k) for k in RUN_METRICS}
-        single, best_sim = metrics.get("single_device_step_time_s"), metrics.get("best_simulated_step_time_s")
+        single = metrics.get("single_device_step_time_ms")
+        best_sim = metrics.get("best_simulated_step_time_ms")
         if values["speedup_vs_single"] is None and single and best_sim:
             values["speedup_vs_single"] = single / best_sim
         if placer and (values["placement_time_s"] is None or values["speedup_vs_single"] is None):
@@ -996,6 +1036,10 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
                      "production": tags.get(TAG_PRODUCTION) == "true",
                      "decision": tags.get(TAG_DECISION)})
     return rows
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1e3
 
 
 def _current_names(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -1019,15 +1063,15 @@ def format_runs_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text table of :func:`recent_runs` rows: a header, then one line per run."""
     if not rows:
         return "no runs"
-    header = ("started (UTC)", "run_id", "status", "batch", "devices", "placer", "measured_s",
-              "simulated_s", "speedup", "placement_s", "prod", "decision")
+    header = ("started (UTC)", "run_id", "status", "batch", "devices", "placer", "measured_ms",
+              "simulated_ms", "speedup", "placement_s", "prod", "decision")
     lines = [header]
     for r in rows:
         started = (r.get("start_time") or "-").replace("T", " ").rstrip("Z")
         lines.append((started, str(r.get("run_id")), str(r.get("status")), _fmt(r.get("batch_size"), ""),
                       _fmt(r.get("devices"), ""), _fmt(r.get("placer"), ""),
-                      _fmt(r.get("best_measured_step_time_s"), ".6f"),
-                      _fmt(r.get("best_simulated_step_time_s"), ".6f"),
+                      _fmt(r.get("best_measured_step_time_ms"), ".3f"),
+                      _fmt(r.get("best_simulated_step_time_ms"), ".3f"),
                       _fmt(r.get("speedup_vs_single"), ".2f"), _fmt(r.get("placement_time_s"), ".2f"),
                       "*" if r.get("production") else "", _fmt(r.get("decision"), "")))
     return format_table(lines[0], lines[1:], {6, 7, 8, 9})
@@ -1040,7 +1084,9 @@ def record_rejected_job(*, model: str, job_id: str, message: str,
     """Record a job whose parameters were refused: its parent run, ended FAILED, tagged with the
     (redacted) reason under ``celeritas.error``, so the MLflow UI shows every attempt."""
     reason = _truncate(redact(message), MAX_TAG_VALUE)
-    run = start_parent_run(model=model, run_name=f"{model} {job_id} (rejected)"[:250], job_id=job_id,
-                           tags={**dict(tags or {}), TAG_ERROR: reason, TAG_DECISION: "failed"}, reopen=True)
+    note = _truncate(f"Rejected: {_one_line(redact(message), 500)}", MAX_TAG_VALUE)
+    run = start_parent_run(model=model, run_name=f"{model} (rejected)", job_id=job_id,
+                           tags={**dict(tags or {}), TAG_ERROR: reason, TAG_DECISION: "failed",
+                                 TAG_NOTE: note}, reopen=True)
     end_run(run, "FAILED")
     return run

@@ -59,8 +59,8 @@ def _champion_assignment(item: ValidationItem) -> dict[str, int] | None:
 def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     """Time ``item``'s placement (``warmup_steps`` untimed, then ``validation_steps`` timed steps)
     and the champion's, interleaved in blocks; write ``validation/PLACER.json`` and log the
-    placer's child run: mean/median/p90, every step time (``step=``), predicted vs measured peak
-    memory per device (bytes), and the champion's median measured alongside."""
+    placer's child run: mean/median/p90 and every step time (``step=``) in ms, predicted vs
+    measured peak memory per device (bytes), and the champion's median measured alongside."""
     from celeritas_tf.evaluation import predicted_peaks, validate_interleaved
 
     params = job.params
@@ -99,7 +99,7 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
                              "step_seconds": list(theirs.step_seconds)},
                          "champion_error": champion_error})
     uri = storage.write_json(validation_uri(job.run_dir, item.placer), body)
-    _log_child(job.parent_run_id, item.placer, body, uri)
+    child = _log_child(job.parent_run_id, item.placer, body, uri)
     if champion_error:
         log.warning("%s: %s", item.placer, champion_error)
     log.info("%s: median %.3f ms over %d timed steps%s", item.placer, mine.median_s * 1e3,
@@ -109,24 +109,28 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         placer=item.placer, placement_uri=item.placement_uri, validation_uri=uri,
         step_seconds=tuple(mine.step_seconds), champion_version=item.champion_version if theirs else None,
         champion_step_seconds=tuple(theirs.step_seconds) if theirs else (), champion_error=champion_error,
-        mean_s=mine.mean_s, median_s=mine.median_s, p90_s=mine.p90_s, blocks=BLOCKS)
+        mean_s=mine.mean_s, median_s=mine.median_s, p90_s=mine.p90_s, blocks=BLOCKS, child_run_id=child)
 
 
-def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> None:
-    """Log one placer's measured figures, step times and validation JSON to its MLflow child run."""
+def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> str:
+    """Log one placer's measured figures, step times (ms) and validation JSON to its MLflow child
+    run; returns the child run's id."""
     from celeritas_tf.evaluation import peak_metrics
 
-    metrics = {"measured_mean_step_time_s": body["mean_s"], "measured_median_step_time_s": body["median_s"],
-               "measured_p90_step_time_s": body["p90_s"],
+    metrics = {"measured_mean_step_time_ms": body["mean_s"] * 1e3,
+               "measured_median_step_time_ms": body["median_s"] * 1e3,
+               "measured_p90_step_time_ms": body["p90_s"] * 1e3,
                **peak_metrics(body.get("measured_peak_bytes"), body.get("predicted_peak_bytes"))}
     if body.get("champion"):
-        metrics["champion_median_step_time_s"] = body["champion"]["median_s"]
+        metrics["champion_median_step_time_ms"] = body["champion"]["median_s"] * 1e3
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / f"{placer}.validation.json"
         local.write_text(json.dumps(body, indent=1))
         child = tracking.child_run(parent_run_id, placer, params={"placer": placer}, metrics=metrics,
                                    artifacts={"validation": str(local)},
                                    tags={"celeritas.validation_uri": uri})
-    tracking.log_series(child, "validation_step_time_s", body["step_seconds"])
+    tracking.log_series(child, "validation_step_time_ms", [t * 1e3 for t in body["step_seconds"]])
     if body.get("champion"):
-        tracking.log_series(child, "champion_step_time_s", body["champion"]["step_seconds"])
+        champion_ms = [t * 1e3 for t in body["champion"]["step_seconds"]]
+        tracking.log_series(child, "champion_step_time_ms", champion_ms)
+    return child

@@ -110,17 +110,17 @@ def test_the_mlflow_ui_shows_the_runs_the_step_time_chart_and_the_artifacts(brow
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}?{TRAINING_VIEW}")
     page.get_by_text(parent.info.run_name, exact=True).first.wait_for(timeout=60_000)
     _shot(page, "07-mlflow-experiment")
-    validated = next(c for c in children if "validation_step_time_s" in c.data.metrics)
+    validated = next(c for c in children if "validation_step_time_ms" in c.data.metrics)
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{validated.info.run_id}/model-metrics"
               f"?{TRAINING_VIEW}")
-    page.get_by_placeholder("Search metric charts").fill("validation_step_time_s")
-    page.get_by_text("validation_step_time_s", exact=True).first.wait_for(timeout=60_000)
+    page.get_by_placeholder("Search metric charts").fill("validation_step_time_ms")
+    page.get_by_text("validation_step_time_ms", exact=True).first.wait_for(timeout=60_000)
     page.get_by_text("Step", exact=True).first.wait_for(timeout=30_000)  # a line over the timed steps
     _shot(page, "08-mlflow-step-time-chart")
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{validated.info.run_id}/artifacts"
               f"?{TRAINING_VIEW}")
-    for folder in ("placement", "charts", "validation"):
-        page.get_by_text(folder, exact=True).first.wait_for(timeout=60_000)
+    for name in ("placement", "validation", "gantt.png", "memory.png"):  # the charts at the top
+        page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)
     _shot(page, "09-mlflow-artifacts")
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{parent.info.run_id}?{TRAINING_VIEW}")
     page.get_by_text(parent.info.run_name).first.wait_for(timeout=60_000)

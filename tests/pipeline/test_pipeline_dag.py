@@ -133,6 +133,16 @@ def _mlflow_runs(tracking_uri: str):
     return client, client.search_runs([exp.experiment_id])
 
 
+def _common_artifacts(client, run_ids):
+    """What MLflow 3.17's compare view shows for ``run_ids`` (CompareRunArtifactView): the files
+    (not folders) at the top of the first run's artifacts that every other run has too."""
+    listings = [{(a.path, a.is_dir) for a in client.list_artifacts(run_id)} for run_id in run_ids]
+    common = {path for path, is_dir in listings[0] if not is_dir}
+    for listing in listings[1:]:
+        common &= {path for path, _ in listing}
+    return common
+
+
 def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
     parents = [r for r in runs if r.data.tags.get("celeritas.role") == "parent"]
     assert len(parents) == 1
@@ -141,36 +151,48 @@ def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
     assert parent.data.tags["airflow.dag_id"] == "celeritas_placement"
     assert parent.data.tags["airflow.run_id"].startswith(run_id_prefix)
     assert parent.data.params["batch_size"] == "16" and parent.data.params["model"] == "mlp"
-    for metric in ("estimation_memory_deviation", "best_measured_step_time_s", "coarse_nodes", "ccr_before"):
+    # runs are told apart in MLflow's list: model, batch, devices and the run id's first 6 hex digits
+    assert parent.info.run_name == f"mlp b16 2dev {parent.info.run_id[:6]}"
+    for metric in ("estimation_memory_deviation", "best_measured_step_time_ms", "coarse_nodes", "ccr_before"):
         assert metric in parent.data.metrics, metric
+    assert not [m for m in parent.data.metrics if "step_time" in m and not m.endswith("_ms")]
+    assert parent.data.tags["celeritas.transfer_model"] == "default"  # TINY: calibration off
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(c.data.tags["celeritas.placer"] for c in children) == sorted(expected_placers)
     validated = 0
     for child in children:
-        for metric in ("placement_time_s", "simulated_step_time_s", "speedup_vs_single", "oom"):
+        assert child.info.run_name == f"{child.data.tags['celeritas.placer']} · {parent.info.run_name}"
+        for metric in ("placement_time_s", "simulated_step_time_ms", "speedup_vs_single", "oom"):
             assert metric in child.data.metrics, (child.info.run_name, metric)
+        assert not [m for m in child.data.metrics if "step_time" in m and not m.endswith("_ms")]
         assert any(a.path.endswith(".json") for a in client.list_artifacts(child.info.run_id, "placement"))
-        charts = {a.path for a in client.list_artifacts(child.info.run_id, "charts")}
-        assert charts == {"charts/gantt.png", "charts/memory.png"}, charts  # this placer's own
         if child.data.metrics["oom"]:  # over-full placements are not run on the devices
-            assert "measured_mean_step_time_s" not in child.data.metrics
+            assert "measured_mean_step_time_ms" not in child.data.metrics
             continue
         validated += 1
-        for metric in ("measured_mean_step_time_s", "measured_median_step_time_s",
-                       "measured_p90_step_time_s"):
+        for metric in ("measured_mean_step_time_ms", "measured_median_step_time_ms",
+                       "measured_p90_step_time_ms"):
             assert metric in child.data.metrics, (child.info.run_name, metric)
-        history = client.get_metric_history(child.info.run_id, "validation_step_time_s")
+        history = client.get_metric_history(child.info.run_id, "validation_step_time_ms")
         assert sorted(m.step for m in history) == list(range(50))
+        median_ms = child.data.metrics["measured_median_step_time_ms"]
+        assert min(m.value for m in history) <= median_ms <= max(m.value for m in history)
         assert any(a.path.endswith(".validation.json")
                    for a in client.list_artifacts(child.info.run_id, "validation"))
     assert validated >= 2
+    # each placer's own charts are where MLflow's compare view finds them: at the top of every child
+    assert _common_artifacts(client, [c.info.run_id for c in children]) == {"gantt.png", "memory.png"}
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"placement", "standard_evaluation"} <= top
+    assert {"placement", "standard_evaluation", "gantt.png", "memory.png", "memory_all_placers.png",
+            "estimation_cdf.png"} <= top
     placement = {a.path for a in client.list_artifacts(parent.info.run_id, "placement")}
-    assert {"placement/gantt.png", "placement/memory.png", "placement/compare.json",
-            "placement/memory_all_placers.png"} <= placement
+    assert "placement/compare.json" in placement
     # the run's Gantt and memory charts are those of the placement publish chose, not the simulator's best
     assert parent.data.tags["celeritas.charts_placer"] == parent.data.tags["celeritas.best_measured_placer"]
+    # the run's description states the decision in one line, with the figures
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("Promoted to production as version ") and " ms per step" in note
+    assert "\n" not in note
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # the training view
     return parent
@@ -189,10 +211,17 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
     client, runs = _mlflow_runs(uri)
     parent = _check_run(client, runs, TINY["placers"])
     logged = caplog.text
+    children = {r.data.tags["celeritas.placer"]: r for r in runs
+                if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
     for line in ("place: done in", "simulated step (ms)", "validate: done in", "champion median (ms)",
                  "publish: done in",
-                 "PROMOTED: ", f"MLflow run: run {parent.info.run_id}"):
+                 "PROMOTED: ", f"MLflow run: run {parent.info.run_id}",
+                 "calibrate_comm: done in", "(the default model: calibration is off (calibrate_comm))"):
         assert line in logged, line  # each step's summary and the run's link are in the task logs
+    # place links to every placer's child run, and each validate task to its own placer's
+    for placer, child in children.items():
+        link = f"MLflow run of placer {placer}: run {child.info.run_id}"
+        assert logged.count(link) == (1 if child.data.metrics["oom"] else 2), link
     assert "Returned value was" not in logged  # not the whole XCom dict
     assert parent.data.tags["celeritas.publish_decision"] == "promoted"
     names = {Path(u).relative_to(run_dir).as_posix() for u in storage.list_uris(str(run_dir))}
@@ -241,6 +270,16 @@ def test_whole_dag_on_a_tiny_model_with_a_sqlite_store(dag, airflow_home, tmp_pa
     assert decided.comparison["champion_n"] == 50 and decided.comparison["test"].startswith("one-sided")
     if decided.decision == "kept":  # production did not move: the same version, the same placement
         assert (decided.champion_version, decided.placement_uri) == ("1", publish["placement_uri"])
+    client, runs = _mlflow_runs(uri)
+    parents = [r for r in runs if r.data.tags.get("celeritas.role") == "parent"]
+    assert len({p.info.run_name for p in parents}) == 2  # two runs of one model differ by name
+    later = next(p for p in parents if p.info.run_id != parent.info.run_id)
+    expected = "Promoted to production as version 2: " if decided.promoted else \
+        "Kept the champion (version 1): "
+    assert later.data.tags["mlflow.note.content"].startswith(expected)
+    # two parent runs compared in MLflow's UI show their charts side by side
+    assert {"gantt.png", "memory.png", "memory_all_placers.png", "estimation_cdf.png"} <= \
+        _common_artifacts(client, [p.info.run_id for p in parents])
 
 
 def _xcoms(dag_run) -> dict:

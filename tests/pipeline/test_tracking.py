@@ -47,11 +47,13 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
     (tmp_path / "files").mkdir(exist_ok=True)
     placement = tmp_path / "files" / "placement.json"
     placement.write_text('{"assignment": {}}')
-    gantt = tmp_path / "files" / "gantt.png"
+    charts = tmp_path / "files" / "charts"
+    charts.mkdir(exist_ok=True)
+    gantt = charts / "gantt.png"
     gantt.write_bytes(b"\x89PNG fake")
     long_value = "x" * 7000
     parent = tracking.start_parent_run(
-        model=MODEL, run_name=f"{MODEL} {job_id}", job_id=job_id,
+        model=MODEL, run_name=f"{MODEL} b64 4dev", job_id=job_id,
         tags={"celeritas.batch_size": "64", "celeritas.devices": "4",
               "airflow.dag_id": "celeritas_placement"},
         params={"batch_size": 64, "placers": ["celeritas", "metis"], "notes": long_value, "seed": None})
@@ -59,17 +61,18 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
     for i, placer in enumerate(("celeritas", "metis")):
         children[placer] = tracking.child_run(
             parent, placer, params={"placer": placer, "R": 3},
-            metrics={"simulated_step_time_s": 0.001 + i, "placement_time_s": 0.5 * (i + 1)},
-            artifacts={"placement": str(placement)})
-    tracking.log_metrics(parent, {"best_simulated_step_time_s": 0.001, "single_device_step_time_s": 0.003})
-    tracking.log_series(children["celeritas"], "validation_step_time_s", [0.1 + 0.001 * i for i in range(50)])
-    tracking.log_artifact(parent, str(gantt), "placement")
+            metrics={"simulated_step_time_ms": 1.0 + i, "placement_time_s": 0.5 * (i + 1)},
+            artifacts={"placement": str(placement), "": str(charts)})
+    tracking.log_metrics(parent, {"best_simulated_step_time_ms": 1.0, "single_device_step_time_ms": 3.0})
+    tracking.log_series(children["celeritas"], "validation_step_time_ms", [100 + i for i in range(50)])
+    tracking.log_artifact(parent, str(gantt))
     tracking.set_tags(parent, {"celeritas.best_simulated_placer": "celeritas"})
 
     client = _client()
     p = client.get_run(parent)
     assert p.info.status == "RUNNING"
-    assert p.info.run_name == f"{MODEL} {job_id}"
+    # the name tells two runs of one model apart: the label, then the run id's first 6 hex digits
+    assert p.info.run_name == f"{MODEL} b64 4dev {parent[:6]}"
     assert p.data.tags["celeritas.role"] == "parent"
     assert p.data.tags["celeritas.model"] == MODEL
     assert p.data.tags["celeritas.job_id"] == job_id
@@ -78,22 +81,25 @@ def _parent_children_series(tmp_path: Path, job_id: str) -> tuple[str, dict[str,
     assert p.data.params["placers"] == '["celeritas", "metis"]'
     assert p.data.params["seed"] == "None"
     assert len(p.data.params["notes"]) == tracking.MAX_PARAM_VALUE
-    assert p.data.metrics["best_simulated_step_time_s"] == 0.001
-    assert _artifact_names(client, parent, "placement") == {"gantt.png"}
+    assert p.data.metrics["best_simulated_step_time_ms"] == 1.0
+    assert _artifact_names(client, parent) == {"gantt.png"}
     for i, (placer, run_id) in enumerate(children.items()):
         c = client.get_run(run_id)
-        assert c.info.run_name == placer
+        assert c.info.run_name == f"{placer} · {MODEL} b64 4dev {parent[:6]}"
         assert c.info.status == "FINISHED"
         assert c.info.experiment_id == p.info.experiment_id
         assert c.data.tags["mlflow.parentRunId"] == parent
         assert c.data.tags["celeritas.placer"] == placer
         assert c.data.tags["celeritas.model"] == MODEL
         assert c.data.params == {"placer": placer, "R": "3"}
-        assert c.data.metrics["simulated_step_time_s"] == 0.001 + i
+        assert c.data.metrics["simulated_step_time_ms"] == 1.0 + i
         assert _artifact_names(client, run_id, "placement") == {"placement.json"}
-    history = client.get_metric_history(children["celeritas"], "validation_step_time_s")
+        # a folder given for the root ("") lands at the top, where MLflow's compare view looks
+        assert {(f.path, f.is_dir) for f in client.list_artifacts(run_id)} == {("gantt.png", False),
+                                                                            ("placement", True)}
+    history = client.get_metric_history(children["celeritas"], "validation_step_time_ms")
     assert sorted(m.step for m in history) == list(range(50))
-    assert {m.step: m.value for m in history}[49] == pytest.approx(0.149)
+    assert {m.step: m.value for m in history}[49] == pytest.approx(149)
     tracking.end_run(parent, "FINISHED")
     assert client.get_run(parent).info.status == "FINISHED"
     return parent, children
@@ -128,6 +134,7 @@ def test_retries_reuse_parent_and_child(store: str) -> None:
     again = tracking.start_parent_run(**kwargs, params={"batch_size": 64, "R": 4, "extra": 1})
     assert again == first
     client = _client()
+    assert client.get_run(first).info.run_name == f"job-1 {first[:6]}"  # reused: the same name
     exp = tracking.experiment_id()
     parents = client.search_runs([exp], "tags.`celeritas.role` = 'parent'")
     assert [r.info.run_id for r in parents] == [first]
@@ -210,10 +217,13 @@ def test_decisions_are_recorded_in_order(store: str) -> None:
     for i, (decision, gain) in enumerate((("promoted", None), ("kept", 0.01), ("promoted", 0.2))):
         run = tracking.start_parent_run(model=MODEL, run_name=f"d{i}", job_id=f"d{i}")
         tracking.set_tags(run, {"celeritas.best_measured_placer": "metis"})
-        metrics = {"challenger_median_step_time_s": 0.1 - i / 100}
+        unit, scale = ("s", 1.0) if i == 2 else ("ms", 1e3)  # the last as logged when times were in s
+        metrics = {f"challenger_median_step_time_{unit}": (0.1 - i / 100) * scale}
         if gain is not None:
-            metrics.update({"gain_vs_champion": gain, "ab_p_value": 0.01, "champion_median_step_time_s": 0.1})
-        tracking.record_decision(run, decision, f"reason {i}", config_key="0123456789abcdef", metrics=metrics)
+            metrics.update({"gain_vs_champion": gain, "ab_p_value": 0.01,
+                            f"champion_median_step_time_{unit}": 0.1 * scale})
+        tracking.record_decision(run, decision, f"reason {i}", config_key="0123456789abcdef", metrics=metrics,
+                                 note=f"Kept: note {i}" if i == 1 else None)
         runs.append(run)
         time.sleep(0.01)
     history = tracking.decision_history(MODEL)
@@ -222,6 +232,11 @@ def test_decisions_are_recorded_in_order(store: str) -> None:
     assert history[0].gain is None and history[2].gain == pytest.approx(0.2)
     assert history[1].reason == "reason 1" and history[1].placer == "metis"
     assert history[1].step_time_s == pytest.approx(0.09) and history[1].version is None
+    assert history[1].champion_step_time_s == pytest.approx(0.1)  # Decision keeps seconds
+    assert (history[2].step_time_s, history[2].champion_step_time_s) == pytest.approx((0.08, 0.1))
+    # the note is the run's description in MLflow's UI
+    assert _client().get_run(runs[1]).data.tags["mlflow.note.content"] == "Kept: note 1"
+    assert "mlflow.note.content" not in _client().get_run(runs[0]).data.tags
     assert history[0].decided_at < history[1].decided_at < history[2].decided_at
     assert tracking.decision_history("bert") == []
 
@@ -299,16 +314,18 @@ def test_recent_runs_and_table(store: str) -> None:
     for i, batch in enumerate((32, 64, 128)):
         run = tracking.start_parent_run(model=MODEL, run_name=f"r{i}", job_id=f"r{i}",
                                         tags={"celeritas.batch_size": str(batch), "celeritas.devices": "4"})
-        if i == 0:  # a run logged before the metric names ended in seconds
+        if i == 0:  # a run logged before the metric names ended in their unit
             tracking.child_run(run, "celeritas", metrics={"placement_seconds": 1.5, "speedup_vs_single": 2.0})
             old = {"best_simulated_step_time_us": 1000.0, "single_device_time_us": 3000.0}
             tracking.log_metrics(run, {"best_measured_step_time_s": 0.1, **old})
+        elif i == 1:  # a run logged when step times were in seconds
+            tracking.child_run(run, "celeritas", metrics={"placement_time_s": 2.5, "speedup_vs_single": 2.0})
+            seconds = {"best_measured_step_time_s": 0.11, "best_simulated_step_time_s": 1.001e-3}
+            tracking.log_metrics(run, {**seconds, "single_device_step_time_s": 0.003})
         else:
-            tracking.child_run(run, "celeritas",
-                               metrics={"placement_time_s": 1.5 + i, "speedup_vs_single": 2.0})
-            tracking.log_metrics(run, {"best_measured_step_time_s": 0.1 + i / 100,
-                                       "best_simulated_step_time_s": (1000.0 + i) * 1e-6,
-                                       "single_device_step_time_s": 0.003})
+            tracking.child_run(run, "celeritas", metrics={"placement_time_s": 3.5, "speedup_vs_single": 2.0})
+            ms = {"best_measured_step_time_ms": 120.0, "best_simulated_step_time_ms": 1.002}
+            tracking.log_metrics(run, {**ms, "single_device_step_time_ms": 3.0})
         tracking.set_tags(run, {"celeritas.best_measured_placer": "celeritas"})
         ids.append(run)
         time.sleep(0.01)
@@ -320,18 +337,23 @@ def test_recent_runs_and_table(store: str) -> None:
     top = rows[0]
     keys = ("status", "batch_size", "devices", "placer")
     assert [top[k] for k in keys] == ["FINISHED", "128", "4", "celeritas"]
-    assert top["best_measured_step_time_s"] == pytest.approx(0.12)
-    assert top["speedup_vs_single"] == pytest.approx(3000.0 / 1002.0)  # from the parent's metrics
+    assert top["best_measured_step_time_ms"] == pytest.approx(120.0)
+    assert top["speedup_vs_single"] == pytest.approx(3.0 / 1.002)  # from the parent's metrics
     assert top["placement_time_s"] == 3.5  # from the winner's child run
+    # runs logged under the older names read the same, in ms
+    assert rows[1]["best_measured_step_time_ms"] == pytest.approx(110.0)
+    assert rows[1]["best_simulated_step_time_ms"] == pytest.approx(1.001)
     oldest = tracking.recent_runs(MODEL, 3)[2]
-    assert oldest["placement_time_s"] == 1.5 and oldest["best_simulated_step_time_s"] == pytest.approx(1e-3)
+    assert oldest["placement_time_s"] == 1.5 and oldest["best_simulated_step_time_ms"] == pytest.approx(1.0)
+    assert oldest["best_measured_step_time_ms"] == pytest.approx(100.0)
     assert oldest["speedup_vs_single"] == pytest.approx(3.0)
     table = tracking.format_runs_table(rows).splitlines()
     assert len(table) == 3
     assert table[0].split()[:3] == ["started", "(UTC)", "run_id"]
+    assert table[0].split()[7:9] == ["measured_ms", "simulated_ms"]
     assert ids[2] in table[1] and ids[1] in table[2]
-    assert table[1].split()[3:8] == ["FINISHED", "128", "4", "celeritas", "0.120000"]
-    assert "0.001002" in table[1] and "2.99" in table[1] and "3.50" in table[1]
+    assert table[1].split()[3:10] == ["FINISHED", "128", "4", "celeritas", "120.000", "1.002", "2.99"]
+    assert "3.50" in table[1] and "110.000" in table[2]
     assert tracking.recent_runs("unknown-model") == []
     assert tracking.format_runs_table([]) == "no runs"
     with pytest.raises(CeleritasInputError):
