@@ -399,6 +399,8 @@ def test_publish_promotes_only_a_confident_gain_and_never_touches_published_arti
     tried = [_measured(noise, "m-topo", _noisy(9.9, 30, 2), _noisy(10.0, 30, 3), "1")]
     kept = publish(noise, _plan(noise, tried), tried)
     assert kept.decision == "kept" and not kept.promoted and "not sure" in kept.reason
+    note = tracking.get_run(noise.parent_run_id)["tags"]["mlflow.note.content"]  # the run's description
+    assert note == f"Kept the champion (version 1): {kept.reason}" and " ms vs champion " in note
     assert (kept.champion_version, kept.production_run_id) == ("1", job.parent_run_id)
     assert kept.comparison["p_value"] > 0 and kept.comparison["threshold"] == 0.02
     assert _published_bytes(tracking.champion(champion.registered_model), tmp_path / "after") == before
@@ -417,6 +419,8 @@ def test_publish_promotes_only_a_confident_gain_and_never_touches_published_arti
     better = publish(faster, plan, won)
     assert better.decision == "promoted" and better.placer == "celeritas" and better.champion_version == "2"
     assert "level 0.025" in better.reason  # Bonferroni: two challengers compared at alpha 0.05
+    assert tracking.get_run(faster.parent_run_id)["tags"]["mlflow.note.content"] == \
+        f"Promoted to production as version 2: {better.reason}"
     assert _published_bytes(champion, tmp_path / "v1") == before  # version 1 is still what it was
     history = tracking.decision_history("mlp")
     assert [d.decision for d in history] == ["promoted", "kept", "kept", "promoted"]
@@ -428,6 +432,8 @@ def test_close_run_ends_the_parent_run_and_a_reopening_prepare_reuses_it(store):
     assert close_run(job, None) == "FAILED"  # a step failed for good: publish decided nothing
     run = tracking.get_run(job.parent_run_id)
     assert run["status"] == "FAILED" and run["tags"]["celeritas.publish_decision"] == "failed"
+    assert run["tags"]["mlflow.note.content"].startswith("Failed: a step failed before publish decided")
+    assert run["run_name"] == f"mlp b16 2dev {job.parent_run_id[:6]}"
     # a cleared Airflow task re-runs its setup: prepare reopens the same parent run
     again = prepare(TINY, job_id="cleared", reopen=True).job
     assert again.parent_run_id == job.parent_run_id

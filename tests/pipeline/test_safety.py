@@ -284,6 +284,11 @@ def test_prepare_refuses_and_records_the_refusal_in_mlflow(store: Path, params: 
     (run,) = client.search_runs([tracking.experiment_id()], "tags.`celeritas.job_id` = 'refused'")
     assert run.info.status == "FAILED" and message.split("'")[0] in run.data.tags["celeritas.error"]
     assert run.data.tags["celeritas.publish_decision"] == "failed"
+    # the run list says it was refused, and its description says why
+    model = params.get("model", "invalid")  # none given: the record says so
+    assert run.info.run_name == f"{model} (rejected) {run.info.run_id[:6]}"
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("Rejected: ") and message.split("'")[0] in note and "\n" not in note
     assert not list((store / "build" / "runs").iterdir())  # nothing written for a refused job
 
 
