@@ -257,6 +257,7 @@ def calibrated_cluster(calibration: CommCalibration, num_devices: int, device_me
 def calibration_record(calibration: CommCalibration, choice: TransferChoice) -> dict[str, Any]:
     """What a cluster file records of the calibration (``comm.calibration``, docs/formats.md): the
     fit, its R², the threshold, the sizes measured and, when the default model replaced it, why."""
+    r2 = float(calibration.r2)
     return {"slope_us_per_byte": float(calibration.slope_us_per_byte),
-            "intercept_us": float(calibration.intercept_us), "r2": float(calibration.r2), "min_r2": MIN_R2,
-            "sizes": len(calibration.samples), "rejected": choice.reason}
+            "intercept_us": float(calibration.intercept_us), "r2": r2 if math.isfinite(r2) else None,
+            "min_r2": MIN_R2, "sizes": len(calibration.samples), "rejected": choice.reason}

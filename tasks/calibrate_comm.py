@@ -42,13 +42,13 @@ def calibrate_comm(job: Job) -> CalibrationResult:
     if reason is not None and fit is not None:
         log.warning("calibrate_comm: the fit t = %.4g µs/B · bytes + %.4g µs (R² %.3f): %s; using the "
                     "default transfer model t = %.4g µs/B · bytes + %.4g µs instead",
-                    fit["slope_us_per_byte"], fit["intercept_us"], fit["r2"], reason,
+                    fit["slope_us_per_byte"], fit["intercept_us"], r2, reason,
                     cluster.slope_us_per_byte, cluster.intercept_us)
     doc = cluster_to_json(cluster, source=source, calibration=fit)
     uri = storage.write_json(artifact(job.run_dir, "cluster"), doc)
     metrics = {"comm_slope_us_per_byte": cluster.slope_us_per_byte, "comm_intercept_us": cluster.intercept_us}
     fitted = {} if fit is None else {"comm_fit_slope_us_per_byte": fit["slope_us_per_byte"],
-                                     "comm_fit_intercept_us": fit["intercept_us"], "comm_fit_r2": fit["r2"]}
+                                     "comm_fit_intercept_us": fit["intercept_us"], "comm_fit_r2": r2}
     tracking.log_metrics(job.parent_run_id, {**metrics, **fitted})
     why = reason or f"the fit measured a transfer (slope > 0, R² {r2:.3f} >= {_min_r2():g})"
     tracking.set_tags(job.parent_run_id, {TAG_TRANSFER_MODEL: source, TAG_TRANSFER_REASON: why})
