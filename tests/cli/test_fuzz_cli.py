@@ -628,6 +628,7 @@ ISSUE_23_CASES: list[tuple[list[str], dict[str, str]]] = [
     (["place", "g.json", "--cluster", "", "--out", "out.json"], {}),
     (["place", "g.json", "--cluster", "", *OK_CLUSTER, "--out", "out.json"], {}),
     (["info", "g.json", "--cluster", ""], {}),
+    (["run", "--params", "", "--model", "mlp"], {}),  # once "no parameter file"
     (["calibrate-comm", "--device-memory", "1GiB", "--sizes", "", "--out", "cout.json"], {}),
     (["calibrate-comm", "--device-memory", "1GiB", "--sizes", " , ", "--out", "cout.json"], {}),
     *[(["place", "g.json", *OK_CLUSTER, "--out", out], {}) for out in KERNEL_OUTPUTS],
