@@ -183,6 +183,10 @@ def tracking_uri(*, create: bool = True) -> str:
     return uri
 
 
+#: Tables of MLflow's first schema: a SQLite file with tables but none of these is not a store.
+_MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params", "tags"})
+
+
 def _sqlite_tables(uri: str) -> set[str] | None:
     """The tables of a SQLite store's database file, read without writing (None: no such file).
 
@@ -206,7 +210,7 @@ def _sqlite_tables(uri: str) -> set[str] | None:
     except sqlite3.Error as exc:
         raise CeleritasInputError(f"{where}: {db} is not a readable SQLite database ({exc})") from None
     tables = {str(name) for (name,) in rows}
-    if tables and "experiments" not in tables:
+    if tables - {"alembic_version"} and not tables & _MLFLOW_TABLES:  # (one being created has some)
         raise CeleritasInputError(f"{where}: {db} is an SQLite database without MLflow's tables (no "
                                   "'experiments' table), not an MLflow store")
     return tables
