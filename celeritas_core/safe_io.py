@@ -270,7 +270,8 @@ class OutputSet:
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=p.parent)
         except OSError as exc:  # the folder refuses new files after all (EACCES, EROFS, ENOENT, …)
-            raise _os_error(exc, os.fspath(p), "cannot write") from None
+            raise CeleritasInputError(f"cannot write: {exc.strerror or type(exc).__name__}",
+                                      source=os.fspath(p)) from None  # the OSError stays the context
         try:
             # mkstemp creates the file with mode 0600; give the output the mode a plain open() would.
             os.chmod(tmp, 0o666 & ~_current_umask())
