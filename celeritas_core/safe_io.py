@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -127,20 +128,20 @@ def _mount_fstype(folder: str) -> str | None:
     """The filesystem type of the mount holding ``folder`` (an existing path), from
     ``/proc/self/mountinfo``; None where that cannot be read (not Linux)."""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-        real = os.path.realpath(folder)
+        lines = Path("/proc/self/mountinfo").read_bytes().splitlines()
+        real = os.fsencode(os.path.realpath(folder))
     except (OSError, ValueError):
         return None
-    best, fstype = "", None
+    best, fstype = b"", None
     for line in lines:
         fields = line.split()
-        if "-" not in fields[6:] or len(fields) < 5:
+        if b"-" not in fields[6:]:
             continue
-        point = fields[4].encode().decode("unicode_escape")  # "\040" is a space
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        # the kernel writes a space, tab, newline or backslash in a mount point as "\040" and so on
+        point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+        inside = real == point or real.startswith(point.rstrip(b"/") + b"/")
         if inside and len(point) >= len(best):
-            best, fstype = point, fields[fields.index("-", 6) + 1]
+            best, fstype = point, os.fsdecode(fields[fields.index(b"-", 6) + 1])
     return fstype
 
 
