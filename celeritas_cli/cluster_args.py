@@ -45,7 +45,7 @@ def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None)
     from celeritas_core.formats import load_cluster
 
     check_cluster_flags(args)
-    if args.cluster:
+    if args.cluster is not None:  # `--cluster ''` is an error, not "no cluster"
         if args.devices is not None or args.device_memory is not None:
             raise CeleritasInputError("give either --cluster FILE or --devices/--device-memory, not both")
         return load_cluster(args.cluster)

@@ -86,7 +86,7 @@ def _memory_bound_line(placement: Placement) -> str:
 
 # ---------------------------------------------------------------------------- commands
 def _placing_inputs(args: argparse.Namespace,
-                    outputs: Sequence[Path]) -> tuple[Graph, Cluster, list[str | None]]:
+                    outputs: Sequence[str | Path]) -> tuple[Graph, Cluster, list[str | None]]:
     """``place`` and ``compare``: check ``--headroom``, the cluster flags, the graph file and the
     ``outputs`` (so a bad destination fails before any placer runs), then read the graph and the
     cluster. Returns them with the command's input files (which no output may replace)."""
@@ -113,8 +113,8 @@ def _cmd_place(args: argparse.Namespace) -> int:
         if value is not None:
             params[p.name] = value
     spec.resolve_params(params)  # types and ranges (docs/algorithms.md), before any file is read
-    out = Path(args.out) if args.out is not None else \
-        Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")
+    out = args.out if args.out is not None else \
+        Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")  # as given: `--out dir/` is refused
     graph, cluster, inputs = _placing_inputs(args, [out])
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
     save_placement(placement, out, inputs=inputs)
@@ -270,11 +270,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from celeritas_core.formats import compare_to_json, write_json_atomic, write_text_atomic
     from celeritas_core.safe_io import staged_outputs
 
-    placers = parse_placer_list(args.placers) if args.placers else list(DEFAULT_PLACERS)
+    placers = parse_placer_list(args.placers) if args.placers is not None else list(DEFAULT_PLACERS)
     params = _parse_params(args.param)
     for flag in ("R", "memory_fraction", "refine"):
         if getattr(args, flag) is not None:
             params[flag] = getattr(args, flag)
+    if args.out_dir == "":  # Path("") is the working folder: an empty flag must not mean it
+        raise CeleritasInputError("--out-dir: expected a folder, got ''")
     out_dir = Path(args.out_dir) if args.out_dir is not None else Path(f"{Path(args.graph).stem}.compare")
     names = _COMPARE_FILES + (() if args.no_figures else _COMPARE_FIGURES)
     graph, cluster, inputs = _placing_inputs(args, [out_dir / name for name in names])

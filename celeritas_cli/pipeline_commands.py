@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tasks.pipeline import run_pipeline
 
     given: dict[str, Any] = {}
-    if args.params:
+    if args.params is not None:  # `--params ''` names no file: an error, not "no parameters"
         from celeritas_core.formats import read_json
 
         doc = read_json(args.params)
@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"artifacts: {prepared.run_dir}")
     from tasks import tracking
 
-    print(f"MLflow run {prepared.parent_run_id} in {redact(tracking.tracking_uri())}")
+    print(f"MLflow run {prepared.parent_run_id} in {redact(tracking.tracking_uri(create=False))}")
     return 0
 
 
@@ -97,7 +97,7 @@ def cmd_runs_compare(args: argparse.Namespace) -> int:
     flags.count(args.last, "--last", high=flags.MAX_LAST_RUNS)
     rows = tracking.recent_runs(args.model, args.last)
     if not rows:
-        print(f"no runs of model {args.model!r} in {redact(tracking.tracking_uri())}")
+        print(f"no runs of model {args.model!r} in {redact(tracking.tracking_uri(create=False))}")
         return 0
     print(tracking.format_runs_table(rows))
     return 0
@@ -125,7 +125,7 @@ def cmd_production_show(args: argparse.Namespace) -> int:
         print(json.dumps([c.to_json() for c in found], indent=1, allow_nan=False))
         return 0
     if not found:
-        print(f"no champion for model {args.model!r} in {redact(tracking.tracking_uri())}")
+        print(f"no champion for model {args.model!r} in {redact(tracking.tracking_uri(create=False))}")
         return 0
     header = ("configuration", "version", "placer", "step_ms", "promoted (UTC)", "run_id", "placement")
     rows = [(c.config_key, c.version, c.placer, _num(c.step_time_s * 1e3, ".3f"),
@@ -145,7 +145,7 @@ def cmd_production_history(args: argparse.Namespace) -> int:
         print(json.dumps([d.to_json() for d in decisions], indent=1, allow_nan=False))
         return 0
     if not decisions:
-        print(f"no decisions about model {args.model!r} in {redact(tracking.tracking_uri())}")
+        print(f"no decisions about model {args.model!r} in {redact(tracking.tracking_uri(create=False))}")
         return 0
     header = ("decided (UTC)", "configuration", "decision", "version", "placer", "step_ms", "champion_ms",
               "gain", "p_value", "run_id")

@@ -273,9 +273,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     memory = flags.size(args.device_memory, "--device-memory")
     flags.count(args.repeats, "--repeats")
     sizes = None
-    if args.sizes:
+    if args.sizes is not None:
         sizes = [flags.size(s, "--sizes", high=flags.MAX_CALIBRATION_BYTES)
                  for s in args.sizes.split(",") if s.strip()]
+        if not sizes:  # `--sizes ''` or `--sizes ,` is not "the default sizes"
+            raise CeleritasInputError(f"--sizes: expected comma-separated sizes, got {args.sizes!r}")
     check_outputs([args.out])
     kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": _say}
     if sizes:

@@ -930,7 +930,8 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-profile/1`` document strictly: at least two profiles, each with an
     integer ``batch_size`` from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE` (no repeats)
     and per-op ``time_us`` / ``memory_bytes`` (and optional ``scratch_bytes``) numbers within
-    the limits. Raises a one-line :class:`CeleritasInputError` naming the profile and field."""
+    the limits, at least one op in ``time_us`` or ``memory_bytes``. Raises a one-line
+    :class:`CeleritasInputError` naming the profile and field."""
     try:
         if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
             raise CeleritasInputError(f"not a {PROFILE_FORMAT} document (field 'format')")
@@ -955,6 +956,8 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
                 if key not in p:
                     raise CeleritasInputError(f"{where}: missing field '{key}'")
                 _cost_map(p[key], where, key, limit, unit)
+            if not p["time_us"] and not p["memory_bytes"]:  # nothing to fit: fits of no op
+                raise CeleritasInputError(f"{where}: no ops (fields 'time_us' and 'memory_bytes' are empty)")
             if p.get("scratch_bytes") is not None:
                 _cost_map(p["scratch_bytes"], where, "scratch_bytes", MAX_BYTES, " bytes")
             if "output_aliases" in p and not isinstance(p["output_aliases"], dict):

@@ -6,7 +6,9 @@ a directory is refused before anything is read, so no input can hang or exhaust 
 
 Outputs only ever replace regular files (:func:`check_output_path`): a destination that is a
 symbolic link, a directory, a FIFO, a socket or a device is refused, and so is a destination that
-is the same file as one of the command's inputs. Every write goes through :class:`OutputSet`: the
+is the same file as one of the command's inputs; so is a path that names a folder (``out/``,
+``out/.``) and a folder on one of the kernel's own filesystems (``/proc``, ``/sys``, …), where no
+file can be created. Every write goes through :class:`OutputSet`: the
 content is written to a temporary file in the destination's folder and fsynced, and only when
 every output of the set is staged are they renamed into place (``os.replace``), so a command with
 several outputs leaves all of them or none (previous files untouched). :func:`write_atomic` is a
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -113,12 +116,64 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+#: Filesystems that expose the kernel's state (``/proc``, ``/sys``, cgroups, …): no output file
+#: can be created there, whatever the folder's permission bits say (root passes ``os.access``).
+KERNEL_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf",
+    "configfs", "efivarfs", "binfmt_misc", "fusectl", "selinuxfs", "devpts", "mqueue", "nsfs",
+})
+
+
+def _mount_fstype(folder: str) -> str | None:
+    """The filesystem type of the mount holding ``folder`` (an existing path), from
+    ``/proc/self/mountinfo``; None where that cannot be read (not Linux)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_bytes().splitlines()
+        real = os.fsencode(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return None
+    best, fstype = b"", None
+    for line in lines:
+        fields = line.split()
+        if b"-" not in fields[6:]:
+            continue
+        # the kernel writes a space, tab, newline or backslash in a mount point as "\040" and so on
+        point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+        inside = real == point or real.startswith(point.rstrip(b"/") + b"/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, os.fsdecode(fields[fields.index(b"-", 6) + 1])
+    return fstype
+
+
+def _check_output_name(source: str) -> None:
+    """Raise when ``source`` names a folder (``out/``, ``out/.``, ``..``) rather than a file."""
+    tail = os.path.basename(source)
+    if tail in ("", ".", ".."):
+        raise CeleritasInputError("expected a file name, got a path ending in "
+                                  f"{(tail or os.sep)!r}", source=source)
+
+
 def check_output_path(path: PathLike, *, inputs: Iterable[PathLike | None] = ()) -> Path:
-    """Raise unless ``path`` may be written: absent or a regular file (not a symbolic link), in a
-    folder that exists or can be created, and not the same file as any of ``inputs``."""
+    """Raise unless ``path`` may be written.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The destination: it must name a file (not end in ``/``), be absent or a regular file
+        (not a symbolic link), in a folder that exists or can be created, is writable and is not
+        on a kernel filesystem (:data:`KERNEL_FILESYSTEMS`).
+    inputs : iterable of paths or None
+        The command's inputs, none of which the destination may be.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
     source = os.fspath(path)
     if not source or "\0" in source:
         raise CeleritasInputError("invalid output path", source=repr(source))
+    _check_output_name(source)
     p = Path(source)
     try:
         st: os.stat_result | None = os.lstat(source)
@@ -143,6 +198,10 @@ def check_output_path(path: PathLike, *, inputs: Iterable[PathLike | None] = ())
             raise CeleritasInputError(f"cannot write: {ancestor} is not a directory", source=source)
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise CeleritasInputError(f"cannot write: folder {ancestor} is not writable", source=source)
+        fstype = _mount_fstype(os.fspath(ancestor))
+        if fstype in KERNEL_FILESYSTEMS:
+            raise CeleritasInputError(f"cannot write: {ancestor} is on the kernel's {fstype} filesystem, "
+                                      "where no file can be created", source=source)
         break
     for inp in inputs:
         if inp is not None and _same_file(source, os.fspath(inp)):
@@ -209,7 +268,11 @@ class OutputSet:
         p = check_output_path(path, inputs=self.inputs)
         _check_not_twice(p, self.paths)
         self._make_parents(p.parent)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=p.parent)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:100]}.", suffix=".tmp", dir=p.parent)
+        except OSError as exc:  # the folder refuses new files after all (EACCES, EROFS, ENOENT, …)
+            raise CeleritasInputError(f"cannot write: {exc.strerror or type(exc).__name__}",
+                                      source=os.fspath(p)) from None  # the OSError stays the context
         try:
             # mkstemp creates the file with mode 0600; give the output the mode a plain open() would.
             os.chmod(tmp, 0o666 & ~_current_umask())

@@ -3,16 +3,20 @@
 Airflow runs as ``airflow standalone`` with the project-local ``AIRFLOW_HOME`` that ``make demo``
 uses (``build/airflow``, SQLite), the DAGs folder ``dags/``, examples off, the venv's tools on
 ``PATH`` (standalone starts its scheduler, DAG processor, API server and triggerer as ``airflow``
-subcommands) and the ``gpu`` pool created, its API server on 127.0.0.1. MLflow's UI serves the
-tracking store the pipeline logs to (``MLFLOW_TRACKING_URI``, default ``build/mlflow``). Each
-runs in its own process group; on Ctrl-C (or SIGTERM) both groups get SIGTERM, then SIGKILL
-after a grace period, so nothing is left running.
+subcommands) and the ``gpu`` pool created, its API server on 127.0.0.1. Its scheduler and
+triggerer run without their log servers: Airflow 3.3 binds those to every interface and has no
+setting for their host (only ``[logging] worker_log_server_port`` and ``trigger_log_server_port``),
+and on one machine the API server reads task logs from the log folder. MLflow's UI serves the
+tracking store the pipeline logs to (``MLFLOW_TRACKING_URI``, default ``build/mlflow``), on
+127.0.0.1 too. Each runs in its own process group; on Ctrl-C (or SIGTERM) both groups get SIGTERM,
+then SIGKILL after a grace period, so nothing is left running.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,6 +46,40 @@ def environment(airflow_port: int, mlflow_port: int = 5000) -> dict[str, str]:
             "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{airflow_port}",
             "CELERITAS_HOME": os.environ.get("CELERITAS_HOME", str(ROOT)), "TF_CPP_MIN_LOG_LEVEL": "2",
             "CELERITAS_MLFLOW_UI_URL": f"http://127.0.0.1:{mlflow_port}"}
+
+
+#: ``airflow standalone`` starts its components as ``airflow SUBCOMMAND`` from ``PATH``; this
+#: ``airflow`` (first on its ``PATH``) adds ``--skip-serve-logs`` to the scheduler and the triggerer,
+#: whose log servers would listen on every interface (``airflow.utils.serve_logs`` binds ``""``).
+_AIRFLOW_WRAPPER = """#!/bin/sh
+# Written by examples/run_ui.py: `airflow standalone` without log servers on every interface.
+case "$1" in
+  scheduler|triggerer) exec {airflow} "$@" --skip-serve-logs ;;
+esac
+exec {airflow} "$@"
+"""
+
+
+def loopback_only_airflow(folder: Path, env: dict[str, str]) -> dict[str, str]:
+    """Write the ``airflow`` of :data:`_AIRFLOW_WRAPPER` into ``folder``.
+
+    Parameters
+    ----------
+    folder : pathlib.Path
+        Where the wrapper goes (created if missing).
+    env : dict of str to str
+        The environment ``airflow standalone`` would run in.
+
+    Returns
+    -------
+    dict of str to str
+        ``env`` with ``folder`` first on ``PATH``, before the venv's ``airflow``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "airflow"
+    wrapper.write_text(_AIRFLOW_WRAPPER.format(airflow=shlex.quote(str(VENV_BIN / "airflow"))))
+    wrapper.chmod(0o755)
+    return {**env, "PATH": f"{folder}{os.pathsep}{env.get('PATH', '')}"}
 
 
 def _up(url: str) -> bool:
@@ -102,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    airflow_env = loopback_only_airflow(logs / "bin", env)
     try:
-        for name, command in (
-                ("airflow", [str(VENV_BIN / "airflow"), "standalone"]),
+        for name, command, command_env in (
+                ("airflow", [str(VENV_BIN / "airflow"), "standalone"], airflow_env),
                 ("mlflow", [str(VENV_BIN / "mlflow"), "ui", "--backend-store-uri", store,
-                            "--host", "127.0.0.1", "--port", str(args.mlflow_port)])):
+                            "--host", "127.0.0.1", "--port", str(args.mlflow_port)], env)):
             with open(logs / f"{name}.log", "ab") as log:
-                procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                procs.append(subprocess.Popen(command, env=command_env, stdout=log, stderr=subprocess.STDOUT,
                                               start_new_session=True, cwd=ROOT))
         _report(args, env, logs, procs, lambda: stopping)
     finally:

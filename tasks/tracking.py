@@ -171,21 +171,75 @@ def _is_remote(uri: str) -> bool:
     return uri.split(":", 1)[0].lower() in ("http", "https", "databricks", "databricks-uc", "uc")
 
 
-def tracking_uri() -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<home>/build/mlflow/mlflow.db`` (folder created)."""
+def tracking_uri(*, create: bool = True) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<home>/build/mlflow/mlflow.db``.
+
+    Parameters
+    ----------
+    create : bool
+        Create the folder of a SQLite store's database file (False: a look-up that must leave
+        the disk as it is).
+
+    Returns
+    -------
+    str
+        The tracking URI.
+    """
     uri = os.environ.get(URI_ENV, "").strip()
     if not uri:
         folder = project_home() / "build" / "mlflow"
-        folder.mkdir(parents=True, exist_ok=True)
-        return f"sqlite:///{folder / 'mlflow.db'}"
+        uri = f"sqlite:///{folder / 'mlflow.db'}"
     scheme = uri.split(":", 1)[0].lower() if "://" in uri or uri.startswith("databricks") else ""
     if scheme in ("", "file"):
         raise CeleritasInputError(f"{URI_ENV}={uri}: MLflow 3 no longer accepts the file store; use a "
                                   "database (sqlite:///path/mlflow.db) or a server (http://host:5000)")
     db = _sqlite_path(uri)
-    if db is not None:
+    if db is not None and create:
         db.parent.mkdir(parents=True, exist_ok=True)
     return uri
+
+
+#: Tables of MLflow's first schema: a SQLite file with tables but none of these is not a store.
+_MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "params", "tags"})
+
+
+def _sqlite_tables(uri: str) -> set[str] | None:
+    """The tables of a SQLite store's database file, read without writing (None: no such file).
+
+    A file that is not an SQLite database, or one with tables but not MLflow's, is refused
+    before MLflow opens it: MLflow would create its tables in it, or half-migrate it.
+    """
+    db = _sqlite_path(uri)
+    if db is None or not db.exists():
+        return None
+    where = f"{URI_ENV}={redact(uri)}"
+    if not db.is_file():
+        raise CeleritasInputError(f"{where}: {db} is not a regular file, not an SQLite database")
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise CeleritasInputError(f"{where}: {db} is not a readable SQLite database ({exc})") from None
+    tables = {str(name) for (name,) in rows}
+    if tables - {"alembic_version"} and not tables & _MLFLOW_TABLES:  # (one being created has some)
+        raise CeleritasInputError(f"{where}: {db} is an SQLite database without MLflow's tables (no "
+                                  "'experiments' table), not an MLflow store")
+    return tables
+
+
+def _store_is_empty() -> bool:
+    """Whether the tracking store is a SQLite database that does not exist yet or has no tables:
+    a look-up then finds nothing, and creates nothing. False for any other store."""
+    uri = tracking_uri(create=False)
+    if _sqlite_path(uri) is None:
+        return False
+    tables = _sqlite_tables(uri)
+    return tables is None or not (tables - {"alembic_version"})
 
 
 def ui_base_url() -> str | None:
@@ -215,8 +269,10 @@ def artifact_root(uri: str) -> str | None:
 
 
 def _client() -> MlflowClient:
-    """An ``MlflowClient`` on :func:`tracking_uri` (HTTP retry defaults applied for servers)."""
+    """An ``MlflowClient`` on :func:`tracking_uri` (HTTP retry defaults applied for servers; a
+    SQLite file that is not an MLflow store refused)."""
     uri = tracking_uri()
+    _sqlite_tables(uri)
     if _is_remote(uri):
         for name, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)
@@ -266,12 +322,26 @@ def _translated() -> Iterator[None]:
         from mlflow.exceptions import MlflowException
 
         uri = os.environ.get(URI_ENV, "").strip() or "(the default SQLite store)"
+        _raise_database_error(exc, uri)
         cause = _transient_cause(exc)
         if cause is not None and (_is_remote(uri) or not isinstance(exc, MlflowException)):
             raise TransientTrackingError(uri, cause) from exc
         if isinstance(exc, MlflowException) and exc.error_code in _INPUT_ERROR_CODES:
             raise CeleritasInputError(f"MLflow: {_one_line(exc.message)}") from exc
         raise
+
+
+def _raise_database_error(exc: BaseException, uri: str) -> None:
+    """A database store's error as one line: an unreachable or locked database is transient, any
+    other SQLAlchemy or Alembic error means the database is not a usable MLflow store."""
+    package = type(exc).__module__.split(".")[0]
+    if package not in ("sqlalchemy", "alembic"):
+        return
+    orig = getattr(exc, "orig", None)  # the driver's own error, without SQLAlchemy's SQL and links
+    cause = _one_line(orig if orig is not None else exc, 200)
+    if type(exc).__name__ == "OperationalError":
+        raise TransientTrackingError(uri, cause) from exc
+    raise CeleritasInputError(f"{URI_ENV}={redact(uri)}: not a usable MLflow store ({cause})") from exc
 
 
 def _tracked(fn: Callable[P, R]) -> Callable[P, R]:
@@ -957,6 +1027,8 @@ def record_decision(run_id: str, decision: str, reason: str, *, config_key: str 
 def champions(model: str) -> list[Champion]:
     """The champion of every configuration of ``model`` (configurations without one are left out)."""
     _text(model, "model")
+    if _store_is_empty():
+        return []
     client = _client()
     found = client.search_registered_models(f"tags.`{TAG_MODEL}` = {_quote(model)}")
     names = [r.name for r in found if not r.name.startswith(LOCK_PREFIX)]
@@ -968,6 +1040,8 @@ def champions(model: str) -> list[Champion]:
 def decision_history(model: str, *, experiment: str = EXPERIMENT, limit: int = 1000) -> list[Decision]:
     """Every publish decision about ``model`` (all its configurations), oldest first."""
     _text(model, "model")
+    if _store_is_empty():
+        return []
     runs = _parent_runs(_client(), model, experiment, limit)
     rows = [_decision_of(run) for run in runs if TAG_DECISION in run.data.tags]
     return sorted(rows, key=lambda d: d.decided_at)
@@ -1008,6 +1082,8 @@ def recent_runs(model: str, n: int = 10, *, experiment: str = EXPERIMENT) -> lis
     _text(model, "model")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise CeleritasInputError(f"number of runs: expected an integer >= 1, got {n!r}")
+    if _store_is_empty():  # nothing to list, and a look-up creates no store
+        return []
     client = _client()
     runs = _parent_runs(client, model, experiment, n)
     rows = []

@@ -24,6 +24,11 @@ from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, registe
 #: METIS weights are integers: vertex and edge weights are each scaled so that their total is
 #: about this much (then rounded, at least 1), which fits a 32-bit ``idx_t`` with room to spare.
 WEIGHT_SCALE = 2**28
+#: Smallest share of the vertex weight METIS is asked to put in one part: one unit of the scaled
+#: weights. METIS keeps target shares as 32-bit floats and refuses a share of 0 (pymetis then
+#: raises "Caught an unknown exception!"), which a device with a tiny memory beside a large one
+#: would round to.
+MIN_TARGET_SHARE = 1.0 / WEIGHT_SCALE
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,27 @@ def metis_weights(values: np.ndarray) -> np.ndarray:
     return np.maximum(1, np.rint(values * (WEIGHT_SCALE / total))).astype(np.int64)
 
 
+def metis_target_shares(target: np.ndarray) -> list[float] | None:
+    """METIS's ``tpwgts``: each part's share of ``target``, at least :data:`MIN_TARGET_SHARE`
+    and summing to 1 (None when the shares are equal: METIS's default).
+
+    Parameters
+    ----------
+    target : numpy.ndarray
+        Positive size per part (device memory in bytes, or device speed).
+
+    Returns
+    -------
+    list of float or None
+        The shares, each representable as a positive 32-bit float, or None.
+    """
+    share = target / target.sum()
+    if np.all(share == share[0]):
+        return None
+    share = np.maximum(share, MIN_TARGET_SHARE)
+    return (share / share.sum()).tolist()
+
+
 def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.ndarray,
                seed: int) -> np.ndarray:
     """Part per unit from pymetis (k parts, target shares ``target``); one unit per part if ≤ k units."""
@@ -104,12 +130,10 @@ def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.n
     dtype = pymetis.zero_copy_dtype() if hasattr(pymetis, "zero_copy_dtype") else np.int64
     xadj = units.ptr.astype(dtype)
     adjncy = units.nbr.astype(dtype)
-    share = target / target.sum()
-    tpwgts = None if np.all(share == share[0]) else share.tolist()
     kwargs: dict[str, Any] = {
         "vweights": metis_weights(vertex_weight).astype(dtype),
         "eweights": metis_weights(units.weight_bytes).astype(dtype) if len(adjncy) else None,
-        "tpwgts": tpwgts,
+        "tpwgts": metis_target_shares(target),
         "options": pymetis.Options(seed=seed),
     }
     if hasattr(pymetis, "CSRAdjacency"):

@@ -270,7 +270,8 @@ class StagePlan:
         the least) that admits a split: what fits when nothing does."""
         whole = self.memory.peak(0, self.seq.num_units)
         low, high = 1.0, max(2.0, 2.0 * whole / float(capacity.min()))
-        found = self.cuts(capacity * high)
+        with np.errstate(over="ignore"):  # a device of a few bytes beside big ones: ∞ fits all
+            found = self.cuts(capacity * high)
         if found is None:  # one unit overflows even a whole device's share: equal runs
             units = self.seq.num_units
             return (np.arange(1, len(capacity)) * units // len(capacity)).astype(np.int64)

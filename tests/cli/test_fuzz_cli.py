@@ -6,7 +6,10 @@ was (names, kinds, sizes, mtimes, inodes and content hashes). A fixed seed makes
 same on every run.
 
 The TensorFlow commands are covered through their flag and file validation, which fails before
-TensorFlow loads (checked in a subprocess). No real device node is ever given as an output.
+TensorFlow loads (checked in a subprocess). No real device node is ever given as an output; a
+folder of ``/proc`` or ``/sys`` is (nothing can be created there). The cases issue 23's fuzzer
+found run as a fixed list too, and the MLflow queries (``runs compare``, ``production``) are fed
+stores that are not MLflow databases.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import pytest
 from celeritas_cli.main import main
 
 SEED = 20_250_611
-CASES = 520
+CASES = 890
 
 # ---------------------------------------------------------------------------- valid base files
 GRAPH: dict[str, Any] = {
@@ -79,8 +82,11 @@ BASE = {"g.json": GRAPH, "c.json": CLUSTER, "p.json": PLACEMENT, "prof.json": PR
 
 # Paths in the work folder that an output must never replace, and inputs that must never be read.
 ROOT = Path(__file__).resolve().parents[2]
+# Folders of the kernel's own filesystems (Linux), where no output file can be created.
+KERNEL_OUTPUTS = ["/proc/x.json", "/sys/x.json"] if os.path.isdir("/proc/self") else []
 # Paths that an output must never replace, whatever the command's inputs are…
-NEVER_OUTPUTS = ["fifo", "link.json", "dir", "g.json/x.json", "", "loop.json", "dirlink"]
+NEVER_OUTPUTS = ["fifo", "link.json", "dir", "g.json/x.json", "", "loop.json", "dirlink",
+                 "newdir/", "newdir/.", "dir/", *KERNEL_OUTPUTS]
 # …and, for a command reading g.json, the graph itself and a hard link to it.
 BAD_OUTPUTS = [*NEVER_OUTPUTS, "g.json", "hard.json"]
 BAD_INPUTS = ["fifo", "/dev/zero", "/dev/null", "dir", "missing.json", "loop.json", "empty.json",
@@ -204,6 +210,10 @@ def _profile_mutations() -> list[Mutation]:
                           r.choice([[], "x", None, 5])),
         lambda d, r: _set(d, ["profiles"], r.choice([[], None, "x", [d["profiles"][0]]])),
         lambda d, r: _set(d, ["profiles", 1, "batch_size"], 2),  # a repeated batch size
+        lambda d, r: _set(d, ["profiles", r.randrange(2)], {"batch_size": 8, "time_us": {},
+                                                           "memory_bytes": {}}),  # no ops to fit
+        lambda d, r: _set(d, ["profiles"], [{"batch_size": b, "time_us": {}, "memory_bytes": {}}
+                                            for b in (2, 4)]),
         lambda d, r: _set(d, ["format"], r.choice([None, "celeritas-fits/1"])),
     ]
 
@@ -233,6 +243,7 @@ CLUSTER_FLAGS = [
     *[["--devices", "2", "--device-memory", "1GiB", "--comm-intercept", v]
       for v in ("nan", "-inf", "-1", "1.1e15", "1e308", "inf")],
     ["--devices", "2"], ["--device-memory", "1GiB"], ["--cluster", "c.json", "--devices", "2"],
+    ["--cluster", ""], ["--cluster", "", "--devices", "2", "--device-memory", "1GiB"],
 ]
 PLACER_FLAGS = [
     ["--R", "0"], ["--R", "-1"], ["--R", "1e40"], ["--R", "99999999999999999999"], ["--R", "x"],
@@ -345,10 +356,10 @@ def _cases(seed: int, count: int) -> list[tuple[list[str], dict[str, str]]]:
                 if command == "place" and r.random() < 0.2:
                     extra = ["--placer", r.choice(["magic", "", "../x"])]
                 if command == "compare" and r.random() < 0.2:
-                    extra = ["--placers", r.choice(["bogus", "celeritas,,m-topo", " ", "single,single"])]
+                    extra = ["--placers", r.choice(["bogus", "celeritas,,m-topo", " ", "single,single", ""])]
             else:
-                out = r.choice(BAD_OUTPUTS) if command == "place" else r.choice(["g.json", "fifo", "dir",
-                                                                                   "link.json", "hard.json"])
+                out = r.choice(BAD_OUTPUTS) if command == "place" else r.choice(
+                    ["g.json", "fifo", "dir", "link.json", "hard.json", "", *KERNEL_OUTPUTS])
             argv = [command, graph, *cluster, *extra]
             if command == "place":
                 argv += ["--out", out if out is not None else "out.json"]
@@ -448,19 +459,53 @@ def _tf_case(r: random.Random, fits_m: list[Mutation], what: str) -> tuple[list[
         argv = ["validate", *model, "--batch", "4", placement, "--out", "vout.json", *flags]
     else:
         flags = r.choice([["--devices", "0"], ["--devices", "2000"], ["--repeats", "0"], ["--sizes", "2GiB"],
-                          ["--sizes", "0"], ["--device-memory", "0"], ["--device-memory", "1e30"],
-                          ["--out", out_bad]])
+                          ["--sizes", "0"], ["--sizes", ""], ["--sizes", ","], ["--device-memory", "0"],
+                          ["--device-memory", "1e30"], ["--out", out_bad]])
         argv = ["calibrate-comm", "--device-memory", "1GiB", "--out", "cout.json", *flags]
     return argv, files
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str, str, str]:
+    """Exit status, stdout and stderr of ``celeritas ARGV`` in this process; an exception that
+    escapes ``main`` is a status naming it, and a "Traceback" on stderr."""
+    escaped = ""
     try:
-        code = main(argv)
+        code: int | str = main(argv)
     except SystemExit as exc:  # argparse's usage errors
         code = int(exc.code or 0)
+    except Exception as exc:  # what the CLI let through: counted as a failure, not a crash of the test
+        code, escaped = f"raised {type(exc).__name__}", f"Traceback: {type(exc).__name__}: {exc}\n"
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, err + escaped
+
+
+def _failures(cases: list[tuple[list[str], dict[str, str]]], work: Path,
+              capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The cases (argv, files to write first) that do not exit 2 with one line ``celeritas…
+    error: …`` on stderr, without a traceback, leaving ``work`` exactly as it was."""
+    failures: list[str] = []
+    for argv, files in cases:
+        for name, text in files.items():
+            (work / name).write_text(text, encoding="utf-8")
+        before = _snapshot(work)
+        code, out, err = _run(argv, capsys)
+        after = _snapshot(work)
+        problems = []
+        if code != 2:
+            problems.append(f"exit {code}")
+        if not (err.endswith("\n") and err.count("\n") == 1 and err.startswith("celeritas")
+                and "error:" in err):
+            problems.append(f"stderr {err[-300:]!r}")
+        if "Traceback" in err or "Traceback" in out:
+            problems.append("traceback")
+        if after != before:
+            changed = sorted(set(after.items()) ^ set(before.items()))
+            problems.append(f"folder changed: {changed[:4]}")
+        if problems:
+            failures.append(f"{argv}: {'; '.join(problems)}")
+        for name in files:
+            (work / name).unlink()
+    return failures
 
 
 @pytest.fixture
@@ -496,29 +541,102 @@ def test_the_base_files_are_valid(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 def test_every_command_refuses_mutated_inputs(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    failures: list[str] = []
-    for argv, files in _cases(SEED, CASES):
-        for name, text in files.items():
-            (work / name).write_text(text, encoding="utf-8")
-        before = _snapshot(work)
-        code, out, err = _run(argv, capsys)
-        after = _snapshot(work)
-        problems = []
-        if code != 2:
-            problems.append(f"exit {code}")
-        if not (err.endswith("\n") and err.count("\n") == 1 and err.startswith("celeritas")
-                and "error:" in err):
-            problems.append(f"stderr {err[-300:]!r}")
-        if "Traceback" in err or "Traceback" in out:
-            problems.append("traceback")
-        if after != before:
-            changed = sorted(set(after.items()) ^ set(before.items()))
-            problems.append(f"folder changed: {changed[:4]}")
-        if problems:
-            failures.append(f"{argv}: {'; '.join(problems)}")
-        for name in files:
-            (work / name).unlink()
+    failures = _failures(_cases(SEED, CASES), work, capsys)
     assert not failures, f"{len(failures)} of {CASES} cases failed:\n" + "\n".join(failures[:20])
+
+
+def test_the_cases_issue_23_found_are_refused(work: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each case the issue's fuzzer found, whatever the random draws above pick."""
+    failures = _failures(ISSUE_23_CASES, work, capsys)
+    assert not failures, f"{len(failures)} of {len(ISSUE_23_CASES)} cases failed:\n" + "\n".join(failures)
+
+
+def test_metis_and_celeritas_place_on_a_cluster_with_a_tiny_device(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device of 1e-40 bytes beside one of 200 kB is valid: the placers must work (Metis used to
+    raise pymetis's "Caught an unknown exception!")."""
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "g.json", GRAPH)
+    tiny = copy.deepcopy(CLUSTER)
+    tiny["devices"][0]["memory_bytes"] = 1e-40
+    _write(tmp_path / "tiny.json", tiny)
+    for argv in (["place", "g.json", "--cluster", "tiny.json", "--placer", "metis", "--out", "out.json"],
+                 ["compare", "g.json", "--cluster", "tiny.json", "--placers", "metis,celeritas", "--out-dir",
+                  "outdir", "--quiet", "--no-figures"]):
+        code, _, err = _run(argv, capsys)
+        assert code == 0 and "Traceback" not in err, (argv, err)
+    assert json.loads((tmp_path / "out.json").read_text())["assignment"] == dict.fromkeys("abcdef", 1)
+
+
+def _sqlite_with_table(path: Path) -> None:
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE inventory (item TEXT)")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("store", ["garbage", "text", "folder", "not-mlflow"])
+@pytest.mark.parametrize("command", [["runs", "compare"], ["production", "show"], ["production", "history"]])
+def test_run_queries_refuse_a_store_that_is_not_an_mlflow_database(
+        store: str, command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MLFLOW_TRACKING_URI=sqlite:///x.db`` naming garbage, a folder or another program's database:
+    one line naming the store, exit 2, and the file as it was (MLflow would add its tables to it)."""
+    db = tmp_path / "x.db"
+    if store == "garbage":
+        db.write_bytes(bytes(range(256)) * 8)
+    elif store == "text":
+        db.write_text("hello\n")
+    elif store == "folder":
+        db.mkdir()
+    else:
+        _sqlite_with_table(db)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    before = _snapshot(tmp_path)
+    code, out, err = _run([*command, "--model", "nmt"], capsys)
+    assert code == 2 and err.startswith("celeritas: error: MLFLOW_TRACKING_URI=sqlite:///"), (code, out, err)
+    assert err.count("\n") == 1 and "Traceback" not in err and str(db) in err, err
+    assert _snapshot(tmp_path) == before
+
+
+def test_run_queries_on_a_missing_store_find_nothing_and_create_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'no' / 'store' / 'mlflow.db'}")
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    for command, said in ((["runs", "compare"], "no runs"), (["production", "show"], "no champion"),
+                          (["production", "history"], "no decisions")):
+        code, out, err = _run([*command, "--model", "nmt"], capsys)
+        assert code == 0 and out.startswith(f"{said} ") and "'nmt'" in out, out + err
+    assert list(tmp_path.iterdir()) == []
+
+
+OK_CLUSTER = ["--devices", "2", "--device-memory", "1MiB"]
+#: The cases issue 23's fuzzer found, each invalid in one respect.
+ISSUE_23_CASES: list[tuple[list[str], dict[str, str]]] = [
+    (["fit", "case_profile.json", "--out", "fits_out.json"],  # a profile of no ops
+     {"case_profile.json": json.dumps({**PROFILE, "profiles": [
+         {"batch_size": b, "time_us": {}, "memory_bytes": {}} for b in (2, 4)]})}),
+    (["compare", "g.json", *OK_CLUSTER, "--placers", "", "--out-dir", "outdir", "--quiet"], {}),
+    (["compare", "g.json", *OK_CLUSTER, "--placers", "single", "--out-dir", "", "--quiet"], {}),
+    *[(["place", "g.json", *OK_CLUSTER, "--out", out], {}) for out in ("newdir/", "newdir/.", "dir/", "..")],
+    (["generate", "layered", "--tasks", "10", "--out", "newdir/"], {}),
+    (["convert", "g.json", "newdir/"], {}),
+    (["fit", "prof.json", "--out", "newdir/"], {}),
+    (["place", "g.json", "--cluster", "", "--out", "out.json"], {}),
+    (["place", "g.json", "--cluster", "", *OK_CLUSTER, "--out", "out.json"], {}),
+    (["info", "g.json", "--cluster", ""], {}),
+    (["run", "--params", "", "--model", "mlp"], {}),  # once "no parameter file"
+    (["calibrate-comm", "--device-memory", "1GiB", "--sizes", "", "--out", "cout.json"], {}),
+    (["calibrate-comm", "--device-memory", "1GiB", "--sizes", " , ", "--out", "cout.json"], {}),
+    *[(["place", "g.json", *OK_CLUSTER, "--out", out], {}) for out in KERNEL_OUTPUTS],
+    *[(["compare", "g.json", *OK_CLUSTER, "--placers", "single", "--out-dir", out, "--quiet"], {})
+      for out in KERNEL_OUTPUTS],
+    *[(["convert", "g.json", out], {}) for out in KERNEL_OUTPUTS],
+    *[(["generate", "layered", "--tasks", "10", "--out", out], {}) for out in KERNEL_OUTPUTS],
+]
 
 
 def test_cases_cover_every_command() -> None:
@@ -555,6 +673,8 @@ print(codes, "tensorflow" in sys.modules)
     assert proc.stdout.strip() == f"{[2] * len(tf_cases)} False", proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == len(tf_cases), proc.stderr
     for argv in (["place", "g.json", "--devices", "2", "--device-memory", "1MiB", "--out", "fifo"],
+                 *[["place", "g.json", "--devices", "2", "--device-memory", "1MiB", "--out", out]
+                   for out in KERNEL_OUTPUTS],  # once a raw errno line and exit 1
                  ["info", "/dev/zero"], ["info", "fifo"],
                  ["place", "case.json", "--devices", "2", "--device-memory", "1MiB", "--out", "x.json"]):
         if argv[1] == "case.json":

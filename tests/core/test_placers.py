@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,21 @@ def test_placer_parameters_are_typed_dataclasses_and_the_specs_come_from_their_f
     every_int_has_a_maximum = [(s.name, p.name) for s in PLACERS.values() for p in s.params
                                if p.kind is int and p.maximum is None]
     assert every_int_has_a_maximum == []
+
+
+@pytest.mark.parametrize("tiny", [1e-40, 1e-300, 5e-324])
+def test_metis_places_on_a_cluster_with_a_tiny_device(tiny: float) -> None:
+    """A device whose memory is a tiny fraction of another's: its METIS target share used to round
+    to 0 as a 32-bit float, which METIS refuses (pymetis: "Caught an unknown exception!")."""
+    from celeritas_core.placers.metis import MIN_TARGET_SHARE, metis_target_shares
+
+    shares = metis_target_shares(np.array([tiny, 2e5, 2e5]))
+    assert shares is not None and min(np.float32(s) for s in shares) >= np.float32(MIN_TARGET_SHARE) * 0.99
+    assert math.isclose(sum(shares), 1.0) and shares[1] == shares[2]
+    assert metis_target_shares(np.array([3.0, 3.0])) is None
+    g = make_graph([("a", "b"), ("b", "c"), ("c", "d"), ("a", "e"), ("e", "d")], default_bytes=10.0,
+                   memory={"a": 100, "b": 200, "c": 300, "d": 50, "e": 70})
+    cluster = Cluster.build(["tiny", "big"], [tiny, 2e5])
+    for placer in ("metis", "celeritas"):
+        placement = place(g, cluster, placer)
+        assert placement.assignment.tolist() == [1] * 5 and not placement.oom, placer

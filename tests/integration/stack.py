@@ -198,13 +198,15 @@ class Stack:
         self.start("scheduler", [airflow, "scheduler"])
         self.start("dag-processor", [airflow, "dag-processor"])
         python_path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        for queue, log_port in (("default", free_port()), ("gpu", free_port())):
+        for queue in ("default", "gpu"):
             worker_env = {**env, "CELERITAS_IT_HOSTNAME": f"{queue}-worker", "PYTHONPATH": python_path,
-                          "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.integration.hostnames.from_environment",
-                          "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_port)}
+                          "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.integration.hostnames.from_environment"}
+            # no log server: Airflow binds it to every interface (no host setting); the workers
+            # write their task logs under this machine's AIRFLOW_HOME, where the API server reads them
             self.start(f"worker-{queue}", [airflow, "celery", "worker", "--queues", queue,
                                            "--concurrency", "1", "--celery-hostname", f"{queue}-worker@%h",
-                                           "--without-gossip", "--without-mingle"], env=worker_env)
+                                           "--without-gossip", "--without-mingle", "--skip-serve-logs"],
+                       env=worker_env)
         health = f"{self.airflow_url}/api/v2/monitor/health"
         self.wait_for("the Airflow API server", lambda: _answers_http(health), "api-server")
         self.password = _password(Path(env["AIRFLOW_HOME"]))

@@ -1,9 +1,11 @@
-"""`make ui` as a new user runs it: both UIs answer on 127.0.0.1, the DAGs folder is dags/ with no
-example DAGs and no import errors, the gpu pool exists, the placement DAG's form parameters are
-served, and Ctrl-C stops every process it started."""
+"""`make ui` as a new user runs it: both UIs answer on 127.0.0.1, no process it started listens on
+another address (Airflow's log servers would listen on every interface), the DAGs folder is dags/
+with no example DAGs and no import errors, the gpu pool exists, the placement DAG's form parameters
+are served, and Ctrl-C stops every process it started."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -40,6 +42,64 @@ def _processes_with(marker: str) -> list[int]:
         if marker.encode() in environ:
             found.append(int(entry.name))
     return found
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it (setproctitle overwrites a process's environment, so
+    Airflow's API server and log servers do not show the marker of :func:`_processes_with`)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if entry.name.isdigit():  # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process ``pid`` holds open (none if it is gone)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    except OSError:
+        pass
+    return inodes
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as /proc/net/tcp{,6} writes it: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    return ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)))
+
+
+def _listening(pids: set[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state that one of ``pids`` holds."""
+    inodes = set().union(*(_socket_inodes(pid) for pid in pids)) if pids else set()
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[9]) in inodes:  # 0A: LISTEN
+                host, port = fields[1].split(":")
+                found.add((str(_address(host)), int(port, 16)))
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _get(url: str, token: str | None = None) -> dict:
@@ -111,6 +171,19 @@ def test_make_ui_serves_both_uis_with_our_dags_and_stops_everything_on_ctrl_c() 
             _send("POST", f"{base}/api/v2/pools", token, {"name": "gpu", "slots": 1})
         assert _get(trigger, token)["total_entries"] == runs_before  # and nothing was created
         assert _processes_with(marker), "no process carries the UI's environment"
+        deadline = time.monotonic() + 120  # the scheduler and the triggerer start their log servers first
+        while time.monotonic() < deadline:
+            health = _get(f"{base}/api/v2/monitor/health")
+            if all((health.get(c) or {}).get("status") == "healthy" for c in ("scheduler", "triggerer")):
+                break
+            time.sleep(1)
+        assert health["scheduler"]["status"] == health["triggerer"]["status"] == "healthy", health
+        for _ in range(10):
+            listening = _listening(_descendants(ui.pid) | set(_processes_with(marker)))
+            assert {("127.0.0.1", airflow_port), ("127.0.0.1", mlflow_port)} <= listening, listening
+            exposed = sorted(a for a in listening if not _loopback(a[0]))
+            assert exposed == [], f"make ui listens beyond 127.0.0.1: {exposed}"
+            time.sleep(1)
     finally:
         ui.send_signal(signal.SIGINT)
         try:
