@@ -35,6 +35,9 @@ PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-plac
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
 #: What a memory size looks like, for the message when ``device_memory`` does not parse.
 MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
+#: Bounds the trigger form reads to clamp a number box (its ``min``/``max``): a field keeps them
+#: under ``allOf`` instead, where the form does not look and every validator still does.
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 #: field name → JSON schema (with ``default``, ``title``, ``description`` and ``section``).
 FIELDS: dict[str, dict[str, Any]] = {
@@ -56,7 +59,7 @@ FIELDS: dict[str, dict[str, Any]] = {
                        "Empty: the model's own sizes. Ignored for user models.",
     },
     "paper_config": {
-        "type": "boolean", "default": False, "section": "Model", "title": "Paper configuration",
+        "type": ["boolean", "null"], "default": False, "section": "Model", "title": "Paper configuration",
         "description": "Build the zoo model at the Celeritas paper's size instead of the small default.",
     },
     "batch_size": {
@@ -80,7 +83,7 @@ FIELDS: dict[str, dict[str, Any]] = {
         "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes).",
     },
     "calibrate_comm": {
-        "type": "boolean", "default": True, "section": "Cluster", "title": "Calibrate transfers",
+        "type": ["boolean", "null"], "default": True, "section": "Cluster", "title": "Calibrate transfers",
         "description": "Measure transfers between two devices and fit t = k·bytes + b; otherwise use the "
                        "default PCIe-like model (1e-4 µs/B + 25 µs).",
     },
@@ -125,7 +128,8 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The fields a form may leave empty (their type admits null; empty means the default).
+#: The fields whose type admits null: the form marks them optional (no ``*``; a switch always holds
+#: a value, a text field may be left empty), and null means the default.
 OPTIONAL: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if isinstance(f["type"], list))
 
 #: How the messages name a JSON type.
@@ -140,11 +144,36 @@ def value_type(name: str) -> str:
     return next(k for k in kind if k != "null") if isinstance(kind, list) else kind
 
 
+def form_schema(name: str) -> dict[str, Any]:
+    """Field ``name``'s JSON schema as the DAG's ``Param`` holds it (without its default).
+
+    The trigger form gives a number box the field's ``minimum`` and ``maximum``, and the box then
+    silently clamps what is typed (-5 becomes 1) instead of letting the check refuse it; so the
+    bounds go under ``allOf``, which the form ignores and every JSON-schema validator applies.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`FIELDS`.
+
+    Returns
+    -------
+    dict
+        The schema, ``title``, ``description`` and ``section`` included.
+    """
+    field = {k: copy.deepcopy(v) for k, v in FIELDS[name].items() if k != "default"}
+    bounds = {k: field.pop(k) for k in BOUNDS if k in field}
+    if bounds:
+        field["allOf"] = [bounds]
+    return field
+
+
 def schema() -> dict[str, Any]:
-    """The whole parameter object as one JSON schema (no extra fields allowed)."""
+    """The whole parameter object as one JSON schema (no extra fields allowed): the fields'
+    :func:`form_schema`, so Airflow and :func:`resolve_params` validate with the same one."""
     props = {}
-    for name, field in FIELDS.items():
-        props[name] = {k: v for k, v in field.items() if k != "section"}
+    for name in FIELDS:
+        props[name] = {k: v for k, v in form_schema(name).items() if k != "section"}
     return {"type": "object", "properties": props, "additionalProperties": False}
 
 

@@ -84,9 +84,10 @@ def test_every_number_field_has_finite_bounds() -> None:
     assert {w.split(".")[1] for w, _ in numbers} >= {"batch_size", "R", "memory_fraction", "model_knobs",
                                                     "profile_batch_sizes", "improvement_threshold"}
     for where, node in numbers:
-        low = node.get("minimum", node.get("exclusiveMinimum"))
+        bounds = {**node, **{k: v for sub in node.get("allOf", []) for k, v in sub.items()}}
+        low = bounds.get("minimum", bounds.get("exclusiveMinimum"))
         assert low is not None and math.isfinite(low), where
-        assert "maximum" in node and math.isfinite(node["maximum"]), where
+        assert "maximum" in bounds and math.isfinite(bounds["maximum"]), where
 
 
 def test_the_schemas_batch_limit_is_the_cores() -> None:

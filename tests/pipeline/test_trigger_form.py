@@ -41,13 +41,42 @@ def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied
 
 
 def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
-    assert set(OPTIONAL) == {"run_dir", "model_knobs"}
+    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm"}
     for name in FIELDS:
         param = form_params.get_param(name)
         assert _required_in_form(param.schema) == (name not in OPTIONAL), name
         assert param.schema.get("title") and param.schema.get("section") and param.description, name
     resolved = resolve_params({"run_dir": None, "model_knobs": None})
     assert resolved["model_knobs"] == {} and resolved["run_dir"] is None
+
+
+def test_the_switches_carry_no_asterisk_and_null_means_their_default(form_params) -> None:
+    """A switch always holds true or false; its type admits null only so that the form does not mark
+    it required (its `*`, and its "required" error when switched off)."""
+    for name in ("paper_config", "calibrate_comm"):
+        assert not _required_in_form(form_params.get_param(name).schema), name
+        assert form_params.get_param(name).schema["type"][0] == "boolean"  # still rendered as a switch
+    resolved = resolve_params({"paper_config": None, "calibrate_comm": None})
+    assert (resolved["paper_config"], resolved["calibrate_comm"]) == (False, True)
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'calibrate_comm': Calibrate transfers must be "
+                                                  r"true or false or empty, not \"yes\"$"):
+        resolve_params({"calibrate_comm": "yes"})
+
+
+def test_number_boxes_get_no_bounds_to_clamp_to_and_airflow_still_refuses_out_of_range(form_params) -> None:
+    """The form clamps a number box to the schema's top-level minimum and maximum (-5 would become 1
+    unseen); the bounds sit under allOf, which Airflow's own validation still applies."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    numbers = [n for n in FIELDS if params.value_type(n) in ("integer", "number")]
+    assert set(numbers) >= {"batch_size", "num_devices", "R", "memory_fraction", "validation_steps"}
+    for name in numbers:
+        schema = form_params.get_param(name).schema
+        assert not set(schema) & set(params.BOUNDS), (name, schema)
+        assert schema["allOf"] and set(schema["allOf"][0]) <= set(params.BOUNDS), name
+    for name, value in (("batch_size", -5), ("num_devices", 65), ("memory_fraction", 1.5), ("R", 0)):
+        with pytest.raises(ParamValidationError):
+            form_params.deep_merge({name: value}).validate()
 
 
 def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed(form_params) -> None:
@@ -64,6 +93,9 @@ def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed
     ({"device_memory": "lots"}, "parameter 'device_memory': Memory per device: \"lots\" is not a number of "
                                 "bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"),
     ({"batch_size": 0}, "parameter 'batch_size': Batch size must be at least 1, not 0"),
+    ({"batch_size": -5}, "parameter 'batch_size': Batch size must be at least 1, not -5"),
+    ({"num_devices": 65}, "parameter 'num_devices': Devices must be at most 64, not 65"),
+    ({"memory_fraction": 1.5}, "parameter 'memory_fraction': Cluster memory cap must be at most 1, not 1.5"),
     ({"batch_size": "8"}, "parameter 'batch_size': Batch size must be a whole number, not \"8\""),
     ({"memory_fraction": 0}, "parameter 'memory_fraction': Cluster memory cap must be more than 0, not 0"),
     ({"placers": ["fastest"]}, "parameter 'placers.0': Placers to compare: \"fastest\" is not one of "
