@@ -196,10 +196,20 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
     for name in OPTIONAL:
         if params[name] is None:
             params[name] = copy.deepcopy(FIELDS[name]["default"])
+    _check_device_memory(params["device_memory"])
+    return params
+
+
+def _check_device_memory(text: str) -> None:
+    """Refuse a memory size that does not parse, is not positive, or exceeds the engine's limit."""
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.limits import MAX_BYTES
     from celeritas_core.units import parse_size
 
-    parse_size(params["device_memory"], field="parameter 'device_memory'")
-    return params
+    title = FIELDS["device_memory"]["title"]
+    if parse_size(text, field=f"parameter 'device_memory': {title}") > MAX_BYTES:
+        raise CeleritasInputError(f"parameter 'device_memory': {title} must be at most {MAX_BYTES:.0e} bytes "
+                                  f"(1 EB), not {json_text(text)}")
 
 
 def first_problem(params: Mapping[str, Any]) -> str | None:
@@ -222,7 +232,9 @@ def first_problem(params: Mapping[str, Any]) -> str | None:
 def trigger_problem(body: bytes) -> str | None:
     """What is wrong with a REST trigger body's ``conf`` for the placement DAG, as one sentence, or None.
 
-    None also when the body is not a JSON object: Airflow's own checks answer for those.
+    The API server's trigger check (``celeritas_plugins``) asks this for the form and the REST API
+    alike; :func:`check_trigger` decides. None also when the body is not a JSON object with a
+    ``conf``: Airflow's own checks answer for those.
     """
     import json
 
@@ -236,10 +248,42 @@ def trigger_problem(body: bytes) -> str | None:
     if conf is None:
         return None
     try:
-        resolve_params(conf)
+        check_trigger(conf)
     except CeleritasInputError as error:
         return str(error)
     return None
+
+
+def check_trigger(conf: Any) -> dict[str, Any]:
+    """A trigger's ``conf`` as the DAG's tasks will get it, checked as ``prepare`` will check it.
+
+    Airflow fills the fields a trigger leaves out with the form's defaults (:func:`defaults`),
+    so they are filled here too; then :func:`resolve_params` and the deployment's policy on the
+    model and the run directory (:func:`tasks.policy.check_model`, :func:`tasks.policy.check_run_dir`)
+    judge it, without TensorFlow and without reading the model itself.
+
+    Parameters
+    ----------
+    conf : Any
+        The trigger's ``conf`` (a JSON object; anything else is refused).
+
+    Returns
+    -------
+    dict
+        The resolved parameters.
+
+    Raises
+    ------
+    CeleritasInputError
+        The first problem, as one sentence naming the parameter.
+    """
+    from tasks.policy import check_model, check_run_dir
+
+    params = resolve_params({**defaults(), **conf} if isinstance(conf, Mapping) else conf)
+    check_model(params["model"], params["model_knobs"], paper=bool(params["paper_config"]))
+    if params["run_dir"]:
+        check_run_dir(params["run_dir"])
+    return params
 
 
 def _check_finite(value: Any, where: str) -> None:

@@ -96,6 +96,14 @@ def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed
     ({"batch_size": -5}, "parameter 'batch_size': Batch size must be at least 1, not -5"),
     ({"num_devices": 65}, "parameter 'num_devices': Devices must be at most 64, not 65"),
     ({"memory_fraction": 1.5}, "parameter 'memory_fraction': Cluster memory cap must be at most 1, not 1.5"),
+    ({"device_memory": "1e30"}, "parameter 'device_memory': Memory per device must be at most 1e+18 bytes "
+                                "(1 EB), not \"1e30\""),
+    ({"device_memory": "0"}, "parameter 'device_memory': Memory per device: size must be positive and "
+                             "finite, got '0'"),
+    ({"model_knobs": {"layers": "many"}}, "parameter 'model_knobs.layers': Model size knobs must be a whole "
+                                          "number, not \"many\""),
+    ({"model_knobs": {"layers": float("nan")}}, "parameter 'model_knobs.layers': expected a finite number, "
+                                                "got nan"),
     ({"batch_size": "8"}, "parameter 'batch_size': Batch size must be a whole number, not \"8\""),
     ({"memory_fraction": 0}, "parameter 'memory_fraction': Cluster memory cap must be more than 0, not 0"),
     ({"placers": ["fastest"]}, "parameter 'placers.0': Placers to compare: \"fastest\" is not one of "
@@ -113,6 +121,32 @@ def test_a_bad_value_is_one_sentence_naming_the_field_and_what_is_allowed(given:
         resolve_params(given)
     assert str(err.value) == sentence
     assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence
+
+
+@pytest.mark.parametrize(("given", "sentence"), [
+    ({"model": "no_such_model"},
+     "parameter 'model': unknown model 'no_such_model' (zoo: inception_v3, mlp, nmt, tensor_holography, "
+     "transformer; or a .keras file under {home}/models, or MODULE:FUNCTION under CELERITAS_MODEL_MODULES)"),
+    ({"model_knobs": {"depth": 3}},
+     "parameter 'model_knobs': tensor_holography has no knob 'depth' (its knobs: layers, filters, "
+     "image_size); leave the knobs empty for its own sizes"),
+    ({"model": "transformer", "model_knobs": {"heads": 3}},
+     "parameter 'model_knobs': model 'transformer': hidden (16) must be a multiple of heads (3)"),
+    ({"model": "net.keras"}, "parameter 'model': no such .keras file: {home}/models/net.keras"),
+    ({"model": "acme.models:build"},
+     "parameter 'model': module 'acme.models' is not under an allowed prefix: none (set "
+     "CELERITAS_MODEL_MODULES, e.g. 'mycompany.models')"),
+    ({"run_dir": "/etc"}, "parameter 'run_dir': /etc is outside the runs root {home}/build/runs "
+                          "(CELERITAS_RUNS_ROOT)"),
+])
+def test_a_trigger_is_refused_what_prepare_would_refuse(given: dict, sentence: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model and the run directory are checked at trigger time as prepare checks them."""
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    for name in ("CELERITAS_MODELS_ROOT", "CELERITAS_RUNS_ROOT", "CELERITAS_MODEL_MODULES"):
+        monkeypatch.delenv(name, raising=False)
+    assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence.format(home=tmp_path)
+    resolve_params(given)  # none of these is a schema problem
 
 
 def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:
@@ -148,6 +182,10 @@ def test_the_api_server_refuses_a_bad_placement_trigger_with_the_sentence_and_cr
                          json={"conf": {"device_memory": "lots"}, "logical_date": None})
     assert answer.status_code == 400
     assert answer.json()["detail"].startswith("parameter 'device_memory': Memory per device: \"lots\"")
+    answer = client.post(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns",
+                         json={"conf": {"model": "no_such_model"}, "logical_date": None})
+    assert answer.status_code == 400
+    assert answer.json()["detail"].startswith("parameter 'model': unknown model 'no_such_model' (zoo: ")
     assert received == []
 
 
