@@ -35,6 +35,9 @@ PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-plac
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
 #: What a memory size looks like, for the message when ``device_memory`` does not parse.
 MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
+#: The demo's Tensor Holography sizes (``examples/run_pipeline_demo.py``): the trigger form's default
+#: ``model_knobs``, so that the form's first run is the demo's configuration (a test checks both).
+DEMO_KNOBS: dict[str, int] = {"layers": 6, "filters": 8, "image_size": 24}
 #: Bounds the trigger form reads to clamp a number box (its ``min``/``max``): a field keeps them
 #: under ``allOf`` instead, where the form does not look and every validator still does.
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
@@ -56,14 +59,15 @@ FIELDS: dict[str, dict[str, Any]] = {
         "description": "Optional. Overrides of the zoo model's size knobs, e.g. "
                        "{\"layers\": 8, \"filters\": 16} "
                        "(`celeritas models` lists them; each a positive integer, at most 1000000). "
-                       "Empty: the model's own sizes. Ignored for user models.",
+                       "Empty: the model's own sizes. Ignored for user models. The form starts with "
+                       "the demo's tensor_holography sizes: empty it for another zoo model.",
     },
     "paper_config": {
         "type": ["boolean", "null"], "default": False, "section": "Model", "title": "Paper configuration",
         "description": "Build the zoo model at the Celeritas paper's size instead of the small default.",
     },
     "batch_size": {
-        "type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE, "default": 32, "section": "Model",
+        "type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE, "default": 16, "section": "Model",
         "title": "Batch size",
         "description": "The (large) training batch size to place the model for.",
     },
@@ -79,8 +83,9 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
     "device_memory": {
         "type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[a-zA-Z]*\s*$",
-        "default": "32MiB", "section": "Cluster", "title": "Memory per device",
-        "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes).",
+        "default": "30MiB", "section": "Cluster", "title": "Memory per device",
+        "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes). The default, the "
+                       "demo's, holds less than the default model needs on one device: it must be split.",
     },
     "calibrate_comm": {
         "type": ["boolean", "null"], "default": True, "section": "Cluster", "title": "Calibrate transfers",
@@ -131,6 +136,10 @@ FIELDS: dict[str, dict[str, Any]] = {
 #: The fields whose type admits null: the form marks them optional (no ``*``; a switch always holds
 #: a value, a text field may be left empty), and null means the default.
 OPTIONAL: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if isinstance(f["type"], list))
+#: Where the trigger form's defaults differ from :func:`defaults`: ``celeritas run`` and the fleet
+#: keep empty knobs (a model's own sizes), as the demo's fit only tensor_holography and a model is
+#: refused knobs it does not have.
+FORM_DEFAULTS: dict[str, Any] = {"model_knobs": DEMO_KNOBS}
 
 #: How the messages name a JSON type.
 _TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text",
@@ -178,8 +187,14 @@ def schema() -> dict[str, Any]:
 
 
 def defaults() -> dict[str, Any]:
-    """Every field's default value."""
+    """Every field's default value (``celeritas run``, the fleet)."""
     return {name: copy.deepcopy(field["default"]) for name, field in FIELDS.items()}
+
+
+def form_defaults() -> dict[str, Any]:
+    """The trigger form's defaults: :func:`defaults` with :data:`FORM_DEFAULTS` (the demo's
+    configuration). Airflow fills a trigger's missing fields with them, the REST API's too."""
+    return {**defaults(), **copy.deepcopy(FORM_DEFAULTS)}
 
 
 def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -257,7 +272,7 @@ def trigger_problem(body: bytes) -> str | None:
 def check_trigger(conf: Any) -> dict[str, Any]:
     """A trigger's ``conf`` as the DAG's tasks will get it, checked as ``prepare`` will check it.
 
-    Airflow fills the fields a trigger leaves out with the form's defaults (:func:`defaults`),
+    Airflow fills the fields a trigger leaves out with the form's defaults (:func:`form_defaults`),
     so they are filled here too; then :func:`resolve_params` and the deployment's policy on the
     model and the run directory (:func:`tasks.policy.check_model`, :func:`tasks.policy.check_run_dir`)
     judge it, without TensorFlow and without reading the model itself.
@@ -279,7 +294,7 @@ def check_trigger(conf: Any) -> dict[str, Any]:
     """
     from tasks.policy import check_model, check_run_dir
 
-    params = resolve_params({**defaults(), **conf} if isinstance(conf, Mapping) else conf)
+    params = resolve_params({**form_defaults(), **conf} if isinstance(conf, Mapping) else conf)
     check_model(params["model"], params["model_knobs"], paper=bool(params["paper_config"]))
     if params["run_dir"]:
         check_run_dir(params["run_dir"])

@@ -11,7 +11,8 @@ import pytest
 
 from celeritas_core.errors import CeleritasInputError
 from tasks import params
-from tasks.params import FIELDS, OPTIONAL, resolve_params, trigger_problem
+from tasks.params import FIELDS, OPTIONAL, check_trigger, resolve_params, trigger_problem
+from tests.demo import demo_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,6 +80,17 @@ def test_number_boxes_get_no_bounds_to_clamp_to_and_airflow_still_refuses_out_of
             form_params.deep_merge({name: value}).validate()
 
 
+def test_the_forms_first_run_has_the_demos_configuration(form_params) -> None:
+    """Submitted untouched, the form runs the demo's configuration, so it meets the demo's champion."""
+    from tasks.prepare import configuration_for
+
+    form, demo = configuration_for(form_params.validate()), configuration_for(demo_params())
+    assert form["key"] == demo["key"], (form["description"], demo["description"])
+    assert form["model"]["knobs"] == params.DEMO_KNOBS and form["batch_size"] == 16
+    assert form["cluster"]["devices"] == 4 and form["cluster"]["memory_bytes"] == 30 * 2**20
+    assert configuration_for(params.defaults())["key"] != demo["key"]  # the knobs matter: a real check
+
+
 def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed(form_params) -> None:
     from celeritas_core.placers import PLACERS
     from celeritas_tf.models import ZOO
@@ -127,6 +139,9 @@ def test_a_bad_value_is_one_sentence_naming_the_field_and_what_is_allowed(given:
     ({"model": "no_such_model"},
      "parameter 'model': unknown model 'no_such_model' (zoo: inception_v3, mlp, nmt, tensor_holography, "
      "transformer; or a .keras file under {home}/models, or MODULE:FUNCTION under CELERITAS_MODEL_MODULES)"),
+    ({"model": "nmt"},  # the form's knobs are the demo's, tensor_holography's
+     "parameter 'model_knobs': nmt has no knob 'filters' (its knobs: layers, units, seq_len, vocab); leave "
+     "the knobs empty for its own sizes"),
     ({"model_knobs": {"depth": 3}},
      "parameter 'model_knobs': tensor_holography has no knob 'depth' (its knobs: layers, filters, "
      "image_size); leave the knobs empty for its own sizes"),
@@ -147,6 +162,15 @@ def test_a_trigger_is_refused_what_prepare_would_refuse(given: dict, sentence: s
         monkeypatch.delenv(name, raising=False)
     assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence.format(home=tmp_path)
     resolve_params(given)  # none of these is a schema problem
+
+
+def test_a_trigger_is_checked_as_its_tasks_will_get_it_over_the_forms_defaults() -> None:
+    """Airflow fills what a trigger leaves out with the form's defaults (the demo's knobs included);
+    empty knobs are a model's own sizes."""
+    assert check_trigger({})["model_knobs"] == params.DEMO_KNOBS
+    assert check_trigger({"model": "nmt", "model_knobs": None})["model_knobs"] == {}
+    assert check_trigger({"model": "nmt", "model_knobs": {}})["model"] == "nmt"
+    assert resolve_params({"model": "nmt"})["model_knobs"] == {}  # celeritas run and the fleet
 
 
 def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:
