@@ -4,9 +4,14 @@ Airflow validates a trigger's ``conf`` against the DAG's Param schemas and answe
 jsonschema's full report (the failing schema, the instance, the regular expression). This ASGI
 middleware runs first on ``POST /api/v2/dags/celeritas_placement/dagRuns`` and refuses a bad
 ``conf`` with HTTP 400 and one sentence from :func:`tasks.params.trigger_problem`, the message the
-CLI gives for the same mistake; nothing is created. It also refuses the trigger when the GPU tasks'
-pool (``CELERITAS_GPU_POOL``, default ``gpu``) does not exist: Airflow would accept the run and
-leave its GPU tasks "scheduled" forever with empty logs. Every other request passes through.
+CLI gives for the same mistake; nothing is created. It checks what ``prepare`` would refuse: every
+field's type and range (the trigger form's number boxes no longer clamp them, see
+:func:`tasks.params.form_schema`), the model (zoo name and knobs, a ``.keras`` file under the models
+root, an allowed module prefix) and the run directory. The trigger form shows the sentence in the
+error box at the top of its dialog (Airflow 3's form shows no server error at a field). It also
+refuses the trigger when the GPU tasks' pool (``CELERITAS_GPU_POOL``, default ``gpu``) does not
+exist: Airflow would accept the run and leave its GPU tasks "scheduled" forever with empty logs.
+Every other request passes through.
 """
 
 from __future__ import annotations
@@ -62,10 +67,11 @@ class TriggerParamsCheck:
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
-        problem = trigger_problem(body) if len(body) <= MAX_CHECKED_BODY else None
-        if problem is None:
-            from starlette.concurrency import run_in_threadpool
+        from starlette.concurrency import run_in_threadpool
 
+        # in a thread: the model check may read a .keras file's zip directory
+        problem = await run_in_threadpool(trigger_problem, body) if len(body) <= MAX_CHECKED_BODY else None
+        if problem is None:
             try:
                 problem = await run_in_threadpool(missing_pool_problem, self.pool_exists)
             except Exception:  # the database is Airflow's to report on; never block a trigger on it

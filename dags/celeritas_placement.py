@@ -19,7 +19,7 @@ import pendulum
 from airflow.sdk import Param, dag
 from celeritas_steps import DEFAULT_ARGS, close_run, placement_steps, prepare
 
-from tasks.params import FIELDS, PLACEMENT_DAG_ID
+from tasks.params import PLACEMENT_DAG_ID, form_defaults, form_schema
 
 
 @dag(
@@ -32,8 +32,7 @@ from tasks.params import FIELDS, PLACEMENT_DAG_ID
     max_active_runs=int(os.environ.get("CELERITAS_MAX_ACTIVE_RUNS", "4")),
     default_args=DEFAULT_ARGS,
     tags=["celeritas", "placement", "ml-platform"],
-    params={name: Param(field["default"], **{k: v for k, v in field.items() if k != "default"})
-            for name, field in FIELDS.items()},
+    params={name: Param(value, **form_schema(name)) for name, value in form_defaults().items()},
     doc_md=__doc__,
 )
 def celeritas_placement() -> None:

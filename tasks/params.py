@@ -35,6 +35,12 @@ PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-plac
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
 #: What a memory size looks like, for the message when ``device_memory`` does not parse.
 MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
+#: The demo's Tensor Holography sizes (``examples/run_pipeline_demo.py``): the trigger form's default
+#: ``model_knobs``, so that the form's first run is the demo's configuration (a test checks both).
+DEMO_KNOBS: dict[str, int] = {"layers": 6, "filters": 8, "image_size": 24}
+#: Bounds the trigger form reads to clamp a number box (its ``min``/``max``): a field keeps them
+#: under ``allOf`` instead, where the form does not look and every validator still does.
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 #: field name → JSON schema (with ``default``, ``title``, ``description`` and ``section``).
 FIELDS: dict[str, dict[str, Any]] = {
@@ -53,14 +59,15 @@ FIELDS: dict[str, dict[str, Any]] = {
         "description": "Optional. Overrides of the zoo model's size knobs, e.g. "
                        "{\"layers\": 8, \"filters\": 16} "
                        "(`celeritas models` lists them; each a positive integer, at most 1000000). "
-                       "Empty: the model's own sizes. Ignored for user models.",
+                       "Empty: the model's own sizes. Ignored for user models. The form starts with "
+                       "the demo's tensor_holography sizes: empty it for another zoo model.",
     },
     "paper_config": {
-        "type": "boolean", "default": False, "section": "Model", "title": "Paper configuration",
+        "type": ["boolean", "null"], "default": False, "section": "Model", "title": "Paper configuration",
         "description": "Build the zoo model at the Celeritas paper's size instead of the small default.",
     },
     "batch_size": {
-        "type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE, "default": 32, "section": "Model",
+        "type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE, "default": 16, "section": "Model",
         "title": "Batch size",
         "description": "The (large) training batch size to place the model for.",
     },
@@ -76,11 +83,12 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
     "device_memory": {
         "type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[a-zA-Z]*\s*$",
-        "default": "32MiB", "section": "Cluster", "title": "Memory per device",
-        "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes).",
+        "default": "30MiB", "section": "Cluster", "title": "Memory per device",
+        "description": "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes). The default, the "
+                       "demo's, holds less than the default model needs on one device: it must be split.",
     },
     "calibrate_comm": {
-        "type": "boolean", "default": True, "section": "Cluster", "title": "Calibrate transfers",
+        "type": ["boolean", "null"], "default": True, "section": "Cluster", "title": "Calibrate transfers",
         "description": "Measure transfers between two devices and fit t = k·bytes + b; otherwise use the "
                        "default PCIe-like model (1e-4 µs/B + 25 µs).",
     },
@@ -125,8 +133,13 @@ FIELDS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The fields a form may leave empty (their type admits null; empty means the default).
+#: The fields whose type admits null: the form marks them optional (no ``*``; a switch always holds
+#: a value, a text field may be left empty), and null means the default.
 OPTIONAL: tuple[str, ...] = tuple(name for name, f in FIELDS.items() if isinstance(f["type"], list))
+#: Where the trigger form's defaults differ from :func:`defaults`: ``celeritas run`` and the fleet
+#: keep empty knobs (a model's own sizes), as the demo's fit only tensor_holography and a model is
+#: refused knobs it does not have.
+FORM_DEFAULTS: dict[str, Any] = {"model_knobs": DEMO_KNOBS}
 
 #: How the messages name a JSON type.
 _TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text",
@@ -140,17 +153,48 @@ def value_type(name: str) -> str:
     return next(k for k in kind if k != "null") if isinstance(kind, list) else kind
 
 
+def form_schema(name: str) -> dict[str, Any]:
+    """Field ``name``'s JSON schema as the DAG's ``Param`` holds it (without its default).
+
+    The trigger form gives a number box the field's ``minimum`` and ``maximum``, and the box then
+    silently clamps what is typed (-5 becomes 1) instead of letting the check refuse it; so the
+    bounds go under ``allOf``, which the form ignores and every JSON-schema validator applies.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`FIELDS`.
+
+    Returns
+    -------
+    dict
+        The schema, ``title``, ``description`` and ``section`` included.
+    """
+    field = {k: copy.deepcopy(v) for k, v in FIELDS[name].items() if k != "default"}
+    bounds = {k: field.pop(k) for k in BOUNDS if k in field}
+    if bounds:
+        field["allOf"] = [bounds]
+    return field
+
+
 def schema() -> dict[str, Any]:
-    """The whole parameter object as one JSON schema (no extra fields allowed)."""
+    """The whole parameter object as one JSON schema (no extra fields allowed): the fields'
+    :func:`form_schema`, so Airflow and :func:`resolve_params` validate with the same one."""
     props = {}
-    for name, field in FIELDS.items():
-        props[name] = {k: v for k, v in field.items() if k != "section"}
+    for name in FIELDS:
+        props[name] = {k: v for k, v in form_schema(name).items() if k != "section"}
     return {"type": "object", "properties": props, "additionalProperties": False}
 
 
 def defaults() -> dict[str, Any]:
-    """Every field's default value."""
+    """Every field's default value (``celeritas run``, the fleet)."""
     return {name: copy.deepcopy(field["default"]) for name, field in FIELDS.items()}
+
+
+def form_defaults() -> dict[str, Any]:
+    """The trigger form's defaults: :func:`defaults` with :data:`FORM_DEFAULTS` (the demo's
+    configuration). Airflow fills a trigger's missing fields with them, the REST API's too."""
+    return {**defaults(), **copy.deepcopy(FORM_DEFAULTS)}
 
 
 def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -167,10 +211,20 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
     for name in OPTIONAL:
         if params[name] is None:
             params[name] = copy.deepcopy(FIELDS[name]["default"])
+    _check_device_memory(params["device_memory"])
+    return params
+
+
+def _check_device_memory(text: str) -> None:
+    """Refuse a memory size that does not parse, is not positive, or exceeds the engine's limit."""
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.limits import MAX_BYTES
     from celeritas_core.units import parse_size
 
-    parse_size(params["device_memory"], field="parameter 'device_memory'")
-    return params
+    title = FIELDS["device_memory"]["title"]
+    if parse_size(text, field=f"parameter 'device_memory': {title}") > MAX_BYTES:
+        raise CeleritasInputError(f"parameter 'device_memory': {title} must be at most {MAX_BYTES:.0e} bytes "
+                                  f"(1 EB), not {json_text(text)}")
 
 
 def first_problem(params: Mapping[str, Any]) -> str | None:
@@ -193,7 +247,9 @@ def first_problem(params: Mapping[str, Any]) -> str | None:
 def trigger_problem(body: bytes) -> str | None:
     """What is wrong with a REST trigger body's ``conf`` for the placement DAG, as one sentence, or None.
 
-    None also when the body is not a JSON object: Airflow's own checks answer for those.
+    The API server's trigger check (``celeritas_plugins``) asks this for the form and the REST API
+    alike; :func:`check_trigger` decides. None also when the body is not a JSON object with a
+    ``conf``: Airflow's own checks answer for those.
     """
     import json
 
@@ -207,10 +263,42 @@ def trigger_problem(body: bytes) -> str | None:
     if conf is None:
         return None
     try:
-        resolve_params(conf)
+        check_trigger(conf)
     except CeleritasInputError as error:
         return str(error)
     return None
+
+
+def check_trigger(conf: Any) -> dict[str, Any]:
+    """A trigger's ``conf`` as the DAG's tasks will get it, checked as ``prepare`` will check it.
+
+    Airflow fills the fields a trigger leaves out with the form's defaults (:func:`form_defaults`),
+    so they are filled here too; then :func:`resolve_params` and the deployment's policy on the
+    model and the run directory (:func:`tasks.policy.check_model`, :func:`tasks.policy.check_run_dir`)
+    judge it, without TensorFlow and without reading the model itself.
+
+    Parameters
+    ----------
+    conf : Any
+        The trigger's ``conf`` (a JSON object; anything else is refused).
+
+    Returns
+    -------
+    dict
+        The resolved parameters.
+
+    Raises
+    ------
+    CeleritasInputError
+        The first problem, as one sentence naming the parameter.
+    """
+    from tasks.policy import check_model, check_run_dir
+
+    params = resolve_params({**form_defaults(), **conf} if isinstance(conf, Mapping) else conf)
+    check_model(params["model"], params["model_knobs"], paper=bool(params["paper_config"]))
+    if params["run_dir"]:
+        check_run_dir(params["run_dir"])
+    return params
 
 
 def _check_finite(value: Any, where: str) -> None:

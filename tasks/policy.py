@@ -107,20 +107,63 @@ def resolve_model(model: str, knobs: Mapping[str, Any] | None = None, *,
                   paper: bool = False) -> ModelReference:
     """Check ``model`` (and a zoo model's ``knobs`` over its small or ``paper`` configuration) against
     the policy; its reference."""
+    kind = check_model(model, knobs, paper=paper)
+    if kind == "keras":
+        return _keras_reference(model)
+    if kind == "function":
+        return _function_reference(model)
+    return ModelReference("zoo", model, "", "")
+
+
+def check_model(model: str, knobs: Mapping[str, Any] | None = None, *,
+                paper: bool = False) -> Literal["zoo", "keras", "function"]:
+    """The checks of :func:`resolve_model` that the API server can make when a run is triggered.
+
+    A zoo model's knobs are checked in full (their names, and their values by the model's factory,
+    which only builds a recipe); a ``.keras`` file must be under the models root, exist and be a
+    Keras archive (only its zip directory is read), or be under the allowed S3 prefix (whether it
+    exists there is left to ``prepare``); a ``MODULE:FUNCTION`` must be under an allowed module
+    prefix (finding the module is left to ``prepare``: only the workers need it installed). Nothing
+    imports TensorFlow.
+
+    Parameters
+    ----------
+    model : str
+        The ``model`` parameter.
+    knobs : Mapping, optional
+        A zoo model's size knobs.
+    paper : bool
+        Whether the knobs override the paper's configuration instead of the small one.
+
+    Returns
+    -------
+    str
+        The model's kind: ``zoo``, ``keras`` or ``function``.
+
+    Raises
+    ------
+    CeleritasInputError
+        One sentence naming the parameter and what is allowed.
+    """
     from celeritas_tf.models import ZOO
 
-    where = "parameter 'model'"
     if model in ZOO:
         _check_knobs(model, ZOO[model].factory, knobs or {})
         base = ZOO[model].paper_config if paper else ZOO[model].small_config
         _check_knob_values(model, {**base, **(knobs or {})})
-        return ModelReference("zoo", model, "", "")
+        return "zoo"
     if model.endswith(".keras"):
-        return _keras_reference(model)
+        if model.startswith("s3://"):
+            _check_s3_model(model)
+        else:
+            path = _local_keras(model)
+            _check_keras_archive(path, str(path))
+        return "keras"
     if ":" in model and not model.startswith(("s3://", "file:")):
-        return _function_reference(model)
-    raise CeleritasInputError(f"{where}: unknown model {model!r} (zoo: {', '.join(sorted(ZOO))}; or a "
-                              f".keras file under {models_root()}, or MODULE:FUNCTION under "
+        _allowed_function(model)
+        return "function"
+    raise CeleritasInputError(f"parameter 'model': unknown model {model!r} (zoo: {', '.join(sorted(ZOO))}; "
+                              f"or a .keras file under {models_root()}, or MODULE:FUNCTION under "
                               "CELERITAS_MODEL_MODULES)")
 
 
@@ -129,8 +172,8 @@ def _check_knobs(model: str, factory: Any, knobs: Mapping[str, Any]) -> None:
     allowed = [p for p in inspect.signature(factory).parameters if p not in ("self",)]
     unknown = sorted(set(knobs) - set(allowed))
     if unknown:
-        raise CeleritasInputError(f"parameter 'model_knobs': {model} has no knob {unknown[0]!r} "
-                                  f"(its knobs: {', '.join(allowed)})")
+        raise CeleritasInputError(f"parameter 'model_knobs': {model} has no knob {unknown[0]!r} (its knobs: "
+                                  f"{', '.join(allowed)}); leave the knobs empty for its own sizes")
 
 
 def _check_knob_values(model: str, config: Mapping[str, Any]) -> None:
@@ -149,28 +192,39 @@ def _check_knob_values(model: str, config: Mapping[str, Any]) -> None:
 def _keras_reference(model: str) -> ModelReference:
     """A ``.keras`` file under the models root (or the allowed S3 prefix), checked to be a Keras
     archive (a zip with ``config.json``) before any worker loads it."""
-    where = "parameter 'model'"
     if model.startswith("s3://"):
-        prefix = _s3_prefix("CELERITAS_MODELS_S3_PREFIX")
-        if prefix is None or not model.startswith(prefix) or "/../" in model or model.endswith("/.."):
-            allowed = prefix or "nowhere (set CELERITAS_MODELS_S3_PREFIX to allow a bucket prefix)"
-            raise CeleritasInputError(f"{where}: {model} is outside the allowed S3 prefix: {allowed}")
+        _check_s3_model(model)
         from tasks import storage
 
         try:
             data = storage.read_bytes(model)
         except storage.ArtifactNotFound:
-            raise CeleritasInputError(f"{where}: no such .keras file: {model}") from None
+            raise CeleritasInputError(f"parameter 'model': no such .keras file: {model}") from None
         _check_keras_archive(io.BytesIO(data), model)
         return ModelReference("keras", model, model, hashlib.sha256(data).hexdigest())
+    resolved = _local_keras(model)
+    _check_keras_archive(resolved, str(resolved))
+    return ModelReference("keras", model, str(resolved), file_sha256(resolved))
+
+
+def _check_s3_model(model: str) -> None:
+    """Refuse an ``s3://`` model outside the allowed prefix (``CELERITAS_MODELS_S3_PREFIX``)."""
+    prefix = _s3_prefix("CELERITAS_MODELS_S3_PREFIX")
+    if prefix is None or not model.startswith(prefix) or "/../" in model or model.endswith("/.."):
+        allowed = prefix or "nowhere (set CELERITAS_MODELS_S3_PREFIX to allow a bucket prefix)"
+        raise CeleritasInputError(f"parameter 'model': {model} is outside the allowed S3 prefix: {allowed}")
+
+
+def _local_keras(model: str) -> Path:
+    """A local ``.keras`` path resolved inside the models root, if it is a file there."""
+    where = "parameter 'model'"
     if model.startswith("file:"):
         raise CeleritasInputError(f"{where}: give a path, not a file: URI ({model})")
     resolved = _under_root(model, models_root(), f"{where}: {model} is outside the models root",
                            "CELERITAS_MODELS_ROOT")
     if not resolved.is_file():
         raise CeleritasInputError(f"{where}: no such .keras file: {resolved}")
-    _check_keras_archive(resolved, str(resolved))
-    return ModelReference("keras", model, str(resolved), file_sha256(resolved))
+    return resolved
 
 
 def _check_keras_archive(source: Path | IO[bytes], shown: str) -> None:
@@ -184,8 +238,8 @@ def _check_keras_archive(source: Path | IO[bytes], shown: str) -> None:
         raise CeleritasInputError(f"{refused} (not a zip file)") from None
 
 
-def _function_reference(model: str) -> ModelReference:
-    """A ``MODULE:FUNCTION`` under an allowed module prefix, its module found (not imported)."""
+def _allowed_function(model: str) -> str:
+    """The module of a ``MODULE:FUNCTION`` model, if well formed and under an allowed prefix."""
     where = "parameter 'model'"
     module, _, function = model.partition(":")
     if not _MODULE.match(module) or not _FUNCTION.match(function):
@@ -194,12 +248,18 @@ def _function_reference(model: str) -> ModelReference:
     if not any(module == p or module.startswith(p + ".") for p in prefixes):
         allowed = ", ".join(prefixes) or "none (set CELERITAS_MODEL_MODULES, e.g. 'mycompany.models')"
         raise CeleritasInputError(f"{where}: module {module!r} is not under an allowed prefix: {allowed}")
+    return module
+
+
+def _function_reference(model: str) -> ModelReference:
+    """A ``MODULE:FUNCTION`` under an allowed module prefix, its module found (not imported)."""
+    module = _allowed_function(model)
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.origin or not os.path.isfile(spec.origin):
-        raise CeleritasInputError(f"{where}: cannot find module {module!r}")
+        raise CeleritasInputError(f"parameter 'model': cannot find module {module!r}")
     return ModelReference("function", model, spec.origin, file_sha256(Path(spec.origin)))
 
 

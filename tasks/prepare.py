@@ -82,6 +82,26 @@ def prepare(params: Mapping[str, Any], *, job_id: str, tags: Mapping[str, str] |
                          configuration=config)
 
 
+def configuration_for(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration a run with ``params`` is compared within, as ``prepare`` computes it.
+
+    Parameters
+    ----------
+    params : Mapping
+        Pipeline parameters (missing ones take :func:`tasks.params.defaults`).
+
+    Returns
+    -------
+    dict
+        :func:`tasks.configuration.configuration_to_json` of it: its ``key``, the registered model's
+        name, the model identity, the batch size and the cluster.
+    """
+    resolved = resolve_params(params)
+    reference = resolve_model(resolved["model"], resolved.get("model_knobs"),
+                              paper=bool(resolved.get("paper_config")))
+    return configuration_to_json(configuration_of(resolved, _identity(resolved, reference)))
+
+
 def _identity(params: Mapping[str, Any], reference: ModelReference) -> dict[str, Any]:
     """The model identity of resolved ``params`` (see :func:`tasks.configuration.model_identity`):
     a zoo model by name and knobs, a user model by the SHA-256 of its content."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.stack import ROOT, Stack, leftovers, missing_system_packages, start_stack
+from tests.integration.ui import chromium
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +23,10 @@ def stack() -> Iterator[Stack]:
         running.stop()
     left = leftovers(running.marker)
     assert left == [], f"processes left running after the stack stopped: {left}"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Debian's chromium through Playwright, one fresh profile per test module."""
+    with chromium() as context:
+        yield context

@@ -5,87 +5,72 @@ Screenshots of every step go to build/ui-screenshots/."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.integration.stack import ROOT, Stack
+from tests.integration.stack import Stack
+from tests.integration.ui import DAG, log_in, open_trigger_form, shot
 
-DAG = "celeritas_placement"
-SHOTS = ROOT / "build" / "ui-screenshots"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-#: Chromium on a machine without a network or a screen (the flags the build machines need).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SECTIONS = ("Model", "Standard Evaluation", "Cluster", "Placement", "Validation", "Publishing", "Storage")
 DEFAULT_RUN_TIMEOUT_S = 1200
 TRAINING_VIEW = "workflowType=machine_learning"
 EXPERIMENT = "celeritas-placement"
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed: run tests/integration/system_packages.sh")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as profile, sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1400, "height": 1100})
-        try:
-            yield context
-        finally:
-            context.close()
-
-
-def _shot(page, name: str) -> None:
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def _log_in(page, stack: Stack) -> None:
-    page.goto(f"{stack.airflow_url}/")
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(stack.password)
-    _shot(page, "01-airflow-login")
-    page.keyboard.press("Enter")
-    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=30_000)
-
-
 def test_the_trigger_form_shows_its_sections_and_submits_with_its_defaults(browser, stack: Stack) -> None:
     stack.wait_for_dag(DAG)
     before = {r["dag_run_id"] for r in stack.runs(DAG)}
     page = browser.new_page()
-    _log_in(page, stack)
-    page.goto(f"{stack.airflow_url}/dags/{DAG}")
-    page.get_by_role("button", name="Trigger").first.click()
-    dialog = page.get_by_role("dialog")
+    log_in(page, stack, screenshot="01-airflow-login")
+    dialog = open_trigger_form(page, stack)
     for section in SECTIONS:  # the form's sections, each with its fields' descriptions
         dialog.get_by_role("button", name=section, exact=True).wait_for(timeout=30_000)
-    _shot(page, "02-trigger-form")
+    shot(page, "02-trigger-form")
     dialog.get_by_role("button", name="Model", exact=True).click()
     dialog.get_by_text("A zoo model (inception_v3, nmt, transformer, tensor_holography, mlp)").wait_for()
-    _shot(page, "03-trigger-form-model")
+    shot(page, "03-trigger-form-model")
     dialog.get_by_role("button", name="Storage", exact=True).click()
     dialog.get_by_text("Optional. Where the run's artifacts go").wait_for()
-    _shot(page, "04-trigger-form-storage")
+    shot(page, "04-trigger-form-storage")
     dialog.get_by_role("button", name="Trigger").click()  # the defaults, untouched
     deadline = time.monotonic() + 60
     while not (new := {r["dag_run_id"] for r in stack.runs(DAG)} - before):
         assert time.monotonic() < deadline, "the form's Trigger created no run"
         time.sleep(1)
     (run_id,) = new
-    _shot(page, "05-triggered")
+    shot(page, "05-triggered")
     state = stack.wait_for_run(DAG, run_id, DEFAULT_RUN_TIMEOUT_S)
     page.goto(f"{stack.airflow_url}/dags/{DAG}/runs/{run_id}")
     page.wait_for_timeout(3000)
-    _shot(page, "06-run-finished")
+    shot(page, "06-run-finished")
     assert state == "success", stack.log_tail("worker-gpu")
+    _check_the_first_run_is_the_demos_split(stack, run_id)
+
+
+def _check_the_first_run_is_the_demos_split(stack: Stack, run_id: str) -> None:
+    """The form's defaults are the demo's configuration (same key, so the demo's champion would be
+    the one to beat), and on its devices the promoted placement uses more than one."""
+    import tempfile
+
+    from mlflow.tracking import MlflowClient
+
+    from tasks.prepare import configuration_for
+    from tests.demo import demo_params
+
+    client = MlflowClient(tracking_uri=stack.mlflow_url)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None
+    (parent,) = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    assert parent.data.tags["celeritas.config_key"] == configuration_for(demo_params())["key"]
+    assert parent.data.tags["celeritas.publish_decision"] == "promoted"  # the first of its configuration
+    with tempfile.TemporaryDirectory() as folder:
+        path = client.download_artifacts(parent.info.run_id, "published/placement.json", folder)
+        with open(path) as fh:
+            placement = json.load(fh)
+    used = set(placement["assignment"].values())
+    assert len(used) >= 2, f"the promoted {placement['placer']} placement keeps every op on one device"
 
 
 def _experiment_id(stack: Stack) -> str:
@@ -109,19 +94,19 @@ def test_the_mlflow_ui_shows_the_runs_the_step_time_chart_and_the_artifacts(brow
     page = browser.new_page()
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}?{TRAINING_VIEW}")
     page.get_by_text(parent.info.run_name, exact=True).first.wait_for(timeout=60_000)
-    _shot(page, "07-mlflow-experiment")
+    shot(page, "07-mlflow-experiment")
     validated = next(c for c in children if "validation_step_time_ms" in c.data.metrics)
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{validated.info.run_id}/model-metrics"
               f"?{TRAINING_VIEW}")
     page.get_by_placeholder("Search metric charts").fill("validation_step_time_ms")
     page.get_by_text("validation_step_time_ms", exact=True).first.wait_for(timeout=60_000)
     page.get_by_text("Step", exact=True).first.wait_for(timeout=30_000)  # a line over the timed steps
-    _shot(page, "08-mlflow-step-time-chart")
+    shot(page, "08-mlflow-step-time-chart")
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{validated.info.run_id}/artifacts"
               f"?{TRAINING_VIEW}")
     for name in ("placement", "validation", "gantt.png", "memory.png"):  # the charts at the top
         page.get_by_text(name, exact=True).first.wait_for(timeout=60_000)
-    _shot(page, "09-mlflow-artifacts")
+    shot(page, "09-mlflow-artifacts")
     page.goto(f"{stack.mlflow_url}/#/experiments/{experiment}/runs/{parent.info.run_id}?{TRAINING_VIEW}")
     page.get_by_text(parent.info.run_name).first.wait_for(timeout=60_000)
-    _shot(page, "10-mlflow-parent-run")
+    shot(page, "10-mlflow-parent-run")

@@ -16,7 +16,7 @@ import pytest
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import RedactingFilter, redact
 from tasks.params import resolve_params, schema
-from tasks.policy import check_run_dir, resolve_model
+from tasks.policy import check_model, check_run_dir, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,9 +84,10 @@ def test_every_number_field_has_finite_bounds() -> None:
     assert {w.split(".")[1] for w, _ in numbers} >= {"batch_size", "R", "memory_fraction", "model_knobs",
                                                     "profile_batch_sizes", "improvement_threshold"}
     for where, node in numbers:
-        low = node.get("minimum", node.get("exclusiveMinimum"))
+        bounds = {**node, **{k: v for sub in node.get("allOf", []) for k, v in sub.items()}}
+        low = bounds.get("minimum", bounds.get("exclusiveMinimum"))
         assert low is not None and math.isfinite(low), where
-        assert "maximum" in node and math.isfinite(node["maximum"]), where
+        assert "maximum" in bounds and math.isfinite(bounds["maximum"]), where
 
 
 def test_the_schemas_batch_limit_is_the_cores() -> None:
@@ -217,6 +218,49 @@ def test_keras_files_on_s3_only_under_the_allowed_prefix_and_only_archives(
                            ("s3://models/ok/text.keras", "is not a Keras archive \\(not a zip file\\)")):
         with pytest.raises(CeleritasInputError, match=f"^parameter 'model': .*{message}"):
             resolve_model(model)
+
+
+def test_the_trigger_time_check_refuses_what_resolve_model_refuses_without_reading_the_model(
+        roots: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server checks a trigger with check_model: the same refusals, but it never downloads
+    an S3 model or looks for a module (only the workers have them)."""
+    from tasks import storage
+
+    def no_download(uri: str) -> bytes:
+        raise AssertionError(f"the trigger check downloaded {uri}")
+
+    monkeypatch.setattr(storage, "read_bytes", no_download)
+    monkeypatch.setenv("CELERITAS_MODELS_S3_PREFIX", "s3://models/ok")
+    monkeypatch.setenv("CELERITAS_MODEL_MODULES", "acme.models")
+    _keras_archive(roots / "models" / "net.keras")
+    (roots / "models" / "text.keras").write_text("not a zip")
+    assert [check_model(m) for m in ("nmt", "net.keras", "s3://models/ok/any.keras",
+                                     "acme.models.vision:build")] == ["zoo", "keras", "keras", "function"]
+    for model, knobs, message in (
+        ("no_such_model", None, r"^parameter 'model': unknown model 'no_such_model' \(zoo: inception_v3, "),
+        ("nmt", {"filters": 8}, r"^parameter 'model_knobs': nmt has no knob 'filters' \(its knobs: layers, "
+                                r"units, seq_len, vocab\); leave the knobs empty for its own sizes$"),
+        ("mlp", {"layers": -1}, "^parameter 'model_knobs': model 'mlp': layers must be a positive integer"),
+        ("missing.keras", None, "^parameter 'model': no such .keras file: "),
+        ("text.keras", None, "^parameter 'model': .* is not a Keras archive"),
+        ("../x.keras", None, "^parameter 'model': ../x.keras is outside the models root"),
+        ("s3://models/other/net.keras", None, "outside the allowed S3 prefix: s3://models/ok/"),
+        ("os:abort", None, "^parameter 'model': module 'os' is not under an allowed prefix: acme.models$"),
+        ("acme.models:x;y", None, "is not MODULE:FUNCTION")):
+        with pytest.raises(CeleritasInputError, match=message):
+            check_model(model, knobs)
+
+
+def test_a_trigger_is_checked_without_tensorflow(roots: Path) -> None:
+    """The API server has no TensorFlow: the whole trigger check (a zoo model's knobs too) needs none."""
+    _keras_archive(roots / "models" / "net.keras")
+    code = ("import sys; from tasks.params import check_trigger; "
+            "check_trigger({'model': 'transformer', 'model_knobs': {'heads': 4}}); "
+            "check_trigger({'model': 'net.keras', 'model_knobs': None}); "
+            "print(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow")

@@ -11,7 +11,8 @@ import pytest
 
 from celeritas_core.errors import CeleritasInputError
 from tasks import params
-from tasks.params import FIELDS, OPTIONAL, resolve_params, trigger_problem
+from tasks.params import FIELDS, OPTIONAL, check_trigger, resolve_params, trigger_problem
+from tests.demo import demo_params
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,13 +42,53 @@ def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied
 
 
 def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
-    assert set(OPTIONAL) == {"run_dir", "model_knobs"}
+    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm"}
     for name in FIELDS:
         param = form_params.get_param(name)
         assert _required_in_form(param.schema) == (name not in OPTIONAL), name
         assert param.schema.get("title") and param.schema.get("section") and param.description, name
     resolved = resolve_params({"run_dir": None, "model_knobs": None})
     assert resolved["model_knobs"] == {} and resolved["run_dir"] is None
+
+
+def test_the_switches_carry_no_asterisk_and_null_means_their_default(form_params) -> None:
+    """A switch always holds true or false; its type admits null only so that the form does not mark
+    it required (its `*`, and its "required" error when switched off)."""
+    for name in ("paper_config", "calibrate_comm"):
+        assert not _required_in_form(form_params.get_param(name).schema), name
+        assert form_params.get_param(name).schema["type"][0] == "boolean"  # still rendered as a switch
+    resolved = resolve_params({"paper_config": None, "calibrate_comm": None})
+    assert (resolved["paper_config"], resolved["calibrate_comm"]) == (False, True)
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'calibrate_comm': Calibrate transfers must be "
+                                                  r"true or false or empty, not \"yes\"$"):
+        resolve_params({"calibrate_comm": "yes"})
+
+
+def test_number_boxes_get_no_bounds_to_clamp_to_and_airflow_still_refuses_out_of_range(form_params) -> None:
+    """The form clamps a number box to the schema's top-level minimum and maximum (-5 would become 1
+    unseen); the bounds sit under allOf, which Airflow's own validation still applies."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    numbers = [n for n in FIELDS if params.value_type(n) in ("integer", "number")]
+    assert set(numbers) >= {"batch_size", "num_devices", "R", "memory_fraction", "validation_steps"}
+    for name in numbers:
+        schema = form_params.get_param(name).schema
+        assert not set(schema) & set(params.BOUNDS), (name, schema)
+        assert schema["allOf"] and set(schema["allOf"][0]) <= set(params.BOUNDS), name
+    for name, value in (("batch_size", -5), ("num_devices", 65), ("memory_fraction", 1.5), ("R", 0)):
+        with pytest.raises(ParamValidationError):
+            form_params.deep_merge({name: value}).validate()
+
+
+def test_the_forms_first_run_has_the_demos_configuration(form_params) -> None:
+    """Submitted untouched, the form runs the demo's configuration, so it meets the demo's champion."""
+    from tasks.prepare import configuration_for
+
+    form, demo = configuration_for(form_params.validate()), configuration_for(demo_params())
+    assert form["key"] == demo["key"], (form["description"], demo["description"])
+    assert form["model"]["knobs"] == params.DEMO_KNOBS and form["batch_size"] == 16
+    assert form["cluster"]["devices"] == 4 and form["cluster"]["memory_bytes"] == 30 * 2**20
+    assert configuration_for(params.defaults())["key"] != demo["key"]  # the knobs matter: a real check
 
 
 def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed(form_params) -> None:
@@ -64,6 +105,17 @@ def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed
     ({"device_memory": "lots"}, "parameter 'device_memory': Memory per device: \"lots\" is not a number of "
                                 "bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"),
     ({"batch_size": 0}, "parameter 'batch_size': Batch size must be at least 1, not 0"),
+    ({"batch_size": -5}, "parameter 'batch_size': Batch size must be at least 1, not -5"),
+    ({"num_devices": 65}, "parameter 'num_devices': Devices must be at most 64, not 65"),
+    ({"memory_fraction": 1.5}, "parameter 'memory_fraction': Cluster memory cap must be at most 1, not 1.5"),
+    ({"device_memory": "1e30"}, "parameter 'device_memory': Memory per device must be at most 1e+18 bytes "
+                                "(1 EB), not \"1e30\""),
+    ({"device_memory": "0"}, "parameter 'device_memory': Memory per device: size must be positive and "
+                             "finite, got '0'"),
+    ({"model_knobs": {"layers": "many"}}, "parameter 'model_knobs.layers': Model size knobs must be a whole "
+                                          "number, not \"many\""),
+    ({"model_knobs": {"layers": float("nan")}}, "parameter 'model_knobs.layers': expected a finite number, "
+                                                "got nan"),
     ({"batch_size": "8"}, "parameter 'batch_size': Batch size must be a whole number, not \"8\""),
     ({"memory_fraction": 0}, "parameter 'memory_fraction': Cluster memory cap must be more than 0, not 0"),
     ({"placers": ["fastest"]}, "parameter 'placers.0': Placers to compare: \"fastest\" is not one of "
@@ -81,6 +133,44 @@ def test_a_bad_value_is_one_sentence_naming_the_field_and_what_is_allowed(given:
         resolve_params(given)
     assert str(err.value) == sentence
     assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence
+
+
+@pytest.mark.parametrize(("given", "sentence"), [
+    ({"model": "no_such_model"},
+     "parameter 'model': unknown model 'no_such_model' (zoo: inception_v3, mlp, nmt, tensor_holography, "
+     "transformer; or a .keras file under {home}/models, or MODULE:FUNCTION under CELERITAS_MODEL_MODULES)"),
+    ({"model": "nmt"},  # the form's knobs are the demo's, tensor_holography's
+     "parameter 'model_knobs': nmt has no knob 'filters' (its knobs: layers, units, seq_len, vocab); leave "
+     "the knobs empty for its own sizes"),
+    ({"model_knobs": {"depth": 3}},
+     "parameter 'model_knobs': tensor_holography has no knob 'depth' (its knobs: layers, filters, "
+     "image_size); leave the knobs empty for its own sizes"),
+    ({"model": "transformer", "model_knobs": {"heads": 3}},
+     "parameter 'model_knobs': model 'transformer': hidden (16) must be a multiple of heads (3)"),
+    ({"model": "net.keras"}, "parameter 'model': no such .keras file: {home}/models/net.keras"),
+    ({"model": "acme.models:build"},
+     "parameter 'model': module 'acme.models' is not under an allowed prefix: none (set "
+     "CELERITAS_MODEL_MODULES, e.g. 'mycompany.models')"),
+    ({"run_dir": "/etc"}, "parameter 'run_dir': /etc is outside the runs root {home}/build/runs "
+                          "(CELERITAS_RUNS_ROOT)"),
+])
+def test_a_trigger_is_refused_what_prepare_would_refuse(given: dict, sentence: str, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model and the run directory are checked at trigger time as prepare checks them."""
+    monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
+    for name in ("CELERITAS_MODELS_ROOT", "CELERITAS_RUNS_ROOT", "CELERITAS_MODEL_MODULES"):
+        monkeypatch.delenv(name, raising=False)
+    assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence.format(home=tmp_path)
+    resolve_params(given)  # none of these is a schema problem
+
+
+def test_a_trigger_is_checked_as_its_tasks_will_get_it_over_the_forms_defaults() -> None:
+    """Airflow fills what a trigger leaves out with the form's defaults (the demo's knobs included);
+    empty knobs are a model's own sizes."""
+    assert check_trigger({})["model_knobs"] == params.DEMO_KNOBS
+    assert check_trigger({"model": "nmt", "model_knobs": None})["model_knobs"] == {}
+    assert check_trigger({"model": "nmt", "model_knobs": {}})["model"] == "nmt"
+    assert resolve_params({"model": "nmt"})["model_knobs"] == {}  # celeritas run and the fleet
 
 
 def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:
@@ -116,6 +206,10 @@ def test_the_api_server_refuses_a_bad_placement_trigger_with_the_sentence_and_cr
                          json={"conf": {"device_memory": "lots"}, "logical_date": None})
     assert answer.status_code == 400
     assert answer.json()["detail"].startswith("parameter 'device_memory': Memory per device: \"lots\"")
+    answer = client.post(f"/api/v2/dags/{params.PLACEMENT_DAG_ID}/dagRuns",
+                         json={"conf": {"model": "no_such_model"}, "logical_date": None})
+    assert answer.status_code == 400
+    assert answer.json()["detail"].startswith("parameter 'model': unknown model 'no_such_model' (zoo: ")
     assert received == []
 
 
