@@ -51,6 +51,7 @@ ui: setup
 	$(PY) examples/run_ui.py
 
 bench: setup
+	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_placers.py
 	$(PY) bench/bench_quality.py
