@@ -41,6 +41,14 @@ def _modules_after(*args: str) -> list[str]:
 
 
 @pytest.mark.parametrize("args", [["--help"], ["place", "--help"], ["compare", "--help"],
-                                  ["info", str(GRAPH)]], ids=" ".join)
+                                  ["simulate", "--help"], ["info", str(GRAPH)]], ids=" ".join)
 def test_light_commands_import_no_heavy_module(args: list[str]) -> None:
     assert sorted(set(HEAVY) & set(_modules_after(*args))) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["place", "--help"], ["compare", "--help"],
+                                  ["simulate", "--help"], ["profile", "--help"], ["run", "--help"]],
+                         ids=" ".join)
+def test_help_builds_the_parser_without_numpy(args: list[str]) -> None:
+    # numpy alone takes 0.1 s idle, 0.3-0.5 s on a busy machine: --help stays pure Python
+    assert "numpy" not in _modules_after(*args)
