@@ -52,3 +52,19 @@ def test_light_commands_import_no_heavy_module(args: list[str]) -> None:
 def test_help_builds_the_parser_without_numpy(args: list[str]) -> None:
     # numpy alone takes 0.1 s idle, 0.3-0.5 s on a busy machine: --help stays pure Python
     assert "numpy" not in _modules_after(*args)
+
+
+def test_the_executable_exits_with_the_commands_status_and_skips_the_last_collections(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from celeritas_cli.main import run
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    with pytest.raises(SystemExit) as exit_info:
+        run(["info", str(GRAPH)])
+    assert exit_info.value.code == 0 and frozen == [True]
+    with pytest.raises(SystemExit) as exit_info:
+        run(["info", str(ROOT / "no-such-graph.json")])
+    assert exit_info.value.code != 0
