@@ -3,18 +3,25 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# the compiled loops' prebuilt cache, which every user of this install reads (celeritas_core/jit.py)
+JIT_BUILT := celeritas_core/_jitcache/precompiled.json
 INTEGRATION_STAMP := $(VENV)/.integration-stamp
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup test test-integration lint demo ui bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(JIT_BUILT)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# compile the hot loops once (about 30 s), so no command and no user waits for Numba; again
+# whenever the engine's code changes (then only the changed loops compile)
+$(JIT_BUILT): $(STAMP) $(wildcard celeritas_core/*.py celeritas_core/*/*.py)
+	$(PY) -m celeritas_core.precompile
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -44,6 +51,7 @@ ui: setup
 	$(PY) examples/run_ui.py
 
 bench: setup
+	$(PY) bench/bench_startup.py
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_placers.py
 	$(PY) bench/bench_quality.py
@@ -54,4 +62,4 @@ bench: setup
 	$(PY) bench/bench_determinism.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis celeritas_core/_jitcache

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import argparse
+import typing
 
 from celeritas_cli import flags
-from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.defaults import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
+
+if typing.TYPE_CHECKING:  # numpy loads when a command builds a cluster, not with the parser
+    from celeritas_core.cluster import Cluster
 
 
 def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -42,6 +46,7 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
 
 def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None) -> Cluster:
     """The cluster the options of :func:`add_cluster_args` describe (``fallback`` when none is given)."""
+    from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_cluster
 
     check_cluster_flags(args)

@@ -1,6 +1,9 @@
 """The engine's commands of the ``celeritas`` CLI: place, simulate, info, placers, compare, generate.
 
-They need only :mod:`celeritas_core` (numpy, networkx, scipy); heavy modules load when a command runs.
+They need only :mod:`celeritas_core` (numpy, networkx, scipy). Building their parsers imports
+none of it but the numpy-free :mod:`celeritas_core.defaults`, :mod:`~celeritas_core.limits` and
+:mod:`~celeritas_core.units`: numpy and the engine load when a command runs (lazy imports for
+start-up speed: ``celeritas --help``, tests/cli/test_startup.py).
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
-from celeritas_core.cluster import Cluster
+from celeritas_core.defaults import (
+    ALTERNATIVE_DISPATCH,
+    DEFAULT_MEMORY_FRACTION,
+    DEFAULT_R,
+    DOCUMENTED_DISPATCH,
+)
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
-from celeritas_core.placement import Placement
 from celeritas_core.units import format_bytes, format_change, format_us
 
-if typing.TYPE_CHECKING:  # the simulator loads Numba: only when a command (or the parser) needs it
+if typing.TYPE_CHECKING:  # numpy and the engine load when a command runs (module docstring)
+    from celeritas_core.cluster import Cluster
+    from celeritas_core.graph import Graph
+    from celeritas_core.placement import Placement
     from celeritas_core.simulator import DispatchSpread
 
 
@@ -30,8 +37,9 @@ if typing.TYPE_CHECKING:  # the simulator loads Numba: only when a command (or t
 def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str | None = None) -> str:
     """The one-screen report of ``place`` and ``simulate``; ``dispatch`` names the replay's
     dispatch order when it is not the documented one."""
+    import numpy as np  # lazy, see the module docstring
+
     from celeritas_core.levels import ccr
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH
 
     lines = []
     mem_set = sorted({format_bytes(m) for m in cluster.memory_bytes})
@@ -124,9 +132,10 @@ def _cmd_place(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_graph, placement_from_json, read_json
     from celeritas_core.placers import evaluate_placement
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DOCUMENTED_DISPATCH, dispatch_spread
+    from celeritas_core.simulator import dispatch_spread
 
     dispatch = _check_dispatch_flag(args.dispatch)
     check_cluster_flags(args)
@@ -165,7 +174,7 @@ _ALL_DISPATCH = "all"
 
 def _check_dispatch_flag(value: str) -> str:
     """``--dispatch``'s value if it names an order or ``all``, else a one-line input error."""
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH, check_dispatch
+    from celeritas_core.simulator import check_dispatch
 
     if value == _ALL_DISPATCH:
         return value
@@ -179,7 +188,6 @@ def _check_dispatch_flag(value: str) -> str:
 
 def _dispatch_table(spread: DispatchSpread) -> str:
     """The step under the documented dispatch order and each other one, and the others' median."""
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH
 
     def change(step: float) -> str:
         return "" if spread.documented_us == 0 else f"   {format_change(step / spread.documented_us):>6}"
@@ -193,7 +201,10 @@ def _dispatch_table(spread: DispatchSpread) -> str:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    import numpy as np  # lazy, see the module docstring
+
     from celeritas_core.bounds import lower_bound_us
+    from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_graph
     from celeritas_core.levels import ccr
 
@@ -399,8 +410,6 @@ def add_commands(sub: typing.Any) -> None:
 
 
 def _add_place(sub: typing.Any) -> None:
-    from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
-
     p = sub.add_parser("place", help="place a graph on a cluster and write the placement JSON",
                        description="Place GRAPH (celeritas-graph/1) on a cluster, print a summary "
                                    "(simulated step time, vs single device, vs lower bound, "
@@ -436,8 +445,6 @@ def _add_headroom(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_simulate(sub: typing.Any) -> None:
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DOCUMENTED_DISPATCH
-
     s = sub.add_parser("simulate", help="replay a placement in the simulator",
                        description="Replay PLACEMENT of GRAPH in the event-driven simulator "
                                    "(docs/simulator.md) and print the summary. Without cluster "
@@ -471,8 +478,6 @@ def _add_placers(sub: typing.Any) -> None:
 
 
 def _add_compare(sub: typing.Any) -> None:
-    from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R
-
     c = sub.add_parser("compare", help="run several placers on one graph and rank them",
                        description="Run placers on GRAPH, replay each in the simulator and print a "
                                    "table (step time, speed-up vs one device, gap to the lower bound, "

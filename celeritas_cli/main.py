@@ -11,6 +11,7 @@ dispatches. TensorFlow, MLflow and boto3 load when a command that needs them run
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import typing
@@ -76,6 +77,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run(argv: Sequence[str] | None = None) -> typing.NoReturn:
+    """The ``celeritas`` executable and ``python -m celeritas_cli``: :func:`main`, then exit with
+    its status.
+
+    Every object is frozen out of the garbage collector first (``gc.freeze``): the interpreter's
+    last collections would otherwise walk them all, Numba's compiled code included, which took
+    0.4-0.6 s at the end of a 2 s ``place``. Exit handlers still run; only the traversal is saved.
+    """
+    code = main(argv)
+    gc.freeze()
+    sys.exit(code)
+
+
 def _transient(exc: BaseException) -> bool:
     """Whether ``exc`` is the pipeline's transient storage or tracking error (already one line)."""
     from tasks.storage import TransientStorageError
@@ -85,4 +99,4 @@ def _transient(exc: BaseException) -> bool:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

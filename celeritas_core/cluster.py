@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import (
     MAX_BYTES,
@@ -20,10 +21,6 @@ from celeritas_core.limits import (
     is_number,
     short_repr,
 )
-
-#: Default transfer model: PCIe-class link, ~10 GB/s (1e-4 µs per byte) and 25 µs latency.
-DEFAULT_SLOPE_US_PER_BYTE = 1e-4
-DEFAULT_INTERCEPT_US = 25.0
 
 
 @dataclass(frozen=True, eq=False)

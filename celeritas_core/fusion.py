@@ -21,14 +21,12 @@ import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
+from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.live_estimate import SequenceMemory
 from celeritas_core.orders import cpd_topo_order
-
-DEFAULT_R = 200
-DEFAULT_MEMORY_FRACTION = 0.25
 
 
 @dataclass(frozen=True, eq=False)

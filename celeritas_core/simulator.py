@@ -21,6 +21,7 @@ import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.dagloops import fifo_order, keyed_order
+from celeritas_core.defaults import ALTERNATIVE_DISPATCH, DOCUMENTED_DISPATCH
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
@@ -73,13 +74,6 @@ class SimulationResult:
         """Sum of all transfer durations (µs), overlapping or not."""
         return float(self.transfers.duration_us.sum())
 
-
-#: The documented dispatch order: ties between ready ops go to the smaller topological rank.
-DOCUMENTED_DISPATCH = "rank"
-#: Other valid dispatch orders a runtime may follow (docs/simulator.md, "Dispatch orders"): Kahn's
-#: FIFO order and four seeded random topological orders. A placement whose step holds under
-#: these does not owe its speed to the documented order's tie-breaks.
-ALTERNATIVE_DISPATCH: tuple[str, ...] = ("fifo", "random:1", "random:2", "random:3", "random:4")
 
 _DISPATCH_ORDERS: weakref.WeakKeyDictionary[Graph, dict[str, tuple[np.ndarray, np.ndarray]]] = (
     weakref.WeakKeyDictionary())

@@ -10,7 +10,7 @@
 # ---- build: a virtual environment in /opt/venv, copied whole into the runtime stages ----------
 FROM python:3.11.14-slim-bookworm AS build-control-plane
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
-    PATH=/opt/venv/bin:$PATH
+    PATH=/opt/venv/bin:$PATH NUMBA_CPU_NAME=generic
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY constraints.txt ./
@@ -24,6 +24,10 @@ COPY celeritas_tf ./celeritas_tf
 COPY tasks ./tasks
 # the package alone: its dependencies are the pinned set above (pip check proves it is complete)
 RUN pip install --no-deps --no-build-isolation . && pip check
+# the compiled loops into the package's prebuilt cache (celeritas_core/_jitcache), read-only at run
+# time: no user waits ~30 s for Numba. NUMBA_CPU_NAME=generic (here and at run time) makes code any
+# x86-64 CPU loads, so an image built on one machine runs precompiled on another.
+RUN python -m celeritas_core.precompile
 
 FROM build-control-plane AS build-cpu-worker
 RUN pip install -c constraints.txt -r docker/requirements-cpu-worker.txt && pip check
@@ -31,6 +35,7 @@ RUN pip install -c constraints.txt -r docker/requirements-cpu-worker.txt && pip 
 # ---- runtime: a dedicated non-root user (uid 50000, as Airflow's own image) owns its folders ----
 FROM python:3.11.14-slim-bookworm AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
+    NUMBA_CPU_NAME=generic \
     AIRFLOW_HOME=/opt/airflow \
     AIRFLOW__CORE__DAGS_FOLDER=/opt/celeritas/dags \
     AIRFLOW__CORE__LOAD_EXAMPLES=False \

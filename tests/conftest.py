@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from celeritas_core import jit
 from celeritas_core.graph import Graph
 
 # Test modules import TensorFlow (pytest.importorskip) before celeritas_tf can turn its oneDNN
@@ -50,6 +51,14 @@ def make_graph(
         edge_dst=[index[e[1]] for e in edges],
         edge_bytes=[e[2] if len(e) > 2 else default_bytes for e in edges],  # type: ignore[misc]
     )
+
+
+@pytest.fixture
+def compiled_loops() -> None:
+    """Load Numba, so that every compiled loop runs compiled however small its input (until
+    Numba loads, small calls run as Python: celeritas_core.jit). A no-op without Numba."""
+    jit.load_numba()
+    assert jit.numba_loaded() or not jit.ENABLED
 
 
 @pytest.fixture

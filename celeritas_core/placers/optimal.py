@@ -62,11 +62,13 @@ import heapq
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, milp
+
+if TYPE_CHECKING:  # scipy.optimize (0.15 s) loads when a MILP is built: not for every placement
+    from scipy.optimize import Bounds, LinearConstraint
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
@@ -239,6 +241,8 @@ class _Rows:
 
     def constraint(self, num_vars: int) -> LinearConstraint:
         """All rows as one scipy LinearConstraint."""
+        from scipy.optimize import LinearConstraint  # lazy, see the imports
+
         a = sparse.coo_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), num_vars))
         return LinearConstraint(a.tocsr(), np.asarray(self.lo), np.asarray(self.hi))
 
@@ -627,6 +631,8 @@ def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.nd
     x forbidden by symmetry breaking is fixed to 0. A transfer's start and end lie between its
     producer's earliest finish and the latest start of its consumers (fastest device).
     """
+    from scipy.optimize import Bounds  # lazy, see the imports
+
     lower = np.zeros(lay.size)
     upper = np.ones(lay.size)
     upper[: lay.s0] = p.max_device.reshape(-1).astype(np.float64)
@@ -671,6 +677,8 @@ def memory_feasible(p: MilpProblem, time_limit_s: float) -> bool | None:
         return True
     if p.memory.sum() > p.capacity.sum():
         return False
+    from scipy.optimize import Bounds  # lazy, see the imports
+
     lay = _Layout(p.num_ops, p.num_devices, 0, 0)
     rows = _Rows()
     _assignment_rows(rows, p, lay)
@@ -684,6 +692,8 @@ def memory_feasible(p: MilpProblem, time_limit_s: float) -> bool | None:
 def _run_highs(cost: np.ndarray, rows: _Rows, bounds: Bounds, integrality: np.ndarray,
                time_limit_s: float, scale_us: float, decode: Any) -> MilpResult:
     """Call ``scipy.optimize.milp`` and translate its status; ``decode(x)`` → (assignment, start)."""
+    from scipy.optimize import milp  # lazy, see the imports
+
     start = time.perf_counter()
     try:
         res = milp(cost, constraints=rows.constraint(len(cost)), integrality=integrality,

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
@@ -131,6 +130,8 @@ def solve_favourite_children(graph: Graph, cluster: Cluster, threshold: float = 
         vals.append(-np.ones(len(r)))
         rhs.append(b)
         row += count
+    from scipy.optimize import linprog  # lazy: 0.15 s to import, needed by m-SCT only
+
     try:
         a_ub = sparse.csr_matrix(
             (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, num_vars))

@@ -12,6 +12,9 @@ from celeritas_core.fusion import _segment_dp, optimal_breakpoints
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.orders import cpd_topo_order
 
+# the compiled side of each comparison must run compiled, however small its input
+pytestmark = pytest.mark.usefixtures("compiled_loops")
+
 
 def _python(func):
     """The Python function behind a compiled dispatcher."""

@@ -79,6 +79,7 @@ def test_the_last_listed_transfer_of_a_tensor_counts_and_unknown_ones_are_ignore
 
 
 @pytest.mark.skipif(not jit.ENABLED, reason="the walk runs as Python already")
+@pytest.mark.usefixtures("compiled_loops")
 def test_compiled_walk_equals_the_same_walk_run_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [replayed(seed) for seed in range(40)]
     compiled = [critical_chain(*case) for case in cases]

@@ -286,6 +286,7 @@ def _random_nets(rng: np.random.Generator, units: int):
     return incidence, cost, memory, capacity, start
 
 
+@pytest.mark.usefixtures("compiled_loops")
 def test_compiled_fm_and_split_match_plain_python(rng, monkeypatch):
     cases = [_random_fm_input(rng, int(rng.integers(2, 60))) for _ in range(40)]
     compiled = [(split_order(np.arange(len(m)), m, c), fm_refine(w, m, c, s)) for w, m, c, s in cases]
@@ -295,6 +296,7 @@ def test_compiled_fm_and_split_match_plain_python(rng, monkeypatch):
         assert np.array_equal(fm_refine(w, m, c, s), refined)
 
 
+@pytest.mark.usefixtures("compiled_loops")
 def test_compiled_connectivity_refine_matches_plain_python(rng, monkeypatch):
     cases = [_random_nets(rng, int(rng.integers(2, 50))) for _ in range(40)]
     compiled = [connectivity_refine(*case) for case in cases]
@@ -303,6 +305,7 @@ def test_compiled_connectivity_refine_matches_plain_python(rng, monkeypatch):
         assert np.array_equal(connectivity_refine(*case), refined)
 
 
+@pytest.mark.usefixtures("compiled_loops")
 def test_compiled_sparse_fiedler_matches_plain_python(rng, monkeypatch):
     from celeritas_core import partition
 

@@ -158,6 +158,7 @@ def test_replay_matches_the_heapq_reference_bit_for_bit(block: int) -> None:
 
 
 @pytest.mark.skipif(not jit.ENABLED, reason="the replay runs as Python already")
+@pytest.mark.usefixtures("compiled_loops")
 def test_compiled_replay_equals_the_same_loop_run_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
     compiled = [simulator._run_events(*replay_inputs(seed)) for seed in SEEDS[:40]]
     for name, func in list(vars(simulator).items()):  # every compiled function, so the loop runs as Python
