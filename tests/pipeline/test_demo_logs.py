@@ -9,6 +9,7 @@ and a real ``dag.test()``: Airflow configures its logging as in the demo.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("airflow")
+# find_spec, not importorskip: importing Airflow here would fix its configuration (AIRFLOW_HOME, the
+# metadata database) for every later test module in this process before they point it elsewhere
+if importlib.util.find_spec("airflow") is None:
+    pytest.skip("needs Airflow", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
