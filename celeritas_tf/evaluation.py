@@ -41,16 +41,23 @@ from celeritas_tf.profile import (
     trace_step,
 )
 from celeritas_tf.step import build_training_step
-from celeritas_tf.tf import run_options, session_config, tensorflow
+from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, tensorflow
 
 Progress = Callable[[str], None]
 MAX_LOGICAL_DEVICES = 64
 
 
 def check_devices(num_devices: int) -> None:
-    """Reject a device count the machine cannot provide (GPUs when present, else logical CPUs)."""
+    """Reject a device count the machine cannot provide (the logical GPUs of
+    :func:`celeritas_tf.tf.use_logical_gpus` when set up, else GPUs when present, else logical CPUs)."""
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise CeleritasInputError(f"--devices: need at least one device, got {num_devices!r}")
+    logical = logical_gpu_limits_mib()
+    if logical:
+        if num_devices > len(logical):
+            raise CeleritasInputError(f"--devices: {num_devices} requested but {len(logical)} logical GPUs "
+                                      "are set up")
+        return
     tf = tensorflow()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus and num_devices > len(gpus):

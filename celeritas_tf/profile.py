@@ -34,7 +34,7 @@ import numpy as np
 
 from celeritas_tf.extract import tensor_bytes, variable_bytes
 from celeritas_tf.step import TrainingStep
-from celeritas_tf.tf import cpu_device, device_name, run_options, session_config, tensorflow
+from celeritas_tf.tf import device_name, run_options, session_config, step_device, tensorflow
 
 _ARG = re.compile(r"^_arg_(.+)_0_\d+$")
 _RUNTIME_OPS = ("_SOURCE", "_SINK")
@@ -75,7 +75,7 @@ def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
                 if anchor in device_of:
                     target = device_of[anchor]
                     break
-        op._set_device(cpu_device(int(target)))
+        op._set_device(step_device(int(target)))
     step.forget_graph_def()  # its NodeDefs carry the old devices
 
 
