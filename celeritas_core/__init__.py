@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         save_graph,
         save_placement,
     )
-    from celeritas_core.graph import Graph
+    from celeritas_core.graph import Graph, Liveness
     from celeritas_core.levels import blevel, ccr, cpath, critical_path_length_us, tlevel
     from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
     from celeritas_core.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
@@ -65,6 +65,7 @@ _LAZY: dict[str, str] = {
     "Graph": "celeritas_core.graph",
     "Cluster": "celeritas_core.cluster",
     "Placement": "celeritas_core.placement",
+    "Liveness": "celeritas_core.graph",
     # placing, replaying, comparing
     "PLACERS": "celeritas_core.placers",
     "place": "celeritas_core.placers",
@@ -113,7 +114,17 @@ _LAZY: dict[str, str] = {
     "format_change": "celeritas_core.units",
 }
 
-__all__ = ["CeleritasInputError", *_LAZY]
+#: The public API, sorted (grouped by topic in :data:`_LAZY`).
+__all__ = [
+    "PLACERS", "CeleritasInputError", "Cluster", "Graph", "Liveness", "Placement", "benchmark_instances",
+    "blevel", "ccr", "compare_placers", "cpath", "cpd_topo_order", "critical_path_length_us",
+    "dfs_topo_order", "evaluate_placement", "fit_costs", "format_bytes", "format_change", "format_us",
+    "get_placer", "inception_graph", "is_topological", "layered_dag", "load_cluster", "load_graph",
+    "load_placement", "lower_bound_us", "m_topo_order", "memory_profile", "one_device_peak_bytes",
+    "paper_shaped_graph", "parse_size", "peak_lower_bound", "place", "relative_deviation",
+    "save_cluster", "save_graph", "save_placement", "simulate", "single_device_time_us",
+    "small_training_graph", "tlevel", "towers_graph", "training_step_graph",
+]
 
 
 def __getattr__(name: str) -> Any:

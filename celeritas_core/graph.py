@@ -32,6 +32,17 @@ class Liveness:
     *alias* one of the op's inputs (``alias_node``/``alias_output`` at the same position, -1 for
     none): it shares that tensor's buffer (a view, or TensorFlow forwarding the input buffer), so
     it adds no bytes on its device and keeps the shared buffer live until its own consumers finish.
+
+    Build one with :meth:`from_lists` and give it to :meth:`Graph.from_arrays`; graph files carry
+    the same fields per node (docs/formats.md).
+
+    Examples
+    --------
+    >>> from celeritas_core import Liveness
+    >>> live = Liveness.from_lists(persistent=[4096, None, 0], scratch=[0, None, 256],
+    ...                            outputs=[[1024], None, [1024]], aliases=[None, None, [(0, 0)]])
+    >>> live.modelled.tolist(), live.aliases(2)   # op 2's output is a view of op 0's output 0
+    ([True, False, True], [(0, 0)])
     """
 
     modelled: np.ndarray
@@ -51,7 +62,36 @@ class Liveness:
                    aliases: Sequence[Sequence[tuple[int, int] | None] | None] | None = None) -> Liveness:
         """Build from per-op values; an op whose three entries are all None is not modelled.
         ``aliases[i][o]`` is the ``(producer index, output index)`` whose buffer output ``o`` of op
-        ``i`` shares, or None."""
+        ``i`` shares, or None.
+
+        Parameters
+        ----------
+        persistent : sequence of float or None
+            Per op: bytes live on its device for the whole step (variables, optimizer slots).
+        scratch : sequence of float or None
+            Per op: bytes live while it runs.
+        outputs : sequence of (sequence of float) or None
+            Per op: the size (bytes) of each of its outputs, by output index.
+        aliases : sequence of (sequence of (int, int) or None) or None, optional
+            Per op and output: the input tensor ``(producer, output)`` whose buffer it shares.
+
+        Returns
+        -------
+        Liveness
+            The fields, to pass to :meth:`Graph.from_arrays` (which checks them against the graph).
+
+        Examples
+        --------
+        >>> from celeritas_core import Graph, Liveness, one_device_peak_bytes
+        >>> live = Liveness.from_lists(persistent=[500, None], scratch=[0, None], outputs=[[1000], None])
+        >>> live.modelled.tolist(), live.outputs(0).tolist()
+        ([True, False], [1000.0])
+        >>> graph = Graph.from_arrays(name="pair", node_names=["a", "b"], time_us=[10.0, 20.0],
+        ...                           memory_bytes=[1500, 700], edge_src=[0], edge_dst=[1],
+        ...                           edge_bytes=[1000], liveness=live)
+        >>> one_device_peak_bytes(graph)   # a: 500 + its output 1000; b (not modelled): 700
+        2200.0
+        """
         n = len(persistent)
         modelled = np.array([persistent[i] is not None or scratch[i] is not None or outputs[i] is not None
                              for i in range(n)], dtype=bool)

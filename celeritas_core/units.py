@@ -48,7 +48,7 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
     >>> parse_size("lots", field="--device-memory")
     Traceback (most recent call last):
     ...
-    celeritas_core.errors.CeleritasInputError: --device-memory: cannot read 'lots' as a size (examples: 32GiB, 500MB, 1e9)
+    celeritas_core.errors.CeleritasInputError: --device-memory: cannot read 'lots' as a size (examples: ...)
     """
     if isinstance(text, bool):
         raise CeleritasInputError(f"{field}: expected a size in bytes, got {text!r}")

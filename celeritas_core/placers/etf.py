@@ -586,7 +586,8 @@ def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOut
     -------
     PlacerOutput
         The device of every op; ``coarse_nodes`` the fused graph's nodes (with ``fusion``); ``extra``
-        the schedule's makespan (µs), best-effort ops (placed over a device's memory) and transfers.
+        the schedule's makespan (µs), its best-effort ops (placed where they do not fit, when no
+        device had room) and its transfers.
 
     Examples
     --------

@@ -221,7 +221,7 @@ def heft_placer(graph: Graph, cluster: Cluster, params: HEFTParams) -> PlacerOut
     -------
     PlacerOutput
         The device of every op; ``extra`` the schedule's makespan (µs) and its best-effort ops
-        (placed over a device's memory).
+        (placed where they do not fit, when no device had room).
 
     Examples
     --------
