@@ -593,7 +593,47 @@ def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
-    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`)."""
+    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES` bytes:
+        ``celeritas-graph/1`` JSON, or the columnar ``celeritas-graph-columns/1`` (a zip archive,
+        told by its first bytes, whatever the extension); docs/formats.md.
+
+    Returns
+    -------
+    Graph
+        The validated graph.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem: missing or unreadable, too large, not
+        the format, a bad field, node or edge, a cycle, or a value beyond the limits.
+
+    See Also
+    --------
+    save_graph : writes either format.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Graph, load_graph, save_graph
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     again = load_graph(save_graph(graph, pathlib.Path(tmp) / "diamond.json"))
+    >>> again.name, again.node_names, again.edge_bytes.tolist()
+    ('diamond', ('a', 'b', 'c', 'd'), [1000.0, 1000.0, 1000.0, 1000.0])
+    >>> load_graph("no-such-graph.json")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: no-such-graph.json: file not found
+    """
     source = os.fspath(path)
     return graph_from_bytes(read_input_bytes(source), source)
 
@@ -616,7 +656,48 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
                inputs: Iterable[str | os.PathLike[str] | None] = (), file_format: str | None = None) -> Path:
     """Write ``graph`` atomically as ``celeritas-graph/1`` JSON, or as the columnar
     ``celeritas-graph-columns/1`` when ``path`` ends in ``.npz`` (or ``file_format`` says so). A
-    graph beyond the limits, which the reader would refuse, is refused here."""
+    graph beyond the limits, which the reader would refuse, is refused here.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to write.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+    file_format : {"json", "npz"}, optional
+        The format, whatever the extension; default ``npz`` for a ``.npz`` path, else ``json``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+        Also when the graph is beyond the limits a reader accepts, or its JSON would exceed the
+        input size limit (write the columnar format then).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Graph, load_graph, save_graph
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     json_path = save_graph(graph, pathlib.Path(tmp) / "diamond.json")
+    ...     npz_path = save_graph(graph, pathlib.Path(tmp) / "diamond.npz")
+    ...     print(json_path.read_text()[:46])
+    ...     print(load_graph(npz_path).time_us.tolist())
+    {"format":"celeritas-graph/1","name":"diamond"
+    [10.0, 50.0, 50.0, 10.0]
+    """
     if graph_file_format(path, file_format) == "npz":
         from celeritas_core.columnar import npz_bytes
 
@@ -726,7 +807,37 @@ def cluster_to_json(cluster: Cluster, *, source: str | None = None,
 
 
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
-    """Read and validate a cluster file."""
+    """Read and validate a cluster file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``celeritas-cluster/1`` JSON file (docs/formats.md).
+
+    Returns
+    -------
+    Cluster
+        The validated cluster.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem (missing, not JSON, a bad device or
+        transfer model field).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Cluster, load_cluster, save_cluster
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = pathlib.Path(tmp) / "cluster.json"
+    ...     _ = path.write_text('{"format": "celeritas-cluster/1", "devices": ['
+    ...                         '{"name": "gpu:0", "memory_bytes": 1e9}, '
+    ...                         '{"name": "gpu:1", "memory_bytes": 5e8}]}')
+    ...     cluster = load_cluster(path)
+    >>> cluster.device_names, cluster.memory_bytes.tolist(), cluster.intercept_us
+    (('gpu:0', 'gpu:1'), [1000000000.0, 500000000.0], 25.0)
+    """
     try:
         return cluster_from_json(read_json(path))
     except CeleritasInputError as exc:
@@ -737,7 +848,48 @@ def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
                  inputs: Iterable[str | os.PathLike[str] | None] = (), source: str | None = None,
                  calibration: Mapping[str, Any] | None = None) -> Path:
     """Write ``cluster`` atomically as ``celeritas-cluster/1`` (``source`` and ``calibration``:
-    see :func:`cluster_to_json`)."""
+    see :func:`cluster_to_json`).
+
+    Parameters
+    ----------
+    cluster : Cluster
+        The devices and transfer model to write.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+    source : {"calibrated", "default"}, optional
+        Where the transfer model comes from, recorded in ``comm.source``.
+    calibration : mapping, optional
+        What a calibration measured, recorded in ``comm.calibration``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> from celeritas_core import Cluster, load_cluster, save_cluster
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_cluster(Cluster.homogeneous(2, 1e9), pathlib.Path(tmp) / "cluster.json",
+    ...                         source="default")
+    ...     doc = json.loads(path.read_text())
+    ...     again = load_cluster(path)
+    >>> doc["devices"][1]
+    {'name': 'gpu:1', 'memory_bytes': 1000000000, 'speed': 1.0}
+    >>> doc["comm"]
+    {'slope_us_per_byte': 0.0001, 'intercept_us': 25.0, 'source': 'default'}
+    >>> again.device_names
+    ('gpu:0', 'gpu:1')
+    """
     return write_json_atomic(path, cluster_to_json(cluster, source=source, calibration=calibration),
                              indent=2, inputs=inputs)
 
@@ -894,7 +1046,47 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
 
 
 def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster | None = None) -> Placement:
-    """Read a placement file and check that it places exactly the nodes of ``graph``."""
+    """Read a placement file and check that it places exactly the nodes of ``graph``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``celeritas-placement/1`` JSON file (docs/formats.md).
+    graph : Graph
+        The graph it places: every node, and no other, must have a device.
+    cluster : Cluster, optional
+        When given, the placement must use as many devices as it has.
+
+    Returns
+    -------
+    Placement
+        The placement as written, without an evaluation (figures NaN):
+        :func:`~celeritas_core.placers.evaluate_placement` replays it.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem (missing, not JSON, a node of the graph
+        without a device or an unknown one, a device out of range).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import (Cluster, Graph, evaluate_placement, load_placement, place,
+    ...                             save_placement)
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_placement(place(graph, cluster, "heft"), pathlib.Path(tmp) / "heft.json")
+    ...     placement = load_placement(path, graph, cluster)
+    >>> placement.placer, placement.assignment.tolist(), placement.predicted_step_time_us
+    ('heft', [0, 1, 0, 1], nan)
+    >>> evaluate_placement(graph, cluster, placement).predicted_step_time_us
+    95.1
+    """
     try:
         return placement_from_json(read_json(path), graph, cluster)
     except CeleritasInputError as exc:
@@ -903,7 +1095,42 @@ def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster 
 
 def save_placement(placement: Placement, path: str | os.PathLike[str], *,
                    inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``placement`` atomically as ``celeritas-placement/1``."""
+    """Write ``placement`` atomically as ``celeritas-placement/1``.
+
+    Parameters
+    ----------
+    placement : Placement
+        The placement to write, with its evaluation's figures when it has one.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> from celeritas_core import Cluster, Graph, place, save_placement
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "m-topo")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     doc = json.loads(save_placement(placement, pathlib.Path(tmp) / "p.json").read_text())
+    >>> doc["format"], doc["assignment"], doc["predicted_step_time_us"]
+    ('celeritas-placement/1', {'a': 0, 'b': 0, 'c': 0, 'd': 1}, 145.1)
+    """
     return write_json_atomic(path, placement_to_json(placement), indent=1, inputs=inputs)
 
 
