@@ -40,6 +40,7 @@ from celeritas_core.limits import (
     is_number,
     short_repr,
 )
+from celeritas_core.opkeys import MAX_KEY_CHARS, KeyedFits, fits_op_keys, read_op_keys
 from celeritas_core.placement import Placement
 from celeritas_core.regression import CostFits
 from celeritas_core.safe_io import read_input_bytes, write_atomic
@@ -929,6 +930,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
                                 or seconds < 0):
         raise CeleritasInputError(
             f"field 'placement_seconds' must be a number >= 0, got {short_repr(seconds)}")
+    placement_op_keys_digest(doc)
     coarse_nodes = doc.get("coarse_nodes")
     if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
                                      or not 1 <= coarse_nodes < MAX_SRC_OUTPUT):
@@ -944,6 +946,16 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         placement_seconds=float(seconds or 0.0),
         coarse_nodes=coarse_nodes,
     )
+
+
+def placement_op_keys_digest(doc: Any, source: str | None = None) -> str | None:
+    """A placement document's optional ``op_keys_digest`` (the structure of the graph it was made
+    for; None when absent), checked: a string of 1 to :data:`~celeritas_core.opkeys.MAX_KEY_CHARS`."""
+    digest = doc.get("op_keys_digest") if isinstance(doc, dict) else None
+    if digest is not None and not (isinstance(digest, str) and 0 < len(digest) <= MAX_KEY_CHARS):
+        raise CeleritasInputError(f"field 'op_keys_digest' must be a string of 1 to {MAX_KEY_CHARS} "
+                                  f"characters, got {short_repr(digest)}", source=source)
+    return digest
 
 
 def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -> np.ndarray:
@@ -972,9 +984,11 @@ def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -
     return result
 
 
-def placement_to_json(placement: Placement) -> dict[str, Any]:
+def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None) -> dict[str, Any]:
     """The ``celeritas-placement/1`` document of ``placement`` (evaluation figures null or empty
-    when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``)."""
+    when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``);
+    ``op_keys_digest``: the digest of the placed graph's op keys (its ``meta``), which validation
+    compares with the step it runs."""
     p = placement
     doc: dict[str, Any] = {
         "format": PLACEMENT_FORMAT,
@@ -997,6 +1011,8 @@ def placement_to_json(placement: Placement) -> dict[str, Any]:
     }
     if p.coarse_nodes is not None:
         doc["coarse_nodes"] = p.coarse_nodes
+    if op_keys_digest:
+        doc["op_keys_digest"] = str(op_keys_digest)
     extra = dict(p.extra)
     if p.evaluation is not None:
         extra.update(p.evaluation.extra_json())
@@ -1094,8 +1110,9 @@ def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster 
 
 
 def save_placement(placement: Placement, path: str | os.PathLike[str], *,
-                   inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``placement`` atomically as ``celeritas-placement/1``.
+                   inputs: Iterable[str | os.PathLike[str] | None] = (), graph: Graph | None = None) -> Path:
+    """Write ``placement`` atomically as ``celeritas-placement/1``, with the op keys digest of
+    ``graph``'s meta when given and recorded (``celeritas validate`` checks it).
 
     Parameters
     ----------
@@ -1105,6 +1122,8 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
         The file to write (replaced whole, or left as it was on an error).
     inputs : iterable of paths or None, optional
         The command's input files, which the output may not overwrite.
+    graph : Graph or None, optional
+        The placed graph; its ``meta['op_keys_digest']`` (TensorFlow steps) is copied.
 
     Returns
     -------
@@ -1131,7 +1150,9 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
     >>> doc["format"], doc["assignment"], doc["predicted_step_time_us"]
     ('celeritas-placement/1', {'a': 0, 'b': 0, 'c': 0, 'd': 1}, 145.1)
     """
-    return write_json_atomic(path, placement_to_json(placement), indent=1, inputs=inputs)
+    digest = graph.meta.get("op_keys_digest") if graph is not None else None
+    doc = placement_to_json(placement, op_keys_digest=digest if isinstance(digest, str) else None)
+    return write_json_atomic(path, doc, indent=1, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- profiles and fits
@@ -1157,7 +1178,8 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-profile/1`` document strictly: at least two profiles, each with an
     integer ``batch_size`` from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE` (no repeats)
     and per-op ``time_us`` / ``memory_bytes`` (and optional ``scratch_bytes``) numbers within
-    the limits, at least one op in ``time_us`` or ``memory_bytes``. Raises a one-line
+    the limits, at least one op in ``time_us`` or ``memory_bytes``; ``op_keys`` (op name → key
+    string) in every profile or in none. Raises a one-line
     :class:`CeleritasInputError` naming the profile and field."""
     try:
         if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
@@ -1189,6 +1211,12 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
                 _cost_map(p["scratch_bytes"], where, "scratch_bytes", MAX_BYTES, " bytes")
             if "output_aliases" in p and not isinstance(p["output_aliases"], dict):
                 raise CeleritasInputError(f"{where}: field 'output_aliases' must be an object")
+            if "op_keys" in p:
+                read_op_keys(p["op_keys"], where)
+        keyed = ["op_keys" in p for p in profiles]
+        if any(keyed) and not all(keyed):
+            raise CeleritasInputError(f"profiles[{keyed.index(False)}]: field 'op_keys' missing (the other "
+                                      f"profiles have it: every profile records its ops' keys, or none)")
     except CeleritasInputError as exc:
         raise exc.with_source(source) if source else exc from None
 
@@ -1197,7 +1225,8 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-fits/1`` document strictly: ``batch_sizes`` integers from 1 to
     :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
     ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
-    :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object."""
+    :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object,
+    ``op_keys`` (optional) an object of op name → key string."""
     try:
         if not isinstance(doc, dict) or doc.get("format") != FITS_FORMAT:
             raise CeleritasInputError(f"not a {FITS_FORMAT} document (field 'format')")
@@ -1228,12 +1257,15 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
                                               f"got {short_repr(r2)}")
         if not isinstance(doc.get("output_aliases", {}), dict):
             raise CeleritasInputError("field 'output_aliases' must be an object")
+        if "op_keys" in doc:
+            read_op_keys(doc["op_keys"], "fits")
     except CeleritasInputError as exc:
         raise exc.with_source(source) if source else exc from None
 
 
 def fits_to_json(fits: CostFits) -> dict[str, Any]:
-    """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined)."""
+    """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined; ``op_keys``
+    when the fits carry structure keys)."""
     ops = {n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
                "time_r2": _finite_or_none(e), "memory_r2": _finite_or_none(f)}
            for n, a, b, c, d, e, f in zip(fits.names, fits.time_slope, fits.time_intercept,
@@ -1243,19 +1275,24 @@ def fits_to_json(fits: CostFits) -> dict[str, Any]:
     if fits.output_aliases:
         doc["output_aliases"] = {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                  for n, a in fits.output_aliases.items()}
+    keys = fits_op_keys(fits)
+    if keys:
+        doc["op_keys"] = keys
     return doc
 
 
 def fits_from_json(doc: Any, source: str | None = None) -> CostFits:
     """Read a ``celeritas-fits/1`` document, checked by :func:`check_fits_document` (raises
-    CeleritasInputError naming the bad field)."""
+    CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
+    carrying its ``op_keys`` ({} when it has none)."""
     check_fits_document(doc, source)
     fits = doc["ops"].values()
     coefficients = (np.array([float(fit[key][j]) for fit in fits], dtype=np.float64)
                     for key, j in (("time_us", 0), ("time_us", 1), ("memory_bytes", 0), ("memory_bytes", 1)))
     r2 = (np.array([math.nan if fit.get(key) is None else float(fit[key]) for fit in fits], dtype=np.float64)
           for key in ("time_r2", "memory_r2"))
-    return CostFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2).with_aliases(
+    return KeyedFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2,
+                     op_keys=dict(doc.get("op_keys", {}))).with_aliases(
         read_output_aliases(doc.get("output_aliases", {}), source))
 
 
