@@ -92,6 +92,15 @@ FIELDS: dict[str, dict[str, Any]] = {
         "description": "Measure transfers between two devices and fit t = k·bytes + b; otherwise use the "
                        "default PCIe-like model (1e-4 µs/B + 25 µs).",
     },
+    "topology": {
+        "type": ["string", "null"], "default": None, "section": "Cluster", "title": "Link topology",
+        "pattern": r"^\s*[0-9]+\s*[xX]\s*[0-9]+(\s*[xX]\s*[0-9]+)?\s*:[A-Za-z0-9,=\s-]+$",
+        "description": "Optional. A preset grouping the devices into nodes (and islands) joined by their "
+                       "links, e.g. 2x2:nvlink,ib: 2 nodes of 2 devices, NVLink inside a node, InfiniBand "
+                       "between nodes (docs/formats.md, \"Topology presets\"); its devices must number "
+                       "Devices. Calibration then measures each class of pair. Empty: one transfer model "
+                       "for every pair of devices.",
+    },
     "R": {
         "type": "integer", "minimum": 1, "maximum": MAX_R, "default": 200, "section": "Placement",
         "title": "Exploration range R",
@@ -212,7 +221,22 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
         if params[name] is None:
             params[name] = copy.deepcopy(FIELDS[name]["default"])
     _check_device_memory(params["device_memory"])
+    _check_topology(params["topology"], params["num_devices"])
     return params
+
+
+def _check_topology(text: str | None, devices: int) -> None:
+    """Refuse a topology preset that does not parse or whose devices are not ``num_devices``."""
+    if text is None:
+        return
+    from celeritas_core.errors import CeleritasInputError
+    from celeritas_core.topology import parse_preset
+
+    title = FIELDS["topology"]["title"]
+    preset = parse_preset(text, f"parameter 'topology': {title}")
+    if preset.num_devices != devices:
+        raise CeleritasInputError(f"parameter 'topology': {title} {json_text(text)} has {preset.num_devices} "
+                                  f"devices, but Devices (num_devices) is {devices}")
 
 
 def _check_device_memory(text: str) -> None:
