@@ -532,7 +532,8 @@ def parse_preset(text: str, flag: str = "--topology") -> TopologyPreset:
     want = 1 if islands == 1 else 2
     if not want <= len(names) <= want + 1 or not all(names):
         need = "LINK[,NETWORK]" if islands == 1 else "LINK,HOST_LINK[,NETWORK]"
-        raise CeleritasInputError(f"{flag}: {short_repr(text)} needs {need} after the shape")
+        raise CeleritasInputError(f"{flag}: {short_repr(text)} needs {need} after the shape (got "
+                                  f"{len([n for n in names if n])} link names)")
     if nodes > 1 and len(names) == want:
         raise CeleritasInputError(f"{flag}: {nodes} nodes need a network link, e.g. "
                                   f"{shape.strip()}:{rest},ib")

@@ -35,6 +35,8 @@ PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-plac
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
 #: What a memory size looks like, for the message when ``device_memory`` does not parse.
 MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
+#: What a topology preset looks like, for the message when ``topology`` does not parse.
+TOPOLOGY_EXAMPLE = "a preset NODESxDEVICES:LINK[,NETWORK], e.g. 2x2:nvlink,ib"
 #: The demo's Tensor Holography sizes (``examples/run_pipeline_demo.py``): the trigger form's default
 #: ``model_knobs``, so that the form's first run is the demo's configuration (a test checks both).
 DEMO_KNOBS: dict[str, int] = {"layers": 6, "filters": 8, "image_size": 24}
@@ -356,8 +358,11 @@ def _sentence(error: Any) -> str:
     if keyword == "not":
         return f"{title} must be a finite number, not {got}"
     if keyword == "pattern":
-        return f"{title}: {got} is not {MEMORY_SIZE_EXAMPLE}" if field is FIELDS["device_memory"] else \
-            f"{title}: {got} is not in the expected form"
+        if field is FIELDS["device_memory"]:
+            return f"{title}: {got} is not {MEMORY_SIZE_EXAMPLE}"
+        if field is FIELDS["topology"]:
+            return f"{title}: {got} is not {TOPOLOGY_EXAMPLE}"
+        return f"{title}: {got} is not in the expected form"
     if keyword == "enum":
         return f"{title}: {got} is not one of {', '.join(map(str, limit))}"
     if keyword == "minLength":
