@@ -649,7 +649,7 @@ def cluster_from_json(doc: Any) -> Cluster:
         except CeleritasInputError as exc:
             raise CeleritasInputError(exc.message.replace(
                 f"{CLUSTER_FORMAT!r})", f"{CLUSTER_FORMAT!r} or {CLUSTER_FORMAT_V2!r})")) from None
-        if "topology" in doc:
+        if doc.get("topology") is not None:
             raise CeleritasInputError(f"field 'topology' needs \"format\": \"{CLUSTER_FORMAT_V2}\" "
                                       f"(a reader of {CLUSTER_FORMAT} alone would ignore it)")
     devices = doc.get("devices")
