@@ -1,4 +1,4 @@
-"""Reading and writing the JSON formats: celeritas-graph/1, celeritas-cluster/1, celeritas-placement/1.
+"""Reading and writing the JSON formats: celeritas-graph/1, celeritas-cluster/1 and /2, celeritas-placement/1.
 
 Every reader validates fully and raises :class:`CeleritasInputError` with the file and the
 offending node or field; every writer writes a temporary file and renames it into place, so a
@@ -44,6 +44,7 @@ from celeritas_core.opkeys import MAX_KEY_CHARS, KeyedFits, fits_op_keys, read_o
 from celeritas_core.placement import Placement
 from celeritas_core.regression import CostFits
 from celeritas_core.safe_io import read_input_bytes, write_atomic
+from celeritas_core.topology import topology_from_json, topology_to_json
 
 if TYPE_CHECKING:
     from celeritas_core.compare import Comparison
@@ -53,6 +54,10 @@ GRAPH_FORMAT = "celeritas-graph/1"
 #: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
 GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
 CLUSTER_FORMAT = "celeritas-cluster/1"
+#: A cluster with a link topology (``topology``; docs/formats.md). Readers take both tags; writers
+#: write ``/1`` for a flat cluster (files as before) and ``/2`` only with a topology, which a
+#: reader of ``/1`` alone would silently ignore.
+CLUSTER_FORMAT_V2 = "celeritas-cluster/2"
 #: Where a cluster file's transfer model comes from (``comm.source``, optional; docs/formats.md).
 COMM_SOURCES = ("calibrated", "default")
 PLACEMENT_FORMAT = "celeritas-placement/1"
@@ -716,8 +721,19 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
 
 # ---------------------------------------------------------------------------- cluster
 def cluster_from_json(doc: Any) -> Cluster:
-    """Validate a ``celeritas-cluster/1`` document and build a :class:`Cluster`."""
-    _check_format(doc, CLUSTER_FORMAT)
+    """Validate a ``celeritas-cluster/1`` or ``/2`` document and build a :class:`Cluster` (with its
+    ``topology`` when a ``/2`` document has one)."""
+    if isinstance(doc, dict) and doc.get("format") == CLUSTER_FORMAT_V2:
+        pass
+    else:
+        try:
+            _check_format(doc, CLUSTER_FORMAT)
+        except CeleritasInputError as exc:
+            raise CeleritasInputError(exc.message.replace(
+                f"{CLUSTER_FORMAT!r})", f"{CLUSTER_FORMAT!r} or {CLUSTER_FORMAT_V2!r})")) from None
+        if doc.get("topology") is not None:
+            raise CeleritasInputError(f"field 'topology' needs \"format\": \"{CLUSTER_FORMAT_V2}\" "
+                                      f"(a reader of {CLUSTER_FORMAT} alone would ignore it)")
     devices = doc.get("devices")
     if not isinstance(devices, list):
         raise CeleritasInputError("field 'devices' must be a list")
@@ -760,8 +776,10 @@ def cluster_from_json(doc: Any) -> Cluster:
     comm = doc.get("comm", {})
     if not isinstance(comm, dict):
         raise CeleritasInputError("field 'comm' must be an object")
-    slope = comm.get("slope_us_per_byte", DEFAULT_SLOPE_US_PER_BYTE)
-    intercept = comm.get("intercept_us", DEFAULT_INTERCEPT_US)
+    topology = topology_from_json(doc["topology"], names) if doc.get("topology") is not None else None
+    flat = topology.mean_link() if topology is not None else (DEFAULT_SLOPE_US_PER_BYTE, DEFAULT_INTERCEPT_US)
+    slope = comm.get("slope_us_per_byte", flat[0])
+    intercept = comm.get("intercept_us", flat[1])
     for field_name, value, limit, unit in (("slope_us_per_byte", slope, MAX_SLOPE_US_PER_BYTE, " µs/B"),
                                            ("intercept_us", intercept, MAX_TIME_US, " µs")):
         if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
@@ -770,7 +788,8 @@ def cluster_from_json(doc: Any) -> Cluster:
             )
         _cost(value, "comm", field_name, limit=limit, unit=unit)
     _check_comm_provenance(comm)
-    return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept)
+    return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept,
+                         topology=topology)
 
 
 def _check_comm_provenance(comm: dict[str, Any]) -> None:
@@ -787,9 +806,12 @@ def _check_comm_provenance(comm: dict[str, Any]) -> None:
 
 
 def cluster_to_json(cluster: Cluster, *, source: str | None = None,
-                    calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``celeritas-cluster/1`` document of ``cluster``; ``source`` (``calibrated`` or
-    ``default``) and ``calibration`` (what was measured) record where its transfer model comes from."""
+                    calibration: Mapping[str, Any] | None = None,
+                    link_records: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``celeritas-cluster/1`` document of a flat ``cluster``, or the ``/2`` document with its
+    ``topology``; ``source`` (``calibrated`` or ``default``) and ``calibration`` (what was measured)
+    record where its transfer model comes from, ``link_records`` (link name → ``source``,
+    ``calibration``) where each link's does."""
     comm: dict[str, Any] = {"slope_us_per_byte": cluster.slope_us_per_byte,
                             "intercept_us": cluster.intercept_us}
     if source is not None:
@@ -797,14 +819,19 @@ def cluster_to_json(cluster: Cluster, *, source: str | None = None,
     if calibration is not None:
         comm["calibration"] = dict(calibration)
     _check_comm_provenance(comm)
-    return {
-        "format": CLUSTER_FORMAT,
+    if link_records and cluster.topology is None:
+        raise CeleritasInputError("link_records: a flat cluster has no links to record")
+    doc: dict[str, Any] = {
+        "format": CLUSTER_FORMAT if cluster.topology is None else CLUSTER_FORMAT_V2,
         "devices": [
             {"name": n, "memory_bytes": int(m) if float(m).is_integer() else float(m), "speed": float(s)}
             for n, m, s in zip(cluster.device_names, cluster.memory_bytes, cluster.speed, strict=True)
         ],
         "comm": comm,
     }
+    if cluster.topology is not None:
+        doc["topology"] = topology_to_json(cluster.topology, cluster.device_names, link_records)
+    return doc
 
 
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
@@ -847,9 +874,10 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
 
 def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
                  inputs: Iterable[str | os.PathLike[str] | None] = (), source: str | None = None,
-                 calibration: Mapping[str, Any] | None = None) -> Path:
-    """Write ``cluster`` atomically as ``celeritas-cluster/1`` (``source`` and ``calibration``:
-    see :func:`cluster_to_json`).
+                 calibration: Mapping[str, Any] | None = None,
+                 link_records: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """Write ``cluster`` atomically as ``celeritas-cluster/1``, or ``/2`` with a topology
+    (``source``, ``calibration`` and ``link_records``: see :func:`cluster_to_json`).
 
     Parameters
     ----------
@@ -863,6 +891,8 @@ def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
         Where the transfer model comes from, recorded in ``comm.source``.
     calibration : mapping, optional
         What a calibration measured, recorded in ``comm.calibration``.
+    link_records : mapping, optional
+        Per topology link, what its calibration measured (``/2`` files only).
 
     Returns
     -------
@@ -891,8 +921,8 @@ def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
     >>> again.device_names
     ('gpu:0', 'gpu:1')
     """
-    return write_json_atomic(path, cluster_to_json(cluster, source=source, calibration=calibration),
-                             indent=2, inputs=inputs)
+    doc = cluster_to_json(cluster, source=source, calibration=calibration, link_records=link_records)
+    return write_json_atomic(path, doc, indent=2, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- placement
