@@ -254,9 +254,9 @@ def measured_costs(trace: StepTrace, estimate: Mapping[str, tuple[float, float]]
                    ) -> tuple[dict[str, tuple[float, float]], int]:
     """The placement graph's costs ``op → (time µs, memory bytes)``: the re-measurement's own
     figures for every op it traced (at the target batch, on the devices: they replace the
-    estimates), the estimate for an op it did not trace but the profile fitted (none on the zoo:
-    every op of the step is traced). Also returns how many ops kept their estimate (the
-    measured graph's ``meta.estimated_ops``)."""
+    estimates), the estimate for an op it did not trace but the profile fitted (on a split
+    placement TensorFlow leaves a few scalar constants untraced, e.g. Adam's hyper-parameters).
+    Also returns how many ops kept their estimate (the measured graph's ``meta.estimated_ops``)."""
     costs = trace_costs(trace)
     kept = {n: c for n, c in estimate.items() if n not in costs}
     return {**kept, **costs}, len(kept)

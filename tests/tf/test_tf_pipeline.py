@@ -21,6 +21,7 @@ from celeritas_core.regression import fit_costs
 from celeritas_tf.evaluation import (
     ProfilePlan,
     check_assignment,
+    measured_costs,
     profile_small_batches,
     remeasure,
     sequential_placement,
@@ -28,7 +29,7 @@ from celeritas_tf.evaluation import (
 )
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import get_model
-from celeritas_tf.profile import trace_step
+from celeritas_tf.profile import StepTrace, trace_step
 from celeritas_tf.step import build_training_step
 
 MLP = {"features": 32, "hidden": 64, "layers": 2, "classes": 10}
@@ -211,7 +212,13 @@ def test_cli_fit_chooses_a_time_model_per_op_and_remeasure_reads_it(tmp_path, ca
                            "--device-memory", "1MB", "--steps", "1", "--out", str(tmp_path / "m.json")],
                           capsys)
     assert code == 0 and "mean time deviation" in out, err
-    assert load_graph(tmp_path / "m.json").meta["estimated_ops"] == 0  # every op was re-measured
+    assert isinstance(load_graph(tmp_path / "m.json").meta["estimated_ops"], int)
+
+
+def test_the_remeasured_graph_keeps_an_estimate_only_where_nothing_was_measured():
+    trace = StepTrace(32, time_us={"a": 5.0}, memory_bytes={"a": 10.0, "c": 7.0})
+    costs, kept = measured_costs(trace, {"a": (1.0, 1.0), "b": (2.0, 3.0)})
+    assert costs == {"a": (5.0, 10.0), "b": (2.0, 3.0), "c": (0.0, 7.0)} and kept == 1
 
 
 @pytest.mark.parametrize(("argv", "message"), [
