@@ -397,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     fid_rows = fidelity(measured, args.steps) if rest else []
     paper_models = [m for m in models if m in PAPER_NODES]
     count_rows = paper_scale(paper_models) if rest and not args.skip_paper_counts else []
+    from op_identity import checks as identity_checks
+    from op_identity import op_identity, print_table
+
+    identity_rows = op_identity(models, LARGE_BATCH) if rest else []  # bench/op_identity.py
 
     _print_accuracy(acc_rows, comm)
     for r in fid_rows:
@@ -435,9 +439,13 @@ def main(argv: list[str] | None = None) -> int:
         checks.append(f"{'PASS' if not r['oom'] else 'MISS'} {r['model']}: Celeritas fits 4 x 32 GiB by "
                       f"replayed peak (one-device peak {format_bytes(r['single_device_peak_bytes'])}"
                       f"{'' if fits else ', more than the 4 devices hold'})")
+    if identity_rows:
+        print_table(identity_rows)
+        checks += identity_checks(identity_rows)
     print("\n".join(checks))
     write_json_atomic(Path(args.out), {"accuracy": acc_rows, "peak_memory": peak_rows, "fidelity": fid_rows,
-                                       "node_counts": count_rows, "checks": checks}, indent=1)
+                                       "node_counts": count_rows, "op_identity": identity_rows,
+                                       "checks": checks}, indent=1)
     print(f"\nwrote {args.out}, {CDF_FIGURE}")
     return 0
 

@@ -125,7 +125,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")  # as given: `--out dir/` is refused
     graph, cluster, inputs = _placing_inputs(args, [out])
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
-    save_placement(placement, out, inputs=inputs)
+    save_placement(placement, out, inputs=inputs, graph=graph)
     print(_summary(graph, cluster, placement))
     print(f"wrote {out}")
     return 0

@@ -165,6 +165,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if fits.time_models is not None:
         print("time models chosen by leave-one-out error: " + ", ".join(
             f"{kind} {count:,}" for kind, count in fits.time_models.counts().items()))
+    if not fits.op_keys:
+        print(f"note: {args.profiles} records no op keys (written before op identity was recorded): "
+              f"re-measurement will pair its fits with ops by name only")
     if predicted is not None:
         from celeritas_core.units import format_bytes, format_us
 
@@ -195,7 +198,11 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
-    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say)
+    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say,
+                       source=args.fits)
+    note = result.identity_note()
+    if note:
+        print(f"note: {args.fits}: {note}")
     memory, timing = result.accuracy()
     peaks = result.peaks(cluster)
     with staged_outputs(inputs=inputs) as outputs:  # every output lands, or none
@@ -225,7 +232,12 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
-    from celeritas_core.formats import PLACEMENT_FORMAT, read_json, write_json_atomic
+    from celeritas_core.formats import (
+        PLACEMENT_FORMAT,
+        placement_op_keys_digest,
+        read_json,
+        write_json_atomic,
+    )
     from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
 
     batch = _check_batch(args.batch)
@@ -250,8 +262,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                   source=args.placement)
     model = _model(args)
     devices = args.devices or len(listed or []) or 1
+    digest = placement_op_keys_digest(doc, args.placement)
     result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
-                      progress=_say, source=args.placement)
+                      progress=_say, source=args.placement, op_keys_digest=digest)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
              "predicted_step_time_us": doc.get("predicted_step_time_us"),
              "predicted_peak_bytes": predicted_peaks(doc)}

@@ -25,7 +25,22 @@ from celeritas_core.limits import (
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
-    """Devices (memory in bytes, relative speed) and the transfer model t = k·bytes + b (µs)."""
+    """Devices (memory in bytes, relative speed) and the transfer model t = k·bytes + b (µs).
+
+    Build one with :meth:`build` or :meth:`homogeneous` (both validate), or read one with
+    :func:`~celeritas_core.formats.load_cluster`. An op of ``time_us`` runs ``time_us / speed``
+    µs on a device; a tensor of ``s`` bytes between two devices takes ``k·s + b`` µs
+    (``slope_us_per_byte``, ``intercept_us``; default a PCIe-class link of about 10 GB/s and 25 µs).
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster
+    >>> cluster = Cluster.homogeneous(2, 16 * 2**30)
+    >>> cluster.device_names, cluster.num_devices
+    (('gpu:0', 'gpu:1'), 2)
+    >>> cluster.comm_time_us(1_000_000)   # 1 MB: 1e-4 µs/B · 1e6 B + 25 µs
+    125.0
+    """
 
     device_names: tuple[str, ...]
     memory_bytes: np.ndarray
@@ -43,12 +58,47 @@ class Cluster:
         slope_us_per_byte: float = DEFAULT_SLOPE_US_PER_BYTE,
         intercept_us: float = DEFAULT_INTERCEPT_US,
     ) -> Cluster:
-        """Validate and build a cluster (raises CeleritasInputError naming the bad field).
+        """Validate and build a cluster.
 
         At most :data:`~celeritas_core.limits.MAX_DEVICES` devices with non-empty unique names;
         memory in ``(0, MAX_BYTES]`` bytes, speed in ``[MIN_SPEED, MAX_SPEED]``, the slope in
         ``[0, MAX_SLOPE_US_PER_BYTE]`` µs/B and the intercept in ``[0, MAX_TIME_US]`` µs
         (docs/formats.md, "Limits").
+
+        Parameters
+        ----------
+        device_names : sequence of str
+            Unique, non-empty device names, at least one.
+        memory_bytes : sequence of float
+            Memory of each device (bytes).
+        speed : sequence of float, optional
+            Relative speed of each device (an op lasts ``time_us / speed``); default all 1.
+        slope_us_per_byte : float, optional
+            Transfer time per byte between two devices (µs/B).
+        intercept_us : float, optional
+            Fixed latency of every transfer between two devices (µs).
+
+        Returns
+        -------
+        Cluster
+            The validated cluster.
+
+        Raises
+        ------
+        CeleritasInputError
+            Naming the bad field: no devices, a duplicate or empty name, one value missing per
+            device, or a value out of its range.
+
+        Examples
+        --------
+        >>> from celeritas_core import Cluster
+        >>> cluster = Cluster.build(["big", "small"], [16 * 2**30, 8 * 2**30], speed=[1.0, 0.5])
+        >>> cluster.memory_bytes.tolist(), cluster.speed.tolist()
+        ([17179869184.0, 8589934592.0], [1.0, 0.5])
+        >>> Cluster.build(["gpu", "gpu"], [1e9, 1e9])
+        Traceback (most recent call last):
+        ...
+        celeritas_core.errors.CeleritasInputError: devices: device names must be unique
         """
         names = tuple(device_names)
         if not names:
@@ -99,7 +149,37 @@ class Cluster:
         slope_us_per_byte: float = DEFAULT_SLOPE_US_PER_BYTE,
         intercept_us: float = DEFAULT_INTERCEPT_US,
     ) -> Cluster:
-        """``num_devices`` identical devices named ``gpu:0``… with ``memory_bytes`` each."""
+        """``num_devices`` identical devices named ``gpu:0``… with ``memory_bytes`` each.
+
+        Parameters
+        ----------
+        num_devices : int
+            How many devices (at least 1).
+        memory_bytes : float
+            Memory of each device (bytes); :func:`~celeritas_core.units.parse_size` reads
+            ``"32GiB"`` and the like.
+        slope_us_per_byte, intercept_us : float, optional
+            The transfer model, as for :meth:`build`.
+
+        Returns
+        -------
+        Cluster
+            Devices of speed 1.
+
+        Raises
+        ------
+        CeleritasInputError
+            As :meth:`build`, or when ``num_devices`` is not a positive integer.
+
+        Examples
+        --------
+        >>> from celeritas_core import Cluster, parse_size
+        >>> cluster = Cluster.homogeneous(4, parse_size("32GiB"), intercept_us=10.0)
+        >>> cluster.device_names
+        ('gpu:0', 'gpu:1', 'gpu:2', 'gpu:3')
+        >>> float(cluster.memory_bytes[0]), cluster.comm_time_us(0)
+        (34359738368.0, 10.0)
+        """
         if not isinstance(num_devices, int | np.integer) or isinstance(num_devices, bool) or num_devices <= 0:
             raise CeleritasInputError(f"devices: need at least one device, got {short_repr(num_devices)}")
         if num_devices > MAX_DEVICES:

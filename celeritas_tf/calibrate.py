@@ -36,7 +36,7 @@ import numpy as np
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.tf import cpu_device, session_config, tensorflow
+from celeritas_tf.tf import session_config, step_device, tensorflow
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -140,9 +140,10 @@ def calibrate_comm(
     warmup: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> CommCalibration:
-    """Measure transfers of float32 tensors of ``sizes`` bytes from CPU:0 to CPU:1 and fit
-    t = k·bytes + b (µs); see the module docstring for the method. ``num_devices`` logical CPU
-    devices are configured (only 0 and 1 are used). Sizes are rounded up to whole float32s."""
+    """Measure transfers of float32 tensors of ``sizes`` bytes from CPU:0 to CPU:1 (GPU:0 to GPU:1
+    after :func:`celeritas_tf.tf.use_logical_gpus`) and fit t = k·bytes + b (µs); see the module
+    docstring for the method. ``num_devices`` logical CPU devices are configured (only 0 and 1 are
+    used). Sizes are rounded up to whole float32s."""
     byte_sizes = _check_args(num_devices, sizes, repeats, warmup)
     tf = tensorflow()
     tf1 = tf.compat.v1
@@ -152,9 +153,9 @@ def calibrate_comm(
         for i, size in enumerate(byte_sizes):
             elements = max(1, math.ceil(size / FLOAT32_BYTES))
             for variant, consumer_device in (("cross", 1), ("local", 0)):
-                with tf.device(cpu_device(0)):
+                with tf.device(step_device(0)):
                     produced = tf.fill([elements], 1.0, name=f"calibrate/{i}_{variant}/producer")
-                with tf.device(cpu_device(consumer_device)):
+                with tf.device(step_device(consumer_device)):
                     consumed = tf.reduce_sum(produced, name=f"calibrate/{i}_{variant}/consumer")
                 pipelines[(i, variant)] = (produced.op.name, consumed.op.name, consumed.op)
     options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
