@@ -9,7 +9,8 @@ the figures it is given (same input, same answer):
   work grows past it; never below the op's fastest profiled time) and ``power`` (``c·b^p`` with
   ``0 <= p <= 1``: fixed costs make an op's time grow more slowly than its work, which grows in
   proportion to the batch), whichever has the smallest leave-one-out error on the profiled
-  batches (ties: that order, so the paper's line wins a tie).
+  batches (ties: that order, so the paper's line wins a tie); a model is a candidate only with
+  more profiled batches than it has parameters (:data:`MIN_BATCHES`: the floor needs four).
 * :func:`traced_steps_needed`: how many traced steps a profile needs so that the time-weighted
   standard error of the per-op median times is at most a target, from the dispersion of the steps
   traced so far, capped by a count (work-bounded: never a wall-clock budget).
@@ -36,6 +37,10 @@ MODEL_PARAMS = {"linear": ("slope", "intercept"), "floor": ("slope", "intercept"
                 "power": ("coefficient", "exponent")}
 #: Fewest profiled batch sizes for a choice: leave-one-out fits a line on the others.
 MIN_BATCHES_TO_CHOOSE = 3
+#: Fewest profiled batch sizes at which each model can be chosen: one more than its fitted
+#: parameters, so that every leave-one-out fold fits the model as the final fit does (the floor's
+#: bend needs three points: on two it is the line, and a choice made so would go unchecked).
+MIN_BATCHES = {"linear": 3, "floor": 4, "power": 3}
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,7 +48,8 @@ class TimeModels:
     """Per op: the chosen time model, its parameters (``ops × 3``, columns named by
     :data:`MODEL_PARAMS`, unused ones 0) and the leave-one-out error of every model (``ops × 3``,
     columns in :data:`TIME_MODELS` order: the mean absolute error over the folds divided by the
-    op's mean profiled time; NaN where no choice was made)."""
+    op's mean profiled time; NaN where no choice was made, inf where a model could not fit or was
+    no candidate, :data:`MIN_BATCHES`)."""
 
     names: tuple[str, ...]
     kinds: tuple[str, ...]
@@ -169,6 +175,9 @@ def choose_time_models(names: Sequence[str], batch_sizes: Sequence[int], times: 
     cols = np.flatnonzero(complete)
     if len(cols) and len(set(x.tolist())) >= MIN_BATCHES_TO_CHOOSE:
         errors[cols] = loo_errors(x, y[:, cols])
+        for m, kind in enumerate(TIME_MODELS):
+            if len(set(x.tolist())) < MIN_BATCHES[kind]:
+                errors[cols, m] = np.inf
         pick = np.argmin(errors[cols], axis=1)  # the first of equal errors: the tie-break order
         for m, kind in enumerate(TIME_MODELS):
             sel = cols[pick == m]

@@ -46,6 +46,14 @@ def test_the_known_model_of_each_op_is_chosen(noise):
         assert models.predict(64).tolist() == pytest.approx([f(64) for f in TRUTH.values()], rel=1e-9)
 
 
+def test_the_floor_is_a_candidate_only_where_its_folds_can_bend():
+    y = np.array([[TRUTH["floor"](b)] for b in BATCHES])
+    floor = TIME_MODELS.index("floor")
+    assert choose_time_models(["f"], BATCHES, y).kinds == ("floor",)
+    three = choose_time_models(["f"], BATCHES[1:], y[1:])  # on two points its bend is the line
+    assert three.kinds != ("floor",) and math.isinf(three.loo_error[0, floor])
+
+
 def test_a_tie_keeps_the_paper_line_and_too_few_batches_choose_nothing():
     constant = np.full((3, 1), 5.0)
     assert choose_time_models(["c"], (2, 4, 8), constant).kinds == ("linear",)
