@@ -23,6 +23,7 @@ import orjson
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
 from celeritas_core.graph import Graph, Liveness
 from celeritas_core.graph_columns import GraphColumns, json_columns, out_of_range
 from celeritas_core.limits import (
@@ -1188,6 +1189,9 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
 # ---------------------------------------------------------------------------- profiles and fits
 PROFILE_FORMAT = "celeritas-profile/1"
 FITS_FORMAT = "celeritas-fits/1"
+#: Fits with a per-op time model (``fit --time-model choose``): ``celeritas-fits/1`` plus each
+#: op's ``time_model``. Paper-line fits stay ``celeritas-fits/1``, byte for byte as before.
+FITS_FORMAT_V2 = "celeritas-fits/2"
 #: Largest magnitude of a fitted slope or intercept in a ``celeritas-fits/1`` document. Fits of
 #: in-limit profiles stay far below it; predictions are checked against the cost limits where a
 #: graph is built from them.
@@ -1252,14 +1256,15 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
 
 
 def check_fits_document(doc: Any, source: str | None = None) -> None:
-    """Validate a ``celeritas-fits/1`` document strictly: ``batch_sizes`` integers from 1 to
-    :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
+    """Validate a ``celeritas-fits/1`` or ``/2`` document strictly: ``batch_sizes`` integers from 1
+    to :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
     ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
     :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object,
-    ``op_keys`` (optional) an object of op name → key string."""
+    ``op_keys`` (optional) an object of op name → key string; in ``/2`` every op's
+    ``time_model`` too (:func:`_check_time_model`)."""
     try:
-        if not isinstance(doc, dict) or doc.get("format") != FITS_FORMAT:
-            raise CeleritasInputError(f"not a {FITS_FORMAT} document (field 'format')")
+        if not isinstance(doc, dict) or doc.get("format") not in (FITS_FORMAT, FITS_FORMAT_V2):
+            raise CeleritasInputError(f"not a {FITS_FORMAT} or {FITS_FORMAT_V2} document (field 'format')")
         ops = doc.get("ops")
         if not isinstance(ops, dict) or not ops:
             raise CeleritasInputError("field 'ops' must be a non-empty object")
@@ -1285,6 +1290,8 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
                 if r2 is not None and not (is_number(r2) and math.isfinite(as_float(r2))):
                     raise CeleritasInputError(f"{where}: field '{key}' must be a number or null, "
                                               f"got {short_repr(r2)}")
+            if doc["format"] == FITS_FORMAT_V2:
+                _check_time_model(fit.get("time_model"), where)
         if not isinstance(doc.get("output_aliases", {}), dict):
             raise CeleritasInputError("field 'output_aliases' must be an object")
         if "op_keys" in doc:
@@ -1293,15 +1300,65 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
         raise exc.with_source(source) if source else exc from None
 
 
+def _check_time_model(raw: Any, where: str) -> None:
+    """A ``celeritas-fits/2`` op's ``time_model``: a known ``kind`` and its parameters, finite
+    numbers of magnitude at most :data:`MAX_FIT_COEFFICIENT` (the power law's exponent within
+    0 and 1), ``loo_error`` (optional) an object of model → number >= 0 or null."""
+    if not isinstance(raw, dict) or raw.get("kind") not in TIME_MODELS:
+        raise CeleritasInputError(f"{where}: field 'time_model' must be an object with 'kind' one of "
+                                  f"{', '.join(TIME_MODELS)}, got {short_repr(raw)}")
+    for key in MODEL_PARAMS[raw["kind"]]:
+        v = raw.get(key)
+        if not (is_number(v) and math.isfinite(as_float(v)) and abs(as_float(v)) <= MAX_FIT_COEFFICIENT):
+            raise CeleritasInputError(f"{where}: time_model field '{key}' must be a finite number of "
+                                      f"magnitude at most {MAX_FIT_COEFFICIENT:g}, got {short_repr(v)}")
+    if raw["kind"] == "power" and not 0.0 <= as_float(raw["exponent"]) <= 1.0:
+        raise CeleritasInputError(f"{where}: time_model field 'exponent' must be within 0 and 1, "
+                                  f"got {short_repr(raw['exponent'])}")
+    loo = raw.get("loo_error", {})
+    if not isinstance(loo, dict) or not all(
+            k in TIME_MODELS and (v is None or (is_number(v) and as_float(v) >= 0)) for k, v in loo.items()):
+        raise CeleritasInputError(f"{where}: time_model field 'loo_error' must be an object of model -> "
+                                  f"number >= 0 or null, got {short_repr(loo)}")
+
+
+def _time_model_json(models: TimeModels, j: int) -> dict[str, Any]:
+    """Op ``j``'s ``time_model`` object (``celeritas-fits/2``)."""
+    kind = models.kinds[j]
+    out: dict[str, Any] = {"kind": kind}
+    out.update({key: float(models.params[j, c]) for c, key in enumerate(MODEL_PARAMS[kind])})
+    out["loo_error"] = {k: _finite_or_none(float(models.loo_error[j, m])) for m, k in enumerate(TIME_MODELS)}
+    return out
+
+
+def _read_time_models(names: tuple[str, ...], raw_ops: Iterable[Mapping[str, Any]]) -> TimeModels:
+    """The :class:`TimeModels` of a checked ``celeritas-fits/2`` document's ops."""
+    kinds, params, loo = [], [], []
+    for fit in raw_ops:
+        model = fit["time_model"]
+        kinds.append(str(model["kind"]))
+        row = [as_float(model[key]) for key in MODEL_PARAMS[model["kind"]]]
+        params.append(row + [0.0] * (3 - len(row)))
+        errors = model.get("loo_error", {})
+        loo.append([math.nan if errors.get(k) is None else as_float(errors[k]) for k in TIME_MODELS])
+    return TimeModels(names, tuple(kinds), np.array(params, dtype=np.float64).reshape(len(names), 3),
+                      np.array(loo, dtype=np.float64).reshape(len(names), len(TIME_MODELS)))
+
+
 def fits_to_json(fits: CostFits) -> dict[str, Any]:
     """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined; ``op_keys``
-    when the fits carry structure keys)."""
+    when the fits carry structure keys); with per-op time models (:attr:`CostFits.time_models`),
+    ``celeritas-fits/2``: each op also has its ``time_model``."""
     ops = {n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
                "time_r2": _finite_or_none(e), "memory_r2": _finite_or_none(f)}
            for n, a, b, c, d, e, f in zip(fits.names, fits.time_slope, fits.time_intercept,
                                           fits.memory_slope, fits.memory_intercept, fits.time_r2,
                                           fits.memory_r2, strict=True)}
     doc: dict[str, Any] = {"format": FITS_FORMAT, "batch_sizes": list(fits.batch_sizes), "ops": ops}
+    if fits.time_models is not None:
+        doc["format"] = FITS_FORMAT_V2
+        for j, fit in enumerate(ops.values()):
+            fit["time_model"] = _time_model_json(fits.time_models, j)
     if fits.output_aliases:
         doc["output_aliases"] = {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                  for n, a in fits.output_aliases.items()}
@@ -1312,16 +1369,18 @@ def fits_to_json(fits: CostFits) -> dict[str, Any]:
 
 
 def fits_from_json(doc: Any, source: str | None = None) -> CostFits:
-    """Read a ``celeritas-fits/1`` document, checked by :func:`check_fits_document` (raises
-    CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
-    carrying its ``op_keys`` ({} when it has none)."""
+    """Read a ``celeritas-fits/1`` or ``/2`` document, checked by :func:`check_fits_document`
+    (raises CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
+    carrying its ``op_keys`` ({} when it has none) and, from ``/2``, its time models."""
     check_fits_document(doc, source)
     fits = doc["ops"].values()
     coefficients = (np.array([float(fit[key][j]) for fit in fits], dtype=np.float64)
                     for key, j in (("time_us", 0), ("time_us", 1), ("memory_bytes", 0), ("memory_bytes", 1)))
     r2 = (np.array([math.nan if fit.get(key) is None else float(fit[key]) for fit in fits], dtype=np.float64)
           for key in ("time_r2", "memory_r2"))
-    return KeyedFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2,
+    names = tuple(doc["ops"])
+    models = _read_time_models(names, fits) if doc["format"] == FITS_FORMAT_V2 else None
+    return KeyedFits(names, tuple(doc["batch_sizes"]), *coefficients, *r2, time_models=models,
                      op_keys=dict(doc.get("op_keys", {}))).with_aliases(
         read_output_aliases(doc.get("output_aliases", {}), source))
 
