@@ -30,7 +30,7 @@ from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
 from celeritas_core.regression import CostFits, Deviation, relative_deviation
 from celeritas_tf.extract import graph_from_step
-from celeritas_tf.models import ModelSpec
+from celeritas_tf.spec import ModelSpec
 from celeritas_tf.profile import (
     StepTrace,
     device_index,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.models import ModelSpec, TensorSpec
+from celeritas_tf.spec import ModelSpec, TensorSpec
 from celeritas_tf.tf import tensorflow
 
 TRAIN_OP = "train_step"
