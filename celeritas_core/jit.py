@@ -60,7 +60,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 ENABLED = (os.environ.get("CELERITAS_NO_JIT", "") in ("", "0")
            and importlib.util.find_spec("numba") is not None)
 
-#: The prebuilt cache: a folder of the installed package (``python -m celeritas_core.precompile``).
+#: The prebuilt cache: a folder of the installed package (``python -m celeritas_core.precompile``;
+#: :data:`celeritas_core.jitcache.CACHE_DIR`, the same folder, is what the loops load from).
 CACHE_DIR = Path(__file__).resolve().parent / "_jitcache"
 
 #: A call whose largest array has this many elements or more loads Numba.
