@@ -21,6 +21,7 @@ import numpy as np
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.columnar import GRAPH_COLUMNS_FORMAT as GRAPH_COLUMNS_FORMAT  # re-exported
 from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz, npz_bytes
+from celeritas_core.defaults import DOCUMENTED_DISPATCH
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph, Liveness
 from celeritas_core.graph_columns import (
@@ -40,6 +41,7 @@ from celeritas_core.json_io import (
     write_json_bytes,
 )
 from celeritas_core.json_io import write_text_atomic as write_text_atomic  # re-exported
+from celeritas_core.levels import ccr
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
@@ -633,9 +635,6 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
     times, the dispatch orders replayed besides the documented one, and one row per placer
     (:meth:`~celeritas_core.compare.Comparison.rows`, null where not finite) with its parameters,
     per-device memory and step (µs) under each other dispatch order."""
-    from celeritas_core.levels import ccr
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH  # loaded with the comparison already
-
     c = comparison
     return {
         "format": COMPARE_FORMAT,

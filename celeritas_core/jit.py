@@ -191,9 +191,9 @@ def numba_loaded() -> bool:
 
 def _make_dispatcher(func: Callable[..., Any]) -> Any:
     """A Numba dispatcher for ``func`` whose cache is :class:`~celeritas_core.jitcache.LayeredCache`."""
-    import numba  # lazy, as above
+    import numba  # lazy: as above, Numba loads only once a loop runs compiled
 
-    from celeritas_core.jitcache import LayeredCache
+    from celeritas_core.jitcache import LayeredCache  # lazy: it imports Numba
 
     dispatcher = numba.njit(nogil=True)(func)
     # what Dispatcher.enable_caching() does with Numba's FunctionCache, with our layers instead
@@ -220,7 +220,7 @@ def compile_clock() -> Iterator[CompileClock]:
     if not _state.numba:
         yield clock
         return
-    from numba.core import event  # lazy, as above (loaded already)
+    from numba.core import event  # lazy: as above (loaded already)
 
     with event.install_timer("numba:compiler_lock", clock.add):
         yield clock

@@ -25,6 +25,12 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
+from celeritas_core.memory import (
+    memory_profile,
+    one_device_peak_bytes,
+    peak_lower_bound,
+    planning_memory_bytes,
+)
 from celeritas_core.placement import Placement, PlacementEvaluation
 from celeritas_core.simulator import DOCUMENTED_DISPATCH, simulate
 
@@ -196,8 +202,6 @@ def place(
     that fills ``predicted_step_time_us``, nor importing Numba (before the clock starts) and
     loading or compiling the compiled loops (:func:`~celeritas_core.jit.compile_clock`).
     """
-    from celeritas_core.memory import planning_memory_bytes
-
     spec = get_placer(placer)
     resolved = spec.resolve_params(params)
     typed = spec.params_type(**resolved)
@@ -237,8 +241,6 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
     ready ops in the replay (:func:`~celeritas_core.simulator.dispatch_order`; default the
     documented ``"rank"``, the one every placer is scored with); the peaks follow that replay."""
-    from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
-
     if len(placement.assignment) != graph.num_nodes:
         raise CeleritasInputError("placement does not match the graph (different node count)")
     if placement.assignment.max() >= cluster.num_devices:
