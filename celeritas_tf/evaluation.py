@@ -23,14 +23,21 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT, read_output_aliases
+from celeritas_core.formats import (
+    ACCURACY_FORMAT,
+    PROFILE_FORMAT,
+    VALIDATION_FORMAT,
+    check_profile_document,
+    read_output_aliases,
+)
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.memory import memory_profile
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, relative_deviation
+from celeritas_core.regression import CostFits, Deviation, fit_costs, relative_deviation
+from celeritas_core.simulator import simulate
 from celeritas_tf.extract import graph_from_step
-from celeritas_tf.spec import ModelSpec
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -40,6 +47,7 @@ from celeritas_tf.profile import (
     trace_costs,
     trace_step,
 )
+from celeritas_tf.spec import ModelSpec
 from celeritas_tf.step import build_training_step
 from celeritas_tf.tf import run_options, session_config, tensorflow
 
@@ -92,8 +100,6 @@ def fits_from_profile(doc: Any, source: str | None = None) -> CostFits:
     """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document (checked
     once, by :func:`profile_rows`), carrying the output aliases of its largest batch ({} for a
     profile written before they were recorded)."""
-    from celeritas_core.regression import fit_costs
-
     rows = profile_rows(doc, source)
     largest = max(doc["profiles"], key=lambda p: p["batch_size"])
     return fit_costs(rows).with_aliases(read_output_aliases(largest.get("output_aliases", {}), source))
@@ -103,8 +109,6 @@ def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[st
     """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
     strictly (:func:`celeritas_core.formats.check_profile_document`: at least two profiles,
     distinct integer batch sizes, finite costs within the documented limits)."""
-    from celeritas_core.formats import check_profile_document
-
     check_profile_document(doc, source)
     return [(p["batch_size"], {str(n): float(v) for n, v in p["time_us"].items()},
              {str(n): float(v) for n, v in p["memory_bytes"].items()}) for p in doc["profiles"]]
@@ -142,9 +146,6 @@ class Remeasurement:
     def peaks(self, cluster: Cluster) -> dict[str, list[float]]:
         """Per device index: the estimated graph's replayed peak under the sequential placement
         and the peak TensorFlow measured running it (bytes; see :func:`measured_peak_bytes`)."""
-        from celeritas_core.memory import memory_profile
-        from celeritas_core.simulator import simulate
-
         result = simulate(self.estimated, cluster, self.assignment)
         predicted = memory_profile(self.estimated, cluster.num_devices, self.assignment, result).peak_bytes
         measured = _peaks_by_index(self.trace.peak_bytes)
