@@ -46,6 +46,7 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
 
 def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None) -> Cluster:
     """The cluster the options of :func:`add_cluster_args` describe (``fallback`` when none is given)."""
+    # lazy: numpy and the engine load only when a command runs (fast --help)
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_cluster
 
