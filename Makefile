@@ -27,6 +27,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# the tests and, by pyproject.toml's testpaths and addopts, the docstring examples of celeritas_core
 test: setup lint
 	$(PY) -m pytest -q -n 2
 

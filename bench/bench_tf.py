@@ -263,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     peak_rows = peak_estimation(models, all_fits, args.traced_steps)
     fid_rows = fidelity(measured, args.steps)
     count_rows = [] if args.skip_paper_counts else paper_scale([m for m in models if m in PAPER_NODES])
+    from op_identity import checks as identity_checks
+    from op_identity import op_identity, print_table
+
+    identity_rows = op_identity(models, LARGE_BATCH)  # bench/op_identity.py
 
     print(f"Estimation accuracy: small batches {list(SMALL_BATCHES)} -> batch {LARGE_BATCH}, re-measured on "
           f"{DEVICES} logical CPU devices\n")
@@ -316,9 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         checks.append(f"{'PASS' if not r['oom'] else 'MISS'} {r['model']}: Celeritas fits 4 x 32 GiB by "
                       f"replayed peak (one-device peak {format_bytes(r['single_device_peak_bytes'])}"
                       f"{'' if fits else ', more than the 4 devices hold'})")
+    print_table(identity_rows)
+    checks += identity_checks(identity_rows)
     print("\n".join(checks))
     write_json_atomic(Path(args.out), {"accuracy": acc_rows, "peak_memory": peak_rows, "fidelity": fid_rows,
-                                       "node_counts": count_rows, "checks": checks}, indent=1)
+                                       "node_counts": count_rows, "op_identity": identity_rows,
+                                       "checks": checks}, indent=1)
     print(f"\nwrote {args.out}, {CDF_FIGURE}")
     return 0
 

@@ -48,8 +48,8 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
     mem_set = sorted({format_bytes(m) for m in cluster.memory_bytes})
     lines.append(f"graph       {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges, "
                  f"CCR {ccr(graph, cluster):.2f}, {format_bytes(graph.total_memory_bytes)}")
-    lines.append(f"cluster     {cluster.num_devices} devices ({', '.join(mem_set)}), transfer "
-                 f"{cluster.slope_us_per_byte:g} µs/B + {cluster.intercept_us:g} µs")
+    lines.append(f"cluster     {cluster.num_devices} devices ({', '.join(mem_set)}), "
+                 f"{_transfer_text(cluster)}")
     params = " ".join(f"{k}={v}" for k, v in placement.params.items())
     coarse = f", {placement.coarse_nodes:,} coarse nodes" if placement.coarse_nodes is not None else ""
     lines.append(f"placer      {placement.placer} {params}{coarse}, "
@@ -84,6 +84,13 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
         lines.append("OOM: none")
     lines.append(_memory_bound_line(placement))
     return "\n".join(lines)
+
+
+def _transfer_text(cluster: Cluster) -> str:
+    """The transfer model in a few words: the flat ``k·bytes + b``, or the topology's links."""
+    if cluster.topology is None:
+        return f"transfer {cluster.slope_us_per_byte:g} µs/B + {cluster.intercept_us:g} µs"
+    return f"topology {cluster.topology.describe()}"
 
 
 def _memory_bound_line(placement: Placement) -> str:
@@ -129,7 +136,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")  # as given: `--out dir/` is refused
     graph, cluster, inputs = _placing_inputs(args, [out])
     placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
-    save_placement(placement, out, inputs=inputs)
+    save_placement(placement, out, inputs=inputs, graph=graph)
     print(_summary(graph, cluster, placement))
     print(f"wrote {out}")
     return 0
@@ -227,7 +234,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"colocation     {groups:,} groups")
     print(f"total time     {format_us(graph.total_time_us)}")
     print(f"total memory   {format_bytes(graph.total_memory_bytes)}")
-    print(f"CCR            {ccr(graph, cluster):.3f}")
+    print(f"CCR            {ccr(graph, cluster):.3f}" + ("" if cluster.topology is None else
+                                                         " (the topology's flat model: mean over pairs)"))
+    if cluster.topology is not None:
+        print(f"topology       {cluster.topology.describe()}")
     print(f"lower bound    {format_us(lower_bound_us(graph, cluster))} on {cluster.num_devices} device(s)")
     if graph.meta:
         print(f"meta           {dict(graph.meta)}")

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from celeritas_cli import flags
-from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
+from celeritas_cli.cluster_args import TOPOLOGY_HELP, add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import MAX_DEVICES
 from celeritas_core.safe_io import check_outputs, staged_outputs
@@ -155,6 +155,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     time_r2 = float(np.nanmedian(fits.time_r2)) if np.isfinite(fits.time_r2).any() else float("nan")
     print(f"wrote {args.out}: {len(fits.names):,} ops fitted on batch sizes {list(fits.batch_sizes)}; "
           f"median R² memory {mem_r2:.3f}, time {time_r2:.3f}")
+    if not fits.op_keys:
+        print(f"note: {args.profiles} records no op keys (written before op identity was recorded): "
+              f"re-measurement will pair its fits with ops by name only")
     if predicted is not None:
         t, m = predicted
         print(f"predicted at batch {batch}: total time {format_us(float(t.sum()))}, "
@@ -185,7 +188,11 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
-    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say)
+    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say,
+                       source=args.fits)
+    note = result.identity_note()
+    if note:
+        print(f"note: {args.fits}: {note}")
     memory, timing = result.accuracy()
     peaks = result.peaks(cluster)
     with staged_outputs(inputs=inputs) as outputs:  # every output lands, or none
@@ -216,7 +223,12 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import PLACEMENT_FORMAT, read_json, write_json_atomic
+    from celeritas_core.formats import (
+        PLACEMENT_FORMAT,
+        placement_op_keys_digest,
+        read_json,
+        write_json_atomic,
+    )
     from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
 
     batch = _check_batch(args.batch)
@@ -241,8 +253,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                   source=args.placement)
     model = _model(args)
     devices = args.devices or len(listed or []) or 1
+    digest = placement_op_keys_digest(doc, args.placement)
     result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
-                      progress=_say, source=args.placement)
+                      progress=_say, source=args.placement, op_keys_digest=digest)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
              "predicted_step_time_us": doc.get("predicted_step_time_us"),
              "predicted_peak_bytes": predicted_peaks(doc)}
@@ -268,7 +281,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Measure transfers between two devices, fit t = k·bytes + b, write a celeritas-cluster/1 with
-    the fit, or with the default model (and a warning) when the fit measured nothing useful."""
+    the fit, or with the default model (and a warning) when the fit measured nothing useful. With
+    ``--topology``, measure each class of pair and write a celeritas-cluster/2
+    (:func:`_calibrate_topology`)."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import (
@@ -278,7 +293,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         choose_transfer_model,
     )
 
-    flags.devices(args.devices)
+    preset = _calibration_preset(args)
+    devices = preset.num_devices if preset is not None else (4 if args.devices is None else args.devices)
+    flags.devices(devices)
     memory = flags.size(args.device_memory, "--device-memory")
     flags.count(args.repeats, "--repeats")
     sizes = None
@@ -291,9 +308,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": _say}
     if sizes:
         kwargs["sizes"] = sizes
+    if preset is not None:
+        return _calibrate_topology(args, preset, memory, kwargs)
     calibration = calibrate_comm(2, **kwargs)
     choice = choose_transfer_model(calibration)
-    cluster = calibrated_cluster(calibration, args.devices, memory)
+    cluster = calibrated_cluster(calibration, devices, memory)
     save_cluster(cluster, args.out, source=choice.source, calibration=calibration_record(calibration, choice))
     print(f"fit: t = {calibration.slope_us_per_byte:.4g} µs/B · bytes + {calibration.intercept_us:.4g} µs, "
           f"R² {calibration.r2:.3f} over {len(calibration.samples)} sizes")
@@ -301,7 +320,52 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"celeritas: warning: {choice.reason}: the cluster gets the default transfer model instead",
               file=sys.stderr)
     print(f"transfer model used: {choice.describe()}")
-    print(f"wrote {args.out}: {args.devices} devices of {args.device_memory}")
+    print(f"wrote {args.out}: {devices} devices of {args.device_memory}")
+    return 0
+
+
+def _calibration_preset(args: argparse.Namespace) -> Any:
+    """``calibrate-comm --topology``'s preset (None without), checked against ``--devices`` and the
+    logical devices TensorFlow can configure."""
+    if args.topology is None:
+        return None
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
+    from celeritas_core.topology import parse_preset
+    from celeritas_tf.evaluation import MAX_LOGICAL_DEVICES
+
+    preset = parse_preset(args.topology, "--topology")
+    if args.devices is not None and args.devices != preset.num_devices:
+        raise CeleritasInputError(f"--devices {args.devices} but --topology {args.topology} has "
+                                  f"{preset.num_devices} devices")
+    if preset.num_devices > MAX_LOGICAL_DEVICES:
+        raise CeleritasInputError(f"--topology: {preset.num_devices} devices to measure on, at most "
+                                  f"{MAX_LOGICAL_DEVICES} logical devices")
+    return preset
+
+
+def _calibrate_topology(args: argparse.Namespace, preset: Any, memory: float, kwargs: dict[str, Any]) -> int:
+    """Measure each class of pair of the preset's topology, write the cluster with the links that
+    measured a transfer replaced by their fits (the others keep the preset's figures, with a warning)."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
+    from celeritas_core.cluster import Cluster
+    from celeritas_core.formats import save_cluster
+    from celeritas_tf.calibrate import calibrate_topology
+
+    base = Cluster.homogeneous(preset.num_devices, memory)
+    topology, results = calibrate_topology(preset.topology(base.device_names), **kwargs)
+    cluster = base.with_topology(topology)
+    records = {r.link.name: r.record(cluster.device_names) for r in results}
+    save_cluster(cluster, args.out, link_records=records)
+    for r in results:
+        if r.calibration is not None:
+            print(f"fit {r.link.name}: t = {r.calibration.slope_us_per_byte:.4g} µs/B · bytes + "
+                  f"{r.calibration.intercept_us:.4g} µs, R² {r.calibration.r2:.3f} over "
+                  f"{len(r.calibration.samples)} sizes")
+        if r.source != "calibrated" and r.calibration is not None:
+            print(f"celeritas: warning: link {r.link.name}: {r.reason}: it keeps the preset's figures",
+                  file=sys.stderr)
+        print(f"link used: {r.describe()}")
+    print(f"wrote {args.out}: {topology.describe()}, {preset.num_devices} devices of {args.device_memory}")
     return 0
 
 
@@ -397,11 +461,17 @@ def _add_validate(sub: Any) -> None:
 def _add_calibrate(sub: Any) -> None:
     c = sub.add_parser("calibrate-comm", help="fit the transfer model t = k·bytes + b",
                        description="Time transfers of tensors of several sizes between two devices, fit "
-                                   "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices. A "
+                                   "t = k·bytes + b and write a celeritas-cluster/1 of --devices devices "
+                                   "(with --topology: each class of pair, a celeritas-cluster/2). A "
                                    "fit with a slope of 0 or R² below 0.98 measured nothing useful: the file "
                                    "then gets the default model (1e-4 µs/B, 25 µs) and a warning is printed.")
-    c.add_argument("--devices", type=int, default=4,
-                   help=f"devices in the written cluster, 1 to {MAX_DEVICES:,} (default 4)")
+    c.add_argument("--devices", type=int, default=None,
+                   help=f"devices in the written cluster, 1 to {MAX_DEVICES:,} (default 4; with --topology "
+                        "the preset's)")
+    c.add_argument("--topology", metavar="PRESET",
+                   help="measure each class of pair of this topology (inside an island, between islands, "
+                        "between nodes) on one representative pair and write a celeritas-cluster/2: a "
+                        "link whose fit measured nothing useful keeps the preset's figures. " + TOPOLOGY_HELP)
     c.add_argument("--device-memory", required=True, help="memory per device, e.g. 32GiB")
     c.add_argument("--sizes", help="comma-separated tensor sizes, each at most 1GiB, e.g. 4KiB,1MiB,64MiB")
     c.add_argument("--repeats", type=int, default=20, help="timed transfers per size (median)")

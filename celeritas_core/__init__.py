@@ -5,9 +5,20 @@ The loops over every op and edge are compiled by Numba when it is installed (:mo
 Framework adapters (TensorFlow: ``celeritas_tf``), the pipeline and the CLI live in their own
 packages above this one; nothing here imports them (``lint-imports`` checks it).
 
-``Cluster``, ``Graph`` and ``Placement`` are imported on first access (PEP 562), not with the
+The user-facing API is importable from here (``from celeritas_core import Graph, Cluster, place``;
+:data:`__all__` lists it). Every name is imported on first access (PEP 562), not with the
 package: importing any module of it (``celeritas_core.errors``, say) then costs no numpy, which
-``celeritas --help`` relies on to start fast.
+``celeritas --help`` relies on to start fast (tests/cli/test_startup.py).
+
+Examples
+--------
+>>> from celeritas_core import Cluster, Graph, place
+>>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[10.0, 20.0, 30.0],
+...                           memory_bytes=[100, 200, 300], edge_src=[0, 1], edge_dst=[1, 2],
+...                           edge_bytes=[1000, 2000])
+>>> placement = place(graph, Cluster.homogeneous(2, 1e9), "m-topo")
+>>> placement.predicted_step_time_us
+60.0
 """
 
 from __future__ import annotations
@@ -18,18 +29,111 @@ from typing import TYPE_CHECKING, Any
 from celeritas_core.errors import CeleritasInputError
 
 if TYPE_CHECKING:
+    from celeritas_core.bounds import lower_bound_us, single_device_time_us
     from celeritas_core.cluster import Cluster
-    from celeritas_core.graph import Graph
+    from celeritas_core.compare import compare_placers
+    from celeritas_core.families import (
+        benchmark_instances,
+        inception_graph,
+        layered_dag,
+        towers_graph,
+    )
+    from celeritas_core.formats import (
+        load_cluster,
+        load_graph,
+        load_placement,
+        save_cluster,
+        save_graph,
+        save_placement,
+    )
+    from celeritas_core.graph import Graph, Liveness
+    from celeritas_core.levels import blevel, ccr, cpath, critical_path_length_us, tlevel
+    from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
+    from celeritas_core.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
     from celeritas_core.placement import Placement
+    from celeritas_core.placers import PLACERS, evaluate_placement, get_placer, place
+    from celeritas_core.regression import fit_costs, relative_deviation
+    from celeritas_core.simulator import simulate
+    from celeritas_core.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
+    from celeritas_core.units import format_bytes, format_change, format_us, parse_size
 
-__all__ = ["CeleritasInputError", "Cluster", "Graph", "Placement"]
 __version__ = "0.1.0"
 
-_LAZY = {"Cluster": "celeritas_core.cluster", "Graph": "celeritas_core.graph",
-         "Placement": "celeritas_core.placement"}
+#: The module that defines each public name, imported on first access (module docstring).
+_LAZY: dict[str, str] = {
+    # the model: graphs, clusters, placements
+    "Graph": "celeritas_core.graph",
+    "Cluster": "celeritas_core.cluster",
+    "Placement": "celeritas_core.placement",
+    "Liveness": "celeritas_core.graph",
+    # placing, replaying, comparing
+    "PLACERS": "celeritas_core.placers",
+    "place": "celeritas_core.placers",
+    "get_placer": "celeritas_core.placers",
+    "evaluate_placement": "celeritas_core.placers",
+    "simulate": "celeritas_core.simulator",
+    "compare_placers": "celeritas_core.compare",
+    # memory over a replay
+    "memory_profile": "celeritas_core.memory",
+    "one_device_peak_bytes": "celeritas_core.memory",
+    "peak_lower_bound": "celeritas_core.memory",
+    # files
+    "load_graph": "celeritas_core.formats",
+    "save_graph": "celeritas_core.formats",
+    "load_cluster": "celeritas_core.formats",
+    "save_cluster": "celeritas_core.formats",
+    "load_placement": "celeritas_core.formats",
+    "save_placement": "celeritas_core.formats",
+    # orders, levels, critical path, bounds
+    "m_topo_order": "celeritas_core.orders",
+    "dfs_topo_order": "celeritas_core.orders",
+    "cpd_topo_order": "celeritas_core.orders",
+    "is_topological": "celeritas_core.orders",
+    "tlevel": "celeritas_core.levels",
+    "blevel": "celeritas_core.levels",
+    "cpath": "celeritas_core.levels",
+    "critical_path_length_us": "celeritas_core.levels",
+    "ccr": "celeritas_core.levels",
+    "lower_bound_us": "celeritas_core.bounds",
+    "single_device_time_us": "celeritas_core.bounds",
+    # costs from profiles (Standard Evaluation)
+    "fit_costs": "celeritas_core.regression",
+    "relative_deviation": "celeritas_core.regression",
+    # graph generators
+    "training_step_graph": "celeritas_core.synthetic",
+    "paper_shaped_graph": "celeritas_core.synthetic",
+    "small_training_graph": "celeritas_core.synthetic",
+    "benchmark_instances": "celeritas_core.families",
+    "inception_graph": "celeritas_core.families",
+    "towers_graph": "celeritas_core.families",
+    "layered_dag": "celeritas_core.families",
+    # sizes and durations
+    "parse_size": "celeritas_core.units",
+    "format_bytes": "celeritas_core.units",
+    "format_us": "celeritas_core.units",
+    "format_change": "celeritas_core.units",
+}
+
+#: The public API, sorted (grouped by topic in :data:`_LAZY`).
+__all__ = [
+    "PLACERS", "CeleritasInputError", "Cluster", "Graph", "Liveness", "Placement", "benchmark_instances",
+    "blevel", "ccr", "compare_placers", "cpath", "cpd_topo_order", "critical_path_length_us",
+    "dfs_topo_order", "evaluate_placement", "fit_costs", "format_bytes", "format_change", "format_us",
+    "get_placer", "inception_graph", "is_topological", "layered_dag", "load_cluster", "load_graph",
+    "load_placement", "lower_bound_us", "m_topo_order", "memory_profile", "one_device_peak_bytes",
+    "paper_shaped_graph", "parse_size", "peak_lower_bound", "place", "relative_deviation",
+    "save_cluster", "save_graph", "save_placement", "simulate", "single_device_time_us",
+    "small_training_graph", "tlevel", "towers_graph", "training_step_graph",
+]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'celeritas_core' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -200,6 +200,56 @@ def compare_placers(
     ``params`` maps parameter names to values; each placer receives the ones it accepts
     (``R`` goes to the fusion placers, ``threshold`` to m-SCT, …). Parameter values are checked
     for every placer before any runs, so a bad value fails fast.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place.
+    cluster : Cluster
+        The devices and the transfer model.
+    placers : sequence of str, optional
+        Registered placer names, run in this order; default :data:`DEFAULT_PLACERS` (the
+        baselines and Celeritas; not ``stages`` or the exact ``optimal``).
+    params : mapping, optional
+        Parameter values by name, each given to the placers that take it.
+    progress : callable, optional
+        Called as ``progress(index, total, name)`` before each placer, and once at the end with
+        ``index == total`` and an empty name.
+    headroom : float, optional
+        Fraction in [0, 1) of each device's memory every placer leaves free (:func:`place`).
+
+    Returns
+    -------
+    Comparison
+        The evaluated placements in run order, each one's steps under the other dispatch orders,
+        the best (the fastest that fits), a table and CSV and JSON forms.
+
+    Raises
+    ------
+    CeleritasInputError
+        No placers, an unknown placer, a parameter that none of them takes, or a bad value.
+
+    See Also
+    --------
+    place : one placer.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph, compare_placers
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> comparison = compare_placers(graph, Cluster.homogeneous(2, 350), ["celeritas", "m-topo", "single"],
+    ...                              {"R": 100})
+    >>> [(p.placer, p.predicted_step_time_us, p.oom) for p in comparison.placements]
+    [('celeritas', 95.1, False), ('m-topo', 95.1, False), ('single', 120.0, True)]
+    >>> comparison.best.placer, comparison.by_placer("celeritas").params["R"]
+    ('celeritas', 100)
+    >>> compare_placers(graph, Cluster.homogeneous(2, 350), ["m-topo"], {"R": 100})
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: parameter 'R' is not accepted by any of the placers m-topo ...
     """
     if not placers:
         raise CeleritasInputError("no placers to compare")

@@ -21,3 +21,20 @@ DOCUMENTED_DISPATCH = "rank"
 #: FIFO order and four seeded random topological orders. A placement whose step holds under
 #: these does not owe its speed to the documented order's tie-breaks.
 ALTERNATIVE_DISPATCH: tuple[str, ...] = ("fifo", "random:1", "random:2", "random:3", "random:4")
+
+#: The links a topology preset names (``--topology 2x4:nvlink,ib``; docs/formats.md, "Topology
+#: presets"): name → (nominal bandwidth per direction in GB/s, effective per-transfer latency in µs).
+#: The bandwidths are the vendors' nominal figures; the latencies are ours (the hardware's is below
+#: a microsecond; a framework's transfer adds the copy's launch and the hand-over to the consumer).
+LINK_PRESETS: dict[str, tuple[float, float]] = {
+    "nvlink3": (300.0, 10.0),  # A100 SXM: 600 GB/s both directions
+    "nvlink4": (450.0, 10.0),  # H100 SXM: 900 GB/s both directions
+    "pcie3": (15.75, 25.0),  # 8 GT/s x16, 128b/130b
+    "pcie4": (31.5, 25.0),  # 16 GT/s x16
+    "pcie5": (63.0, 25.0),  # 32 GT/s x16
+    "ib-hdr": (25.0, 30.0),  # InfiniBand HDR, 200 Gb/s
+    "ib-ndr": (50.0, 30.0),  # InfiniBand NDR, 400 Gb/s
+    "100gbe": (12.5, 50.0),  # 100 Gigabit Ethernet
+}
+#: Short names of :data:`LINK_PRESETS` entries: the current generation of each kind.
+LINK_ALIASES: dict[str, str] = {"nvlink": "nvlink4", "pcie": "pcie4", "ib": "ib-ndr"}

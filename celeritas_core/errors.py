@@ -15,6 +15,15 @@ class CeleritasInputError(ValueError):
 
     A ``source`` (a file path) with a line break or another control character is shown escaped,
     so the message stays on one line.
+
+    Examples
+    --------
+    >>> from celeritas_core import CeleritasInputError, parse_size
+    >>> try:
+    ...     parse_size("-1GiB", field="devices[0].memory_bytes")
+    ... except CeleritasInputError as exc:
+    ...     print(exc.with_source("cluster.json"))
+    cluster.json: devices[0].memory_bytes: cannot read '-1GiB' as a size (examples: 32GiB, 500MB, 1e9)
     """
 
     def __init__(self, message: str, *, source: str | None = None) -> None:

@@ -246,18 +246,41 @@ def inception_graph(
     each edge carries its producer's output. A module has at most 12 ops, so ``modules`` = 1
     gives at most 18 ops and 2 at most 30.
 
-    Args:
-        modules: number of Inception modules (>= 1).
-        seed: seed of the branch shapes and of the time noise.
-        batch_size: images per inference batch (tensor sizes scale with it).
-        resolution: R, the grid side after the stem (pixels).
-        channels: the stem's output channels and the first stage's target module width.
-        modules_per_stage: modules between grid reductions.
-        classes: outputs of the classifier.
-        name: graph name (default ``inception-m{modules}-s{seed}``).
+    Parameters
+    ----------
+    modules : int, optional
+        number of Inception modules (>= 1).
+    seed : int, optional
+        seed of the branch shapes and of the time noise.
+    batch_size : int, optional
+        images per inference batch (tensor sizes scale with it).
+    resolution : int, optional
+        R, the grid side after the stem (pixels).
+    channels : int, optional
+        the stem's output channels and the first stage's target module width.
+    modules_per_stage : int, optional
+        modules between grid reductions.
+    classes : int, optional
+        outputs of the classifier.
+    name : str, optional
+        graph name (default ``inception-m{modules}-s{seed}``).
 
-    Returns:
+    Returns
+    -------
+    Graph
         A :class:`Graph` with ``meta`` ``source``, ``family``, ``seed``, ``batch_size``.
+
+    Raises
+    ------
+    CeleritasInputError
+        A count or size that is not an integer in its range.
+
+    Examples
+    --------
+    >>> from celeritas_core import inception_graph
+    >>> graph = inception_graph(modules=1)
+    >>> graph.name, graph.num_nodes, graph.node_names[:3]
+    ('inception-m1-s0', 18, ('input', 'stem/conv_0', 'stem/conv_1'))
     """
     per_stage = _check_int(modules_per_stage, "modules_per_stage", 1)
     # the width doubles at every stage: beyond MAX_STAGES the costs overflow a float
@@ -351,14 +374,39 @@ def towers_graph(
     at 900 GB/s + 3 µs, times log-normal noise (σ = 0.25); ``memory_bytes`` = the op's output
     (fp32); each edge carries its producer's output. Ops: 4 + Σ depth_t.
 
-    Args:
-        towers: number of towers (>= 1).
-        seed: seed of the tower shapes and of the time noise.
-        min_depth, max_depth: range of dense layers per tower (1 <= min <= max).
-        batch_size: examples per inference batch.
-        input_features: width of the shared input.
-        classes: outputs of the head.
-        name: graph name (default ``towers-k{towers}-s{seed}``).
+    Parameters
+    ----------
+    towers : int, optional
+        number of towers (>= 1).
+    seed : int, optional
+        seed of the tower shapes and of the time noise.
+    min_depth, max_depth : int, optional
+        range of dense layers per tower (1 <= min <= max).
+    batch_size : int, optional
+        examples per inference batch.
+    input_features : int, optional
+        width of the shared input.
+    classes : int, optional
+        outputs of the head.
+    name : str, optional
+        graph name (default ``towers-k{towers}-s{seed}``).
+
+    Returns
+    -------
+    Graph
+        A :class:`Graph` with ``meta`` as :func:`inception_graph`'s.
+
+    Raises
+    ------
+    CeleritasInputError
+        A count or size that is not an integer in its range.
+
+    Examples
+    --------
+    >>> from celeritas_core import towers_graph
+    >>> towers_graph(towers=2, max_depth=2).node_names
+    ('input', 'tower_0/dense_0', 'tower_0/dense_1', 'tower_1/dense_0', 'tower_1/dense_1',
+     'concat', 'head/MatMul', 'head/Sigmoid')
     """
     towers = _check_int(towers, "towers", 1, MAX_TOWERS)
     seed = _check_int(seed, "seed", 0)
@@ -427,16 +475,42 @@ def layered_dag(
       latency (``ccr`` = 0 gives 0-byte edges, i.e. free transfers). Bytes are not rounded;
     * every task holds ``task_memory_bytes`` (default 1 MiB): memory is not the constraint here.
 
-    Args:
-        tasks: number of tasks (>= 2).
-        ccr: communication-to-computation ratio (>= 0), as :func:`celeritas_core.levels.ccr`
-            computes it on :func:`layered_cluster`.
-        seed: seed of the shape, times and edge weights.
-        mean_predecessors: mean in-degree of a non-entry task (>= 1; the STG "samepred"/"layrpred"
-            methods fix this mean; 3 by default).
-        shape: HEFT's α: > 1 gives wide shallow graphs, < 1 narrow deep ones.
-        task_memory_bytes: memory of each task (bytes).
-        name: graph name (default ``layered-n{tasks}-ccr{ccr:g}-s{seed}``).
+    Parameters
+    ----------
+    tasks : int
+        number of tasks (>= 2).
+    ccr : float
+        communication-to-computation ratio (>= 0), as :func:`celeritas_core.levels.ccr`
+        computes it on :func:`layered_cluster`.
+    seed : int, optional
+        seed of the shape, times and edge weights.
+    mean_predecessors : float, optional
+        mean in-degree of a non-entry task (>= 1; the STG "samepred"/"layrpred"
+        methods fix this mean; 3 by default).
+    shape : float, optional
+        HEFT's α: > 1 gives wide shallow graphs, < 1 narrow deep ones.
+    task_memory_bytes : float, optional
+        memory of each task (bytes).
+    name : str, optional
+        graph name (default ``layered-n{tasks}-ccr{ccr:g}-s{seed}``).
+
+    Returns
+    -------
+    Graph
+        The task DAG (µs and bytes).
+
+    Raises
+    ------
+    CeleritasInputError
+        A count that is not an integer in its range, or a number out of its range.
+
+    Examples
+    --------
+    >>> from celeritas_core import ccr, layered_dag
+    >>> from celeritas_core.families import layered_cluster
+    >>> graph = layered_dag(tasks=10, ccr=1.0)
+    >>> graph.name, graph.num_nodes, ccr(graph, layered_cluster(2, 1e9))
+    ('layered-n10-ccr1-s0', 10, 1.0)
     """
     n = _check_int(tasks, "tasks", 2, MAX_TASKS)
     target = _check_number(ccr, "ccr")
@@ -536,7 +610,39 @@ def cheap_cluster(graph: Graph, num_devices: int, memory_bytes: float, ccr: floa
 def benchmark_instances(family: str, *, quick: bool = False, seed: int = 0) -> list[Instance]:
     """The benchmark's instances of ``family`` (``"a"``–``"d"`` or ``training``, ``inference``,
     ``layered``, ``small``); ``quick`` keeps a handful for tests; ``seed`` offsets every
-    generator seed."""
+    generator seed.
+
+    Parameters
+    ----------
+    family : str
+        ``"a"`` (training steps), ``"b"`` (inference graphs with parallel branches), ``"c"``
+        (random layered task DAGs), ``"d"`` (graphs small enough for the exact MILP), or the
+        aliases ``training``, ``inference``, ``layered``, ``small``.
+    quick : bool, optional
+        Only a few small instances (for tests and examples).
+    seed : int, optional
+        Added to every generator's seed (>= 0).
+
+    Returns
+    -------
+    list of Instance
+        Each with its ``name``, ``family``, ``graph`` and the ``cluster`` to place it on.
+
+    Raises
+    ------
+    CeleritasInputError
+        An unknown family, or a seed that is not an integer >= 0.
+
+    Examples
+    --------
+    >>> from celeritas_core import benchmark_instances, place
+    >>> instances = benchmark_instances("small", quick=True)
+    >>> [(i.name, i.graph.num_nodes, i.cluster.num_devices) for i in instances]
+    [('small-layered-n10-s1000/2dev', 10, 2), ('small-inception-m1-s1001/2dev', 15, 2)]
+    >>> placement = place(instances[0].graph, instances[0].cluster, "m-topo")
+    >>> placement.oom
+    False
+    """
     key = _ALIASES.get(family, family)
     if key not in FAMILIES:
         raise CeleritasInputError(

@@ -1,4 +1,4 @@
-"""Reading and writing the JSON formats: celeritas-graph/1, celeritas-cluster/1, celeritas-placement/1.
+"""Reading and writing the JSON formats: celeritas-graph/1, celeritas-cluster/1 and /2, celeritas-placement/1.
 
 Every reader validates fully and raises :class:`CeleritasInputError` with the file and the
 offending node or field; every writer writes a temporary file and renames it into place, so a
@@ -58,9 +58,11 @@ from celeritas_core.limits import (
     is_number,
     short_repr,
 )
+from celeritas_core.opkeys import MAX_KEY_CHARS, KeyedFits, fits_op_keys, read_op_keys
 from celeritas_core.placement import Placement
 from celeritas_core.regression import CostFits
 from celeritas_core.safe_io import read_input_bytes, write_atomic
+from celeritas_core.topology import topology_from_json, topology_to_json
 
 if TYPE_CHECKING:
     from celeritas_core.compare import Comparison
@@ -69,6 +71,10 @@ if TYPE_CHECKING:
 GRAPH_FORMAT = "celeritas-graph/1"
 # GRAPH_COLUMNS_FORMAT, the columnar graph format (a NumPy .npz archive): celeritas_core.columnar
 CLUSTER_FORMAT = "celeritas-cluster/1"
+#: A cluster with a link topology (``topology``; docs/formats.md). Readers take both tags; writers
+#: write ``/1`` for a flat cluster (files as before) and ``/2`` only with a topology, which a
+#: reader of ``/1`` alone would silently ignore.
+CLUSTER_FORMAT_V2 = "celeritas-cluster/2"
 #: Where a cluster file's transfer model comes from (``comm.source``, optional; docs/formats.md).
 COMM_SOURCES = ("calibrated", "default")
 PLACEMENT_FORMAT = "celeritas-placement/1"
@@ -367,7 +373,47 @@ def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
-    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`)."""
+    """Read and validate a graph file, JSON or columnar (:func:`graph_from_bytes`).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES` bytes:
+        ``celeritas-graph/1`` JSON, or the columnar ``celeritas-graph-columns/1`` (a zip archive,
+        told by its first bytes, whatever the extension); docs/formats.md.
+
+    Returns
+    -------
+    Graph
+        The validated graph.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem: missing or unreadable, too large, not
+        the format, a bad field, node or edge, a cycle, or a value beyond the limits.
+
+    See Also
+    --------
+    save_graph : writes either format.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Graph, load_graph, save_graph
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     again = load_graph(save_graph(graph, pathlib.Path(tmp) / "diamond.json"))
+    >>> again.name, again.node_names, again.edge_bytes.tolist()
+    ('diamond', ('a', 'b', 'c', 'd'), [1000.0, 1000.0, 1000.0, 1000.0])
+    >>> load_graph("no-such-graph.json")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: no-such-graph.json: file not found
+    """
     source = os.fspath(path)
     return graph_from_bytes(read_input_bytes(source), source)
 
@@ -390,7 +436,48 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
                inputs: Iterable[str | os.PathLike[str] | None] = (), file_format: str | None = None) -> Path:
     """Write ``graph`` atomically as ``celeritas-graph/1`` JSON, or as the columnar
     ``celeritas-graph-columns/1`` when ``path`` ends in ``.npz`` (or ``file_format`` says so). A
-    graph beyond the limits, which the reader would refuse, is refused here."""
+    graph beyond the limits, which the reader would refuse, is refused here.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph to write.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+    file_format : {"json", "npz"}, optional
+        The format, whatever the extension; default ``npz`` for a ``.npz`` path, else ``json``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+        Also when the graph is beyond the limits a reader accepts, or its JSON would exceed the
+        input size limit (write the columnar format then).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Graph, load_graph, save_graph
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     json_path = save_graph(graph, pathlib.Path(tmp) / "diamond.json")
+    ...     npz_path = save_graph(graph, pathlib.Path(tmp) / "diamond.npz")
+    ...     print(json_path.read_text()[:46])
+    ...     print(load_graph(npz_path).time_us.tolist())
+    {"format":"celeritas-graph/1","name":"diamond"
+    [10.0, 50.0, 50.0, 10.0]
+    """
     if graph_file_format(path, file_format) == "npz":
         data = npz_bytes(graph)
         return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
@@ -406,8 +493,19 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
 
 # ---------------------------------------------------------------------------- cluster
 def cluster_from_json(doc: Any) -> Cluster:
-    """Validate a ``celeritas-cluster/1`` document and build a :class:`Cluster`."""
-    _check_format(doc, CLUSTER_FORMAT)
+    """Validate a ``celeritas-cluster/1`` or ``/2`` document and build a :class:`Cluster` (with its
+    ``topology`` when a ``/2`` document has one)."""
+    if isinstance(doc, dict) and doc.get("format") == CLUSTER_FORMAT_V2:
+        pass
+    else:
+        try:
+            _check_format(doc, CLUSTER_FORMAT)
+        except CeleritasInputError as exc:
+            raise CeleritasInputError(exc.message.replace(
+                f"{CLUSTER_FORMAT!r})", f"{CLUSTER_FORMAT!r} or {CLUSTER_FORMAT_V2!r})")) from None
+        if doc.get("topology") is not None:
+            raise CeleritasInputError(f"field 'topology' needs \"format\": \"{CLUSTER_FORMAT_V2}\" "
+                                      f"(a reader of {CLUSTER_FORMAT} alone would ignore it)")
     devices = doc.get("devices")
     if not isinstance(devices, list):
         raise CeleritasInputError("field 'devices' must be a list")
@@ -450,8 +548,10 @@ def cluster_from_json(doc: Any) -> Cluster:
     comm = doc.get("comm", {})
     if not isinstance(comm, dict):
         raise CeleritasInputError("field 'comm' must be an object")
-    slope = comm.get("slope_us_per_byte", DEFAULT_SLOPE_US_PER_BYTE)
-    intercept = comm.get("intercept_us", DEFAULT_INTERCEPT_US)
+    topology = topology_from_json(doc["topology"], names) if doc.get("topology") is not None else None
+    flat = topology.mean_link() if topology is not None else (DEFAULT_SLOPE_US_PER_BYTE, DEFAULT_INTERCEPT_US)
+    slope = comm.get("slope_us_per_byte", flat[0])
+    intercept = comm.get("intercept_us", flat[1])
     for field_name, value, limit, unit in (("slope_us_per_byte", slope, MAX_SLOPE_US_PER_BYTE, " µs/B"),
                                            ("intercept_us", intercept, MAX_TIME_US, " µs")):
         if not is_number(value) or not math.isfinite(as_float(value)) or value < 0:
@@ -460,7 +560,8 @@ def cluster_from_json(doc: Any) -> Cluster:
             )
         check_cost(value, "comm", field_name, limit=limit, unit=unit)
     _check_comm_provenance(comm)
-    return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept)
+    return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept,
+                         topology=topology)
 
 
 def _check_comm_provenance(comm: dict[str, Any]) -> None:
@@ -477,9 +578,12 @@ def _check_comm_provenance(comm: dict[str, Any]) -> None:
 
 
 def cluster_to_json(cluster: Cluster, *, source: str | None = None,
-                    calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``celeritas-cluster/1`` document of ``cluster``; ``source`` (``calibrated`` or
-    ``default``) and ``calibration`` (what was measured) record where its transfer model comes from."""
+                    calibration: Mapping[str, Any] | None = None,
+                    link_records: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The ``celeritas-cluster/1`` document of a flat ``cluster``, or the ``/2`` document with its
+    ``topology``; ``source`` (``calibrated`` or ``default``) and ``calibration`` (what was measured)
+    record where its transfer model comes from, ``link_records`` (link name → ``source``,
+    ``calibration``) where each link's does."""
     comm: dict[str, Any] = {"slope_us_per_byte": cluster.slope_us_per_byte,
                             "intercept_us": cluster.intercept_us}
     if source is not None:
@@ -487,18 +591,53 @@ def cluster_to_json(cluster: Cluster, *, source: str | None = None,
     if calibration is not None:
         comm["calibration"] = dict(calibration)
     _check_comm_provenance(comm)
-    return {
-        "format": CLUSTER_FORMAT,
+    if link_records and cluster.topology is None:
+        raise CeleritasInputError("link_records: a flat cluster has no links to record")
+    doc: dict[str, Any] = {
+        "format": CLUSTER_FORMAT if cluster.topology is None else CLUSTER_FORMAT_V2,
         "devices": [
             {"name": n, "memory_bytes": int(m) if float(m).is_integer() else float(m), "speed": float(s)}
             for n, m, s in zip(cluster.device_names, cluster.memory_bytes, cluster.speed, strict=True)
         ],
         "comm": comm,
     }
+    if cluster.topology is not None:
+        doc["topology"] = topology_to_json(cluster.topology, cluster.device_names, link_records)
+    return doc
 
 
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
-    """Read and validate a cluster file."""
+    """Read and validate a cluster file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``celeritas-cluster/1`` JSON file (docs/formats.md).
+
+    Returns
+    -------
+    Cluster
+        The validated cluster.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem (missing, not JSON, a bad device or
+        transfer model field).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import Cluster, load_cluster, save_cluster
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = pathlib.Path(tmp) / "cluster.json"
+    ...     _ = path.write_text('{"format": "celeritas-cluster/1", "devices": ['
+    ...                         '{"name": "gpu:0", "memory_bytes": 1e9}, '
+    ...                         '{"name": "gpu:1", "memory_bytes": 5e8}]}')
+    ...     cluster = load_cluster(path)
+    >>> cluster.device_names, cluster.memory_bytes.tolist(), cluster.intercept_us
+    (('gpu:0', 'gpu:1'), [1000000000.0, 500000000.0], 25.0)
+    """
     try:
         return cluster_from_json(read_json(path))
     except CeleritasInputError as exc:
@@ -507,11 +646,55 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
 
 def save_cluster(cluster: Cluster, path: str | os.PathLike[str], *,
                  inputs: Iterable[str | os.PathLike[str] | None] = (), source: str | None = None,
-                 calibration: Mapping[str, Any] | None = None) -> Path:
-    """Write ``cluster`` atomically as ``celeritas-cluster/1`` (``source`` and ``calibration``:
-    see :func:`cluster_to_json`)."""
-    return write_json_atomic(path, cluster_to_json(cluster, source=source, calibration=calibration),
-                             indent=2, inputs=inputs)
+                 calibration: Mapping[str, Any] | None = None,
+                 link_records: Mapping[str, Mapping[str, Any]] | None = None) -> Path:
+    """Write ``cluster`` atomically as ``celeritas-cluster/1``, or ``/2`` with a topology
+    (``source``, ``calibration`` and ``link_records``: see :func:`cluster_to_json`).
+
+    Parameters
+    ----------
+    cluster : Cluster
+        The devices and transfer model to write.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+    source : {"calibrated", "default"}, optional
+        Where the transfer model comes from, recorded in ``comm.source``.
+    calibration : mapping, optional
+        What a calibration measured, recorded in ``comm.calibration``.
+    link_records : mapping, optional
+        Per topology link, what its calibration measured (``/2`` files only).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> from celeritas_core import Cluster, load_cluster, save_cluster
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_cluster(Cluster.homogeneous(2, 1e9), pathlib.Path(tmp) / "cluster.json",
+    ...                         source="default")
+    ...     doc = json.loads(path.read_text())
+    ...     again = load_cluster(path)
+    >>> doc["devices"][1]
+    {'name': 'gpu:1', 'memory_bytes': 1000000000, 'speed': 1.0}
+    >>> doc["comm"]
+    {'slope_us_per_byte': 0.0001, 'intercept_us': 25.0, 'source': 'default'}
+    >>> again.device_names
+    ('gpu:0', 'gpu:1')
+    """
+    doc = cluster_to_json(cluster, source=source, calibration=calibration, link_records=link_records)
+    return write_json_atomic(path, doc, indent=2, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- placement
@@ -549,6 +732,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
                                 or seconds < 0):
         raise CeleritasInputError(
             f"field 'placement_seconds' must be a number >= 0, got {short_repr(seconds)}")
+    placement_op_keys_digest(doc)
     coarse_nodes = doc.get("coarse_nodes")
     if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
                                      or not 1 <= coarse_nodes < MAX_SRC_OUTPUT):
@@ -564,6 +748,16 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         placement_seconds=float(seconds or 0.0),
         coarse_nodes=coarse_nodes,
     )
+
+
+def placement_op_keys_digest(doc: Any, source: str | None = None) -> str | None:
+    """A placement document's optional ``op_keys_digest`` (the structure of the graph it was made
+    for; None when absent), checked: a string of 1 to :data:`~celeritas_core.opkeys.MAX_KEY_CHARS`."""
+    digest = doc.get("op_keys_digest") if isinstance(doc, dict) else None
+    if digest is not None and not (isinstance(digest, str) and 0 < len(digest) <= MAX_KEY_CHARS):
+        raise CeleritasInputError(f"field 'op_keys_digest' must be a string of 1 to {MAX_KEY_CHARS} "
+                                  f"characters, got {short_repr(digest)}", source=source)
+    return digest
 
 
 def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -> np.ndarray:
@@ -592,9 +786,11 @@ def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -
     return result
 
 
-def placement_to_json(placement: Placement) -> dict[str, Any]:
+def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None) -> dict[str, Any]:
     """The ``celeritas-placement/1`` document of ``placement`` (evaluation figures null or empty
-    when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``)."""
+    when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``);
+    ``op_keys_digest``: the digest of the placed graph's op keys (its ``meta``), which validation
+    compares with the step it runs."""
     p = placement
     doc: dict[str, Any] = {
         "format": PLACEMENT_FORMAT,
@@ -617,6 +813,8 @@ def placement_to_json(placement: Placement) -> dict[str, Any]:
     }
     if p.coarse_nodes is not None:
         doc["coarse_nodes"] = p.coarse_nodes
+    if op_keys_digest:
+        doc["op_keys_digest"] = str(op_keys_digest)
     extra = dict(p.extra)
     if p.evaluation is not None:
         extra.update(p.evaluation.extra_json())
@@ -663,7 +861,47 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
 
 
 def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster | None = None) -> Placement:
-    """Read a placement file and check that it places exactly the nodes of ``graph``."""
+    """Read a placement file and check that it places exactly the nodes of ``graph``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``celeritas-placement/1`` JSON file (docs/formats.md).
+    graph : Graph
+        The graph it places: every node, and no other, must have a device.
+    cluster : Cluster, optional
+        When given, the placement must use as many devices as it has.
+
+    Returns
+    -------
+    Placement
+        The placement as written, without an evaluation (figures NaN):
+        :func:`~celeritas_core.placers.evaluate_placement` replays it.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the file and the first problem (missing, not JSON, a node of the graph
+        without a device or an unknown one, a device out of range).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from celeritas_core import (Cluster, Graph, evaluate_placement, load_placement, place,
+    ...                             save_placement)
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_placement(place(graph, cluster, "heft"), pathlib.Path(tmp) / "heft.json")
+    ...     placement = load_placement(path, graph, cluster)
+    >>> placement.placer, placement.assignment.tolist(), placement.predicted_step_time_us
+    ('heft', [0, 1, 0, 1], nan)
+    >>> evaluate_placement(graph, cluster, placement).predicted_step_time_us
+    95.1
+    """
     try:
         return placement_from_json(read_json(path), graph, cluster)
     except CeleritasInputError as exc:
@@ -671,9 +909,49 @@ def load_placement(path: str | os.PathLike[str], graph: Graph, cluster: Cluster 
 
 
 def save_placement(placement: Placement, path: str | os.PathLike[str], *,
-                   inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``placement`` atomically as ``celeritas-placement/1``."""
-    return write_json_atomic(path, placement_to_json(placement), indent=1, inputs=inputs)
+                   inputs: Iterable[str | os.PathLike[str] | None] = (), graph: Graph | None = None) -> Path:
+    """Write ``placement`` atomically as ``celeritas-placement/1``, with the op keys digest of
+    ``graph``'s meta when given and recorded (``celeritas validate`` checks it).
+
+    Parameters
+    ----------
+    placement : Placement
+        The placement to write, with its evaluation's figures when it has one.
+    path : str or os.PathLike
+        The file to write (replaced whole, or left as it was on an error).
+    inputs : iterable of paths or None, optional
+        The command's input files, which the output may not overwrite.
+    graph : Graph or None, optional
+        The placed graph; its ``meta['op_keys_digest']`` (TensorFlow steps) is copied.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``path`` may not be written (a folder, a symbolic link, a read-only folder, one of
+        ``inputs``: :func:`~celeritas_core.safe_io.check_output_path`).
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> from celeritas_core import Cluster, Graph, place, save_placement
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "m-topo")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     doc = json.loads(save_placement(placement, pathlib.Path(tmp) / "p.json").read_text())
+    >>> doc["format"], doc["assignment"], doc["predicted_step_time_us"]
+    ('celeritas-placement/1', {'a': 0, 'b': 0, 'c': 0, 'd': 1}, 145.1)
+    """
+    digest = graph.meta.get("op_keys_digest") if graph is not None else None
+    doc = placement_to_json(placement, op_keys_digest=digest if isinstance(digest, str) else None)
+    return write_json_atomic(path, doc, indent=1, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- profiles and fits
@@ -699,7 +977,8 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-profile/1`` document strictly: at least two profiles, each with an
     integer ``batch_size`` from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE` (no repeats)
     and per-op ``time_us`` / ``memory_bytes`` (and optional ``scratch_bytes``) numbers within
-    the limits, at least one op in ``time_us`` or ``memory_bytes``. Raises a one-line
+    the limits, at least one op in ``time_us`` or ``memory_bytes``; ``op_keys`` (op name → key
+    string) in every profile or in none. Raises a one-line
     :class:`CeleritasInputError` naming the profile and field."""
     try:
         if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
@@ -731,6 +1010,12 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
                 _cost_map(p["scratch_bytes"], where, "scratch_bytes", MAX_BYTES, " bytes")
             if "output_aliases" in p and not isinstance(p["output_aliases"], dict):
                 raise CeleritasInputError(f"{where}: field 'output_aliases' must be an object")
+            if "op_keys" in p:
+                read_op_keys(p["op_keys"], where)
+        keyed = ["op_keys" in p for p in profiles]
+        if any(keyed) and not all(keyed):
+            raise CeleritasInputError(f"profiles[{keyed.index(False)}]: field 'op_keys' missing (the other "
+                                      f"profiles have it: every profile records its ops' keys, or none)")
     except CeleritasInputError as exc:
         raise exc.with_source(source) if source else exc from None
 
@@ -739,7 +1024,8 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-fits/1`` document strictly: ``batch_sizes`` integers from 1 to
     :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
     ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
-    :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object."""
+    :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object,
+    ``op_keys`` (optional) an object of op name → key string."""
     try:
         if not isinstance(doc, dict) or doc.get("format") != FITS_FORMAT:
             raise CeleritasInputError(f"not a {FITS_FORMAT} document (field 'format')")
@@ -770,12 +1056,15 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
                                               f"got {short_repr(r2)}")
         if not isinstance(doc.get("output_aliases", {}), dict):
             raise CeleritasInputError("field 'output_aliases' must be an object")
+        if "op_keys" in doc:
+            read_op_keys(doc["op_keys"], "fits")
     except CeleritasInputError as exc:
         raise exc.with_source(source) if source else exc from None
 
 
 def fits_to_json(fits: CostFits) -> dict[str, Any]:
-    """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined)."""
+    """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined; ``op_keys``
+    when the fits carry structure keys)."""
     ops = {n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
                "time_r2": _finite_or_none(e), "memory_r2": _finite_or_none(f)}
            for n, a, b, c, d, e, f in zip(fits.names, fits.time_slope, fits.time_intercept,
@@ -785,19 +1074,24 @@ def fits_to_json(fits: CostFits) -> dict[str, Any]:
     if fits.output_aliases:
         doc["output_aliases"] = {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                  for n, a in fits.output_aliases.items()}
+    keys = fits_op_keys(fits)
+    if keys:
+        doc["op_keys"] = keys
     return doc
 
 
 def fits_from_json(doc: Any, source: str | None = None) -> CostFits:
     """Read a ``celeritas-fits/1`` document, checked by :func:`check_fits_document` (raises
-    CeleritasInputError naming the bad field)."""
+    CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
+    carrying its ``op_keys`` ({} when it has none)."""
     check_fits_document(doc, source)
     fits = doc["ops"].values()
     coefficients = (np.array([float(fit[key][j]) for fit in fits], dtype=np.float64)
                     for key, j in (("time_us", 0), ("time_us", 1), ("memory_bytes", 0), ("memory_bytes", 1)))
     r2 = (np.array([math.nan if fit.get(key) is None else float(fit[key]) for fit in fits], dtype=np.float64)
           for key in ("time_r2", "memory_r2"))
-    return CostFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2).with_aliases(
+    return KeyedFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2,
+                     op_keys=dict(doc.get("op_keys", {}))).with_aliases(
         read_output_aliases(doc.get("output_aliases", {}), source))
 
 

@@ -33,6 +33,17 @@ class Liveness:
     *alias* one of the op's inputs (``alias_node``/``alias_output`` at the same position, -1 for
     none): it shares that tensor's buffer (a view, or TensorFlow forwarding the input buffer), so
     it adds no bytes on its device and keeps the shared buffer live until its own consumers finish.
+
+    Build one with :meth:`from_lists` and give it to :meth:`Graph.from_arrays`; graph files carry
+    the same fields per node (docs/formats.md).
+
+    Examples
+    --------
+    >>> from celeritas_core import Liveness
+    >>> live = Liveness.from_lists(persistent=[4096, None, 0], scratch=[0, None, 256],
+    ...                            outputs=[[1024], None, [1024]], aliases=[None, None, [(0, 0)]])
+    >>> live.modelled.tolist(), live.aliases(2)   # op 2's output is a view of op 0's output 0
+    ([True, False, True], [(0, 0)])
     """
 
     modelled: np.ndarray
@@ -52,7 +63,36 @@ class Liveness:
                    aliases: Sequence[Sequence[tuple[int, int] | None] | None] | None = None) -> Liveness:
         """Build from per-op values; an op whose three entries are all None is not modelled.
         ``aliases[i][o]`` is the ``(producer index, output index)`` whose buffer output ``o`` of op
-        ``i`` shares, or None."""
+        ``i`` shares, or None.
+
+        Parameters
+        ----------
+        persistent : sequence of float or None
+            Per op: bytes live on its device for the whole step (variables, optimizer slots).
+        scratch : sequence of float or None
+            Per op: bytes live while it runs.
+        outputs : sequence of (sequence of float) or None
+            Per op: the size (bytes) of each of its outputs, by output index.
+        aliases : sequence of (sequence of (int, int) or None) or None, optional
+            Per op and output: the input tensor ``(producer, output)`` whose buffer it shares.
+
+        Returns
+        -------
+        Liveness
+            The fields, to pass to :meth:`Graph.from_arrays` (which checks them against the graph).
+
+        Examples
+        --------
+        >>> from celeritas_core import Graph, Liveness, one_device_peak_bytes
+        >>> live = Liveness.from_lists(persistent=[500, None], scratch=[0, None], outputs=[[1000], None])
+        >>> live.modelled.tolist(), live.outputs(0).tolist()
+        ([True, False], [1000.0])
+        >>> graph = Graph.from_arrays(name="pair", node_names=["a", "b"], time_us=[10.0, 20.0],
+        ...                           memory_bytes=[1500, 700], edge_src=[0], edge_dst=[1],
+        ...                           edge_bytes=[1000], liveness=live)
+        >>> one_device_peak_bytes(graph)   # a: 500 + its output 1000; b (not modelled): 700
+        2200.0
+        """
         n = len(persistent)
         modelled = np.array([persistent[i] is not None or scratch[i] is not None or outputs[i] is not None
                              for i in range(n)], dtype=bool)
@@ -262,7 +302,32 @@ class TensorView:
 
 @dataclass(frozen=True, eq=False)
 class Graph:
-    """A DAG of ops: per-node time (µs) and memory (bytes), per-edge tensor size (bytes)."""
+    """A DAG of ops: per-node time (µs) and memory (bytes), per-edge tensor size (bytes).
+
+    Build one with :meth:`from_arrays` (which validates it), read one with
+    :func:`~celeritas_core.formats.load_graph`, or generate one
+    (:func:`~celeritas_core.synthetic.training_step_graph`,
+    :func:`~celeritas_core.families.benchmark_instances`). Nodes are addressed by index; edge
+    ``e`` carries ``edge_bytes[e]`` bytes of output ``edge_src_output[e]`` of node
+    ``edge_src[e]`` to node ``edge_dst[e]``.
+
+    See Also
+    --------
+    Cluster : the devices a graph is placed on.
+    place : places a graph on a cluster.
+
+    Examples
+    --------
+    >>> from celeritas_core import Graph
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> graph.num_nodes, graph.num_edges, graph.total_time_us, graph.total_memory_bytes
+    (4, 4, 120.0, 600.0)
+    >>> graph.index["c"], graph.in_degree.tolist()
+    (2, [0, 1, 1, 2])
+    """
 
     name: str
     node_names: tuple[str, ...]
@@ -298,7 +363,64 @@ class Graph:
         liveness: Liveness | None = None,
         check_acyclic: bool = True,
     ) -> Graph:
-        """Build and validate a graph from index-based arrays (raises CeleritasInputError)."""
+        """Build and validate a graph from index-based arrays.
+
+        Parameters
+        ----------
+        name : str
+            The graph's name (a placement records it).
+        node_names : sequence of str
+            Unique op names; node ``i`` is ``node_names[i]``. At least one.
+        time_us : array_like of float
+            Run time of each op on a device of speed 1 (µs), finite and >= 0.
+        memory_bytes : array_like of float
+            Memory of each op (bytes), finite and >= 0: what the sum model counts on its device
+            for the whole step (ops with ``liveness`` fields are replayed over time instead).
+        edge_src, edge_dst : array_like of int
+            Producer and consumer node index of each edge (no self-loops).
+        edge_bytes : array_like of float
+            Size of the tensor each edge carries (bytes), finite and >= 0 (0: a control edge).
+        ops : sequence of str, optional
+            The op type of each node (``"MatMul"``…); default empty strings.
+        colocation : sequence of str or None, optional
+            Co-location group of each node (None: none); a group's nodes share a device.
+        edge_src_output : array_like of int, optional
+            Which output of the producer each edge carries (default 0); edges of one
+            ``(producer, output)`` are one tensor, sent once per destination device.
+        meta : mapping, optional
+            Free-form metadata (source, model, seed…), kept with the graph.
+        liveness : Liveness, optional
+            Per-op persistent, scratch and output bytes for the time-dependent memory model
+            (docs/formats.md); None: the sum model for every op.
+        check_acyclic : bool, optional
+            Check for a cycle now (default True); a cycle is found later otherwise.
+
+        Returns
+        -------
+        Graph
+            The validated graph (immutable; costs as float64 arrays, node indices as int64).
+
+        Raises
+        ------
+        CeleritasInputError
+            Naming the first problem: no nodes, a duplicate name, a cost that is negative or not
+            finite, arrays of different lengths, an edge to an unknown node or a self-loop, a bad
+            liveness field, or a cycle (naming its nodes).
+
+        Examples
+        --------
+        >>> from celeritas_core import Graph
+        >>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"],
+        ...                           time_us=[10.0, 20.0, 30.0], memory_bytes=[100, 200, 300],
+        ...                           edge_src=[0, 1], edge_dst=[1, 2], edge_bytes=[1000, 2000])
+        >>> graph.topological_order.tolist()
+        [0, 1, 2]
+        >>> Graph.from_arrays(name="loop", node_names=["a", "b"], time_us=[1, 1], memory_bytes=[1, 1],
+        ...                   edge_src=[0, 1], edge_dst=[1, 0], edge_bytes=[0, 0])
+        Traceback (most recent call last):
+        ...
+        celeritas_core.errors.CeleritasInputError: graph has a cycle through 'a' -> 'b' -> 'a'
+        """
         names = _checked_names(node_names)
         n = len(names)
         t = np.asarray(time_us, dtype=np.float64).reshape(-1)

@@ -47,7 +47,57 @@ class MemoryProfile:
 
 def memory_profile(graph: Graph, num_devices: int, assignment: np.ndarray,
                    result: SimulationResult) -> MemoryProfile:
-    """Replay ``result`` of ``assignment`` into per-device memory over time (see module docstring)."""
+    """Replay ``result`` of ``assignment`` into per-device memory over time (see module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph replayed; ops with :class:`~celeritas_core.graph.Liveness` fields are modelled
+        over time, the others by their ``memory_bytes`` for the whole step.
+    num_devices : int
+        How many devices the cluster has.
+    assignment : numpy.ndarray of int
+        ``assignment[i]`` is the device index of node ``i``, as given to the replay.
+    result : SimulationResult
+        The replay of ``assignment`` (:func:`~celeritas_core.simulator.simulate`): its op and
+        transfer times say when each buffer is live.
+
+    Returns
+    -------
+    MemoryProfile
+        Per device: the bytes live for the whole step, the times (µs) at which its usage changes
+        with the bytes in use just after each, and the peak (bytes).
+
+    See Also
+    --------
+    one_device_peak_bytes : the peak with every op on one device.
+    peak_lower_bound : what every placement needs.
+
+    Notes
+    -----
+    At equal times frees come before allocations, except at the instant a 0-µs op runs
+    (docs/simulator.md, "Memory").
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from celeritas_core import Cluster, Graph, Liveness, simulate
+    >>> live = Liveness.from_lists(persistent=[500, 0, 0], scratch=[0, 100, 0],
+    ...                            outputs=[[1000], [2000], [3000]])
+    >>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[10.0, 20.0, 30.0],
+    ...                           memory_bytes=[1500, 2100, 3000], edge_src=[0, 1], edge_dst=[1, 2],
+    ...                           edge_bytes=[1000, 2000], liveness=live)
+    >>> from celeritas_core import memory_profile
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> one = np.array([0, 0, 0])
+    >>> profile = memory_profile(graph, 2, one, simulate(graph, cluster, one))
+    >>> profile.peak_bytes.tolist(), graph.total_memory_bytes   # a's output is freed when b ends
+    ([5500.0, 0.0], 6600.0)
+    >>> split = np.array([0, 0, 1])   # c, and a copy of b's output, on device 1
+    >>> profile = memory_profile(graph, 2, split, simulate(graph, cluster, split))
+    >>> profile.peak_bytes.tolist(), profile.times_us[1].tolist(), profile.usage_bytes[1].tolist()
+    ([3600.0, 5000.0], [30.0, 55.2, 85.2, 85.2], [2000.0, 5000.0, 2000.0, 0.0])
+    """
     live = graph.liveness
     modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
     static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)
@@ -267,6 +317,29 @@ def one_device_peak_bytes(graph: Graph) -> float:
     On one device the replay's order does not depend on the device's speed, so the peak is a
     property of the graph; it is computed once per graph (placing with several placers asks for it
     once each to plan and to evaluate).
+
+    Parameters
+    ----------
+    graph : Graph
+        Any graph, with or without liveness fields.
+
+    Returns
+    -------
+    float
+        The peak (bytes) of the whole graph replayed on one device.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from celeritas_core import Cluster, Graph, Liveness, simulate
+    >>> live = Liveness.from_lists(persistent=[500, 0, 0], scratch=[0, 100, 0],
+    ...                            outputs=[[1000], [2000], [3000]])
+    >>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[10.0, 20.0, 30.0],
+    ...                           memory_bytes=[1500, 2100, 3000], edge_src=[0, 1], edge_dst=[1, 2],
+    ...                           edge_bytes=[1000, 2000], liveness=live)
+    >>> from celeritas_core import one_device_peak_bytes
+    >>> one_device_peak_bytes(graph), graph.total_memory_bytes
+    (5500.0, 6600.0)
     """
     if graph.liveness is None:
         return graph.total_memory_bytes
@@ -471,11 +544,40 @@ def peak_lower_bound(graph: Graph) -> PeakLowerBound:
       by a descendant is live on some device (:mod:`celeritas_core.paths`), and so are ``p``'s
       scratch and every persistent byte: their largest total is live across the devices at once.
 
+    Parameters
+    ----------
+    graph : Graph
+        Any graph, with or without liveness fields.
+
+    Returns
+    -------
+    PeakLowerBound
+        The largest working set of one op (bytes; its device holds at least that), the most bytes
+        live at once across the devices, and methods to bound the fullest device
+        (``fullest_device_bytes``) and to tell when no placement fits (``cannot_fit``).
+
+    See Also
+    --------
+    one_device_peak_bytes : an upper bound on ``live_total_bytes``.
+
     Examples
     --------
+    >>> import numpy as np
+    >>> from celeritas_core import Cluster, Graph, Liveness, simulate
+    >>> live = Liveness.from_lists(persistent=[500, 0, 0], scratch=[0, 100, 0],
+    ...                            outputs=[[1000], [2000], [3000]])
+    >>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[10.0, 20.0, 30.0],
+    ...                           memory_bytes=[1500, 2100, 3000], edge_src=[0, 1], edge_dst=[1, 2],
+    ...                           edge_bytes=[1000, 2000], liveness=live)
+    >>> from celeritas_core import peak_lower_bound
+    >>> bound = peak_lower_bound(graph)   # c holds its 3000-byte output and b's 2000 it reads
+    >>> bound.largest_unit_bytes, bound.fullest_device_bytes(2)
+    (5000.0, 5000.0)
+    >>> bound.cannot_fit(np.array([4000.0, 4000.0])), bound.cannot_fit(np.array([8000.0, 8000.0]))
+    (True, False)
     >>> from celeritas_core.synthetic import small_training_graph
-    >>> bound = peak_lower_bound(small_training_graph(0))
-    >>> bound.live_total_bytes <= one_device_peak_bytes(small_training_graph(0)) + 1e-6
+    >>> training = small_training_graph(0, liveness=True)
+    >>> peak_lower_bound(training).live_total_bytes <= one_device_peak_bytes(training)
     True
     """
     if graph not in _PEAK_BOUNDS:  # a property of the graph: the placer and the evaluation ask

@@ -15,7 +15,37 @@ from celeritas_core.levels import cpath as cpath_levels
 
 
 def m_topo_order(graph: Graph) -> np.ndarray:
-    """M-TOPO: a FIFO queue of zero-in-degree nodes (sources in index order), children appended."""
+    """M-TOPO: a FIFO queue of zero-in-degree nodes (sources in index order), children appended.
+
+    Parameters
+    ----------
+    graph : Graph
+        The DAG.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Every node index once, sources first, each edge pointing forward.
+
+    See Also
+    --------
+    dfs_topo_order, cpd_topo_order
+
+    References
+    ----------
+    .. [1] B. Jeon et al., "Baechi: fast device placement of machine learning graphs",
+       ACM SoCC 2020.
+
+    Examples
+    --------
+    >>> from celeritas_core import Graph, m_topo_order
+    >>> graph = Graph.from_arrays(   # x -> a -> a2 -> y and x -> b -> y; b is long
+    ...     name="fork", node_names=["x", "a", "b", "a2", "y"], time_us=[1.0, 5.0, 50.0, 5.0, 1.0],
+    ...     memory_bytes=[1, 1, 1, 1, 1], edge_src=[0, 0, 1, 2, 3], edge_dst=[1, 2, 3, 4, 4],
+    ...     edge_bytes=[0, 0, 0, 0, 0])
+    >>> [graph.node_names[i] for i in m_topo_order(graph)]   # breadth first
+    ['x', 'a', 'b', 'a2', 'y']
+    """
     return fifo_order(graph.succ_ptr, graph.succ_idx, graph.in_degree)
 
 
@@ -34,6 +64,26 @@ def dfs_topo_order(graph: Graph) -> np.ndarray:
 
     Sources start in index order; the first-listed ready child of the taken node is taken next
     (a LIFO stack fed each row's children in reverse edge order).
+
+    Parameters
+    ----------
+    graph : Graph
+        The DAG.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Every node index once, sources first, each edge pointing forward.
+
+    Examples
+    --------
+    >>> from celeritas_core import Graph, dfs_topo_order
+    >>> graph = Graph.from_arrays(   # x -> a -> a2 -> y and x -> b -> y; b is long
+    ...     name="fork", node_names=["x", "a", "b", "a2", "y"], time_us=[1.0, 5.0, 50.0, 5.0, 1.0],
+    ...     memory_bytes=[1, 1, 1, 1, 1], edge_src=[0, 0, 1, 2, 3], edge_dst=[1, 2, 3, 4, 4],
+    ...     edge_bytes=[0, 0, 0, 0, 0])
+    >>> [graph.node_names[i] for i in dfs_topo_order(graph)]   # a's chain before b
+    ['x', 'a', 'a2', 'b', 'y']
     """
     ptr = graph.succ_ptr
     rows = np.repeat(np.arange(graph.num_nodes), np.diff(ptr))
@@ -50,6 +100,36 @@ def cpd_topo_order(graph: Graph, comm_us: np.ndarray | None = None, *,
     increasing ``cpath`` and each newly ready one is put at the head, so the ready child on the
     critical path is taken next. Ties break by node index. ``comm_us`` are per-edge transfer
     times (µs) used for the levels; pass ``cpath`` to reuse precomputed values.
+
+    Parameters
+    ----------
+    graph : Graph
+        The DAG.
+    comm_us : array_like of float, optional
+        Per-edge transfer time (µs) for the levels (:func:`~celeritas_core.levels.edge_comm_us`);
+        default none.
+    cpath : numpy.ndarray, optional
+        Precomputed :func:`~celeritas_core.levels.cpath` of every node (µs); ``comm_us`` is then
+        not used.
+
+    Returns
+    -------
+    numpy.ndarray of int64
+        Every node index once, sources first, each edge pointing forward.
+
+    References
+    ----------
+    .. [1] The Celeritas paper, Algorithm 1 (``CPD_Topo``).
+
+    Examples
+    --------
+    >>> from celeritas_core import Graph, cpd_topo_order
+    >>> graph = Graph.from_arrays(   # x -> a -> a2 -> y and x -> b -> y; b is long
+    ...     name="fork", node_names=["x", "a", "b", "a2", "y"], time_us=[1.0, 5.0, 50.0, 5.0, 1.0],
+    ...     memory_bytes=[1, 1, 1, 1, 1], edge_src=[0, 0, 1, 2, 3], edge_dst=[1, 2, 3, 4, 4],
+    ...     edge_bytes=[0, 0, 0, 0, 0])
+    >>> [graph.node_names[i] for i in cpd_topo_order(graph)]   # the critical path x, b, y first
+    ['x', 'b', 'a', 'a2', 'y']
     """
     cp = cpath_levels(graph, comm_us) if cpath is None else cpath
     src = np.flatnonzero(graph.in_degree == 0)
@@ -58,7 +138,31 @@ def cpd_topo_order(graph: Graph, comm_us: np.ndarray | None = None, *,
 
 
 def is_topological(graph: Graph, order: np.ndarray) -> bool:
-    """True when ``order`` is a permutation of all nodes with every edge pointing forward."""
+    """True when ``order`` is a permutation of all nodes with every edge pointing forward.
+
+    Parameters
+    ----------
+    graph : Graph
+        The DAG.
+    order : numpy.ndarray of int
+        Node indices.
+
+    Returns
+    -------
+    bool
+        Whether ``order`` holds every node once and every edge goes from earlier to later.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from celeritas_core import Graph, is_topological
+    >>> graph = Graph.from_arrays(   # x -> a -> a2 -> y and x -> b -> y; b is long
+    ...     name="fork", node_names=["x", "a", "b", "a2", "y"], time_us=[1.0, 5.0, 50.0, 5.0, 1.0],
+    ...     memory_bytes=[1, 1, 1, 1, 1], edge_src=[0, 0, 1, 2, 3], edge_dst=[1, 2, 3, 4, 4],
+    ...     edge_bytes=[0, 0, 0, 0, 0])
+    >>> is_topological(graph, np.array([0, 2, 1, 3, 4])), is_topological(graph, np.array([1, 0, 2, 3, 4]))
+    (True, False)
+    """
     if len(order) != graph.num_nodes or len(np.unique(order)) != graph.num_nodes:
         return False
     rank = np.empty(graph.num_nodes, dtype=np.int64)

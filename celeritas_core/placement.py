@@ -107,6 +107,24 @@ class Placement:
     details. ``evaluation`` is None until :func:`~celeritas_core.placers.evaluate_placement`
     returns a copy that carries one; the evaluation's figures are also readable on the placement
     itself (``predicted_step_time_us``, ``oom``, …: NaN or empty before evaluation).
+
+    Made by :func:`~celeritas_core.placers.place`; read from a file with
+    :func:`~celeritas_core.formats.load_placement`.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "celeritas")
+    >>> placement.assignment.tolist(), placement.devices, placement.device_of("c")
+    ([0, 0, 1, 1], ('gpu:0', 'gpu:1'), 1)
+    >>> placement.predicted_step_time_us, placement.single_device_time_us, placement.lower_bound_us
+    (95.1, 120.0, 70.0)
+    >>> round(placement.speedup_vs_single, 2), placement.oom
+    (1.26, False)
     """
 
     placer: str

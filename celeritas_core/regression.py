@@ -59,6 +59,39 @@ def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, fl
 
     ``profiles`` holds ``(batch_size, {op: time_us}, {op: memory_bytes})``; an op missing from a
     profile is left out of that profile's points. Least squares per op, vectorised.
+
+    Parameters
+    ----------
+    profiles : sequence of (int, mapping, mapping)
+        One ``(batch_size, {op: time_us}, {op: memory_bytes})`` per distinct batch size (µs and
+        bytes measured at that batch size).
+
+    Returns
+    -------
+    CostFits
+        Per op (sorted by name): the slope and intercept of time (µs) and memory (bytes) against
+        the batch size and each fit's R² (NaN from fewer than two batch sizes or values that do
+        not vary); its
+        ``predict_costs(batch)`` gives every op's predicted ``(time_us, memory_bytes)``, clipped
+        at 0.
+
+    Raises
+    ------
+    CeleritasInputError
+        No profiles, or two with the same batch size.
+
+    Examples
+    --------
+    >>> from celeritas_core import fit_costs
+    >>> fits = fit_costs([
+    ...     (8, {"conv": 100.0, "relu": 10.0}, {"conv": 1000.0, "relu": 500.0}),
+    ...     (16, {"conv": 180.0, "relu": 18.0}, {"conv": 1800.0, "relu": 900.0}),
+    ...     (32, {"conv": 340.0}, {"conv": 3400.0}),   # relu not profiled at 32
+    ... ])
+    >>> fits.names, fits.time_slope.round(6).tolist(), fits.time_intercept.round(6).tolist()
+    (('conv', 'relu'), [10.0, 1.0], [20.0, 2.0])
+    >>> {op: (round(t, 6), round(m, 6)) for op, (t, m) in fits.predict_costs(64).items()}
+    {'conv': (660.0, 6600.0), 'relu': (66.0, 3300.0)}
     """
     if not profiles:
         raise CeleritasInputError("no profiles to fit")
@@ -124,7 +157,33 @@ class Deviation:
 
 def relative_deviation(quantity: str, estimate: Mapping[str, float], actual: Mapping[str, float],
                        *, floor: float = 0.0) -> Deviation:
-    """Per op in both maps whose actual value exceeds ``floor``: ``|e − a| / a``."""
+    """Per op in both maps whose actual value exceeds ``floor``: ``|e − a| / a``.
+
+    Parameters
+    ----------
+    quantity : str
+        What is compared (``"time_us"``, ``"memory_bytes"``), recorded in the result.
+    estimate, actual : mapping of str to float
+        Per op: the estimated and the measured value.
+    floor : float, optional
+        Ops whose actual value is at most this are left out (default 0: only positive ones).
+
+    Returns
+    -------
+    Deviation
+        The comparable ops (sorted by name) and their relative deviations; ``mean`` and ``cdf``
+        summarise them (the paper's "Estimation Accuracy").
+
+    Examples
+    --------
+    >>> from celeritas_core import relative_deviation
+    >>> deviation = relative_deviation("time_us", {"conv": 660.0, "relu": 60.0, "pool": 5.0},
+    ...                                {"conv": 600.0, "relu": 50.0, "pool": 0.0})
+    >>> deviation.names, deviation.values.tolist(), round(deviation.mean, 3)
+    (('conv', 'relu'), [0.1, 0.2], 0.15)
+    >>> deviation.cdf([0.1, 0.2])   # share of ops within 10 % and 20 %
+    {0.1: 0.5, 0.2: 1.0}
+    """
     names = tuple(sorted(n for n in set(estimate) & set(actual) if actual[n] > floor))
     e = np.asarray([estimate[n] for n in names], dtype=np.float64)
     a = np.asarray([actual[n] for n in names], dtype=np.float64)

@@ -3,9 +3,11 @@
 The exact semantics are in ``docs/simulator.md``. In short: every device runs one op at a time
 (duration ``time_us / speed``); an idle device starts the ready op with the smallest
 ``(ready time, topological rank)``; a tensor crossing devices is one transfer per
-``(producer, src_output, destination device)`` lasting ``k·bytes + b`` µs, and holds the sender's
-send channel and the receiver's receive channel; transfers are reserved greedily when their
-producer finishes. The setup (grouping edges into transfers, durations, per-device sums) is
+``(producer, src_output, destination device)`` lasting ``k·bytes + b`` µs of the link between its two
+devices, and holds the sender's send channel and the receiver's receive channel (and, between
+nodes of a cluster with a topology, the send side of the source node's network port and the
+receive side of the destination's); transfers are reserved greedily when their producer finishes.
+The setup (grouping edges into transfers, durations, per-device sums) is
 vectorised numpy; the event loop (:func:`_replay`) takes only numpy arrays and scalars and keeps
 its event and device queues in array-based binary heaps, so that :func:`~celeritas_core.jit.jit`
 compiles it with Numba: a million-op graph replays in a fraction of a second. Without Numba
@@ -144,6 +146,70 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     (the delay model of the ``optimal`` placer's MILP and of classic list scheduling).
     ``dispatch`` names the topological order whose rank breaks ties between ready ops and
     between events at one instant (:func:`dispatch_order`; default the documented ``"rank"``).
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops (µs at speed 1) and tensors (bytes).
+    cluster : Cluster
+        Device speeds and the transfer model ``k·bytes + b`` µs.
+    assignment : array_like of int
+        ``assignment[i]`` is the device index of node ``i``.
+    channels : bool, optional
+        True (default): each device has one send and one receive channel, one transfer at a time
+        each; False: transfers never wait for each other.
+    dispatch : str, optional
+        ``"rank"`` (default), ``"fifo"`` or ``"random:N"`` (:func:`check_dispatch`).
+
+    Returns
+    -------
+    SimulationResult
+        The step time (the latest finish, µs), every op's start and finish (µs), each device's
+        busy time (µs) and summed op memory (bytes), and every transfer: its tensor, devices,
+        bytes, start and end (µs).
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``assignment`` does not give one device of the cluster to every node, or
+        ``dispatch`` names no order.
+
+    See Also
+    --------
+    memory_profile : the memory of each device over this replay.
+    place : places a graph and replays the placement.
+
+    Notes
+    -----
+    The exact semantics (readiness, event order, transfers grouped per tensor and destination
+    device, channel reservation) are in docs/simulator.md; the replay is deterministic.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph, simulate
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)   # a transfer of 1000 bytes: 1e-4 · 1000 + 25 µs
+    >>> result = simulate(graph, cluster, [0, 0, 1, 1])
+    >>> result.step_time_us, result.start_us.tolist(), result.finish_us.tolist()
+    (95.1, [0.0, 10.0, 35.1, 85.1], [10.0, 60.0, 85.1, 95.1])
+    >>> result.num_transfers, result.transfers.end_us.tolist()
+    (2, [35.1, 85.1])
+    >>> simulate(graph, cluster, [0, 0, 0, 0]).step_time_us   # one device: the sum of op times
+    120.0
+
+    Two outputs of ``a`` sent to two devices share ``a``'s send channel unless ``channels`` is off:
+
+    >>> fan = Graph.from_arrays(name="fan", node_names=["a", "b", "c"], time_us=[10.0, 10.0, 10.0],
+    ...                         memory_bytes=[1, 1, 1], edge_src=[0, 0], edge_dst=[1, 2],
+    ...                         edge_bytes=[1e6, 1e6], edge_src_output=[0, 1])
+    >>> three = Cluster.homogeneous(3, 1e9)
+    >>> simulate(fan, three, [0, 1, 2]).step_time_us   # the second transfer waits for the first
+    270.0
+    >>> simulate(fan, three, [0, 1, 2], channels=False).step_time_us
+    145.0
     """
     assign = _check_assignment(graph, cluster, assignment)
     n = graph.num_nodes
@@ -151,7 +217,8 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur = graph.time_us / speed[assign]
     groups = _transfer_groups(graph, cluster, assign)
-    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels, dispatch)
+    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels, dispatch,
+                                                cluster.num_ports)
     transfers = Transfers(
         src_node=groups.src,
         src_output=groups.output,
@@ -288,9 +355,11 @@ class _Groups:
     output: np.ndarray  # src_output of each group
     dst_dev: np.ndarray  # destination device of each group
     nbytes: np.ndarray  # max bytes over the group's edges
-    comm_us: np.ndarray  # k·bytes + b (µs)
+    comm_us: np.ndarray  # k·bytes + b (µs) of the link between the two devices
     ptr: np.ndarray  # node u's groups are ptr[u]:ptr[u+1]
     edge_group: np.ndarray  # group id of each edge, -1 for same-device edges
+    egress: np.ndarray  # shared port side held leaving the source's node or island, -1: none
+    ingress: np.ndarray  # shared port side held entering the destination's, -1: none
 
 
 def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Groups:
@@ -307,7 +376,7 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
         empty_i = np.zeros(0, dtype=np.int64)
         empty_f = np.zeros(0, dtype=np.float64)
         return _Groups(empty_i, empty_i, empty_i, empty_f, empty_f, np.zeros(n + 1, dtype=np.int64),
-                       edge_group)
+                       edge_group, empty_i, empty_i)
     view = graph.tensors
     num_dev = cluster.num_devices
     width = view.max_per_producer
@@ -328,34 +397,43 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
     g_out = view.output[view.producer_ptr[g_src] + uniq % width]
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(g_src, minlength=n), out=ptr[1:])
-    comm = np.asarray(cluster.comm_time_us(nbytes), dtype=np.float64)
-    return _Groups(g_src, g_out, g_dev, nbytes, comm, ptr, edge_group)
+    if cluster.is_flat:  # the paper's model, computed as it always was: flat replays stay bit for bit
+        comm = np.asarray(cluster.comm_time_us(nbytes), dtype=np.float64)
+        none = np.full(len(uniq), -1, dtype=np.int64)
+        return _Groups(g_src, g_out, g_dev, nbytes, comm, ptr, edge_group, none, none)
+    s_dev = assign[g_src]
+    comm = np.asarray(cluster.transfer_time_us(nbytes, s_dev, g_dev), dtype=np.float64)
+    return _Groups(g_src, g_out, g_dev, nbytes, comm, ptr, edge_group, cluster.pair_egress[s_dev, g_dev],
+                   cluster.pair_ingress[s_dev, g_dev])
 
 
 # ---------------------------------------------------------------------------- event loop
 def _run_events(
     graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
-    channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH,
+    channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH, num_ports: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`); return op start,
-    op finish, transfer start, transfer end (µs)."""
+    """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`) and ``num_ports``
+    shared port sides; return op start, op finish, transfer start, transfer end (µs)."""
     order, rank = dispatch_order(graph, dispatch)
     return _replay(order, rank, assign, dur, graph.in_degree,
                    graph.succ_ptr, graph.succ_idx, groups.edge_group[graph.succ_edge], groups.ptr,
-                   groups.dst_dev, groups.comm_us, num_dev, channels)
+                   groups.dst_dev, groups.comm_us, groups.egress, groups.ingress, num_dev, num_ports,
+                   channels)
 
 
 @jit
 def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarray, in_degree: np.ndarray,
             succ_ptr: np.ndarray, succ_idx: np.ndarray, slot_group: np.ndarray, g_ptr: np.ndarray,
-            g_dst: np.ndarray, g_comm: np.ndarray, num_dev: int,
+            g_dst: np.ndarray, g_comm: np.ndarray, g_egress: np.ndarray, g_ingress: np.ndarray,
+            num_dev: int, num_ports: int,
             channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The event loop: returns op start, op finish, transfer start, transfer end (µs).
 
     Node ``u`` runs on device ``dev[u]`` for ``dur[u]`` µs; its successors are
     ``succ_idx[succ_ptr[u]:succ_ptr[u + 1]]``, each reached through transfer ``slot_group[k]``
     (-1: same device); its transfers are ``g_ptr[u]:g_ptr[u + 1]``, to device ``g_dst`` lasting
-    ``g_comm`` µs. Queues and events hold topological ranks (``order[r]`` is the node of rank
+    ``g_comm`` µs and holding the shared port sides ``g_egress``, ``g_ingress`` (ids below
+    ``num_ports``, -1: none). Queues and events hold topological ranks (``order[r]`` is the node of rank
     ``r``). Time by time: phase 1 pops every event at the current time (finishes first, then by
     rank: event key ``kind * n + r``) and queues the ops that became ready; phase 2 starts, on
     every device touched in phase 1 that is idle, its queued op with the smallest (ready time, rank).
@@ -364,7 +442,7 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
     start, finish = np.zeros(n), np.zeros(n)
     g_start, g_end = np.zeros(len(g_comm)), np.zeros(len(g_comm))
     ready_at, pending = np.zeros(n), in_degree.copy()
-    send_free, recv_free = np.zeros(num_dev), np.zeros(num_dev)
+    send_free, recv_free, port_free = np.zeros(num_dev), np.zeros(num_dev), np.zeros(num_ports)
     busy = np.zeros(num_dev, dtype=np.bool_)
     touched, stamp = np.zeros(num_dev, dtype=np.int64), np.full(num_dev, -1, dtype=np.int64)
     heap_t, heap_k, base, size = _new_heaps(dev, num_dev)
@@ -390,8 +468,8 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
                 _heap_push(heap_t, heap_k, base, size, d, now, r)
                 continue
             busy[d] = False
-            _reserve_transfers(d, now, g_ptr[u], g_ptr[u + 1], g_dst, g_comm, g_start, g_end, send_free,
-                               recv_free, channels)
+            _reserve_transfers(d, now, g_ptr[u], g_ptr[u + 1], g_dst, g_comm, g_egress, g_ingress, g_start,
+                               g_end, send_free, recv_free, port_free, channels)
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 v = succ_idx[k]
                 avail = now if slot_group[k] < 0 else g_end[slot_group[k]]
@@ -426,25 +504,36 @@ def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarra
 
 @jit
 def _reserve_transfers(d: int, now: float, lo: int, hi: int, g_dst: np.ndarray, g_comm: np.ndarray,
-                       g_start: np.ndarray, g_end: np.ndarray, send_free: np.ndarray, recv_free: np.ndarray,
+                       g_egress: np.ndarray, g_ingress: np.ndarray, g_start: np.ndarray, g_end: np.ndarray,
+                       send_free: np.ndarray, recv_free: np.ndarray, port_free: np.ndarray,
                        channels: bool) -> None:
     """Reserve transfers ``lo:hi`` (from device ``d``, whose producer finished at ``now`` µs)
-    greedily, in order: each starts once, with ``channels``, the send channel of ``d`` and the
-    receive channel of its destination are free, and holds both until it ends."""
+    greedily, in order: each starts once, with ``channels``, the send channel of ``d``, the
+    receive channel of its destination and its shared port sides (if any) are free, and holds
+    them all until it ends."""
     for g in range(lo, hi):
         q = g_dst[g]
+        out_port, in_port = g_egress[g], g_ingress[g]
         s = now
         if channels:
             if send_free[d] > s:
                 s = send_free[d]
             if recv_free[q] > s:
                 s = recv_free[q]
+            if out_port >= 0 and port_free[out_port] > s:
+                s = port_free[out_port]
+            if in_port >= 0 and port_free[in_port] > s:
+                s = port_free[in_port]
         e = s + g_comm[g]
         g_start[g] = s
         g_end[g] = e
         if channels:
             send_free[d] = e
             recv_free[q] = e
+            if out_port >= 0:
+                port_free[out_port] = e
+            if in_port >= 0:
+                port_free[in_port] = e
 
 
 @jit

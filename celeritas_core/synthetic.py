@@ -663,37 +663,76 @@ def training_step_graph(
 ) -> Graph:
     """A seeded synthetic TensorFlow training step (forward, loss, backward, Adam updates).
 
-    Args:
-        layers: number of layers in the forward chain (>= 1).
-        width: channels (``Conv2D``) or features (``MatMul``) of each layer's output.
-        seed: seed of the cost noise (and of where padding constants attach).
-        name: graph name.
-        branches: parallel branches per layer (inception modules, Q/K/V projections).
-        kernel: the weighted op of each branch, ``"MatMul"`` or ``"Conv2D"`` (3×3).
-        join: how branches merge: ``"concat"`` (``ConcatV2``, each branch ``width // branches``
-            wide) or ``"add"`` (``AddN``, each branch ``width`` wide).
-        residual: add the layer input to its output (``AddV2``).
-        norm: ``FusedBatchNormV3`` (gamma and beta variables) instead of ``BiasAdd``.
-        extra_elementwise: elementwise ops per branch between the bias/norm and the ``Relu``
-            (cycling ``Mul`` by a constant, ``Sigmoid``, ``Tanh``), as in LSTM gates or attention.
-        reshapes: ``Reshape`` ops per branch after the weighted op (split heads and the like):
-            ~1 µs each and no memory of their own, but they pass the whole tensor on.
-        batch_size: examples per step; tensor sizes (bytes) scale with it.
-        positions: spatial positions (``Conv2D``: height·width) or tokens (``MatMul``) per example.
-        stages: times the positions shrink 4× (stride-2 downsampling) along the chain.
-        classes: output classes of the dense head.
-        num_nodes: pad with small ``Const`` ops (one edge each) to exactly this many nodes; an
-            error if the layer stack alone already has more.
-        model: recorded in ``meta["model"]`` (default: ``name``).
-        liveness: give every op the liveness fields of docs/formats.md (:func:`_liveness`):
-            variables and Adam slots persistent, activations live until their last consumer (the
-            gradient ops), views aliasing their input. Off by default: the graph is then exactly
-            what it was before the option existed (no liveness fields, peak = sum).
+    Parameters
+    ----------
+    layers : int
+        number of layers in the forward chain (>= 1).
+    width : int
+        channels (``Conv2D``) or features (``MatMul``) of each layer's output.
+    seed : int, optional
+        seed of the cost noise (and of where padding constants attach).
+    name : str, optional
+        graph name.
+    branches : int, optional
+        parallel branches per layer (inception modules, Q/K/V projections).
+    kernel : {"MatMul", "Conv2D"}, optional
+        the weighted op of each branch, ``"MatMul"`` or ``"Conv2D"`` (3×3).
+    join : {"concat", "add"}, optional
+        how branches merge: ``"concat"`` (``ConcatV2``, each branch ``width // branches``
+        wide) or ``"add"`` (``AddN``, each branch ``width`` wide).
+    residual : bool, optional
+        add the layer input to its output (``AddV2``).
+    norm : bool, optional
+        ``FusedBatchNormV3`` (gamma and beta variables) instead of ``BiasAdd``.
+    extra_elementwise : int, optional
+        elementwise ops per branch between the bias/norm and the ``Relu``
+        (cycling ``Mul`` by a constant, ``Sigmoid``, ``Tanh``), as in LSTM gates or attention.
+    reshapes : int, optional
+        ``Reshape`` ops per branch after the weighted op (split heads and the like):
+        ~1 µs each and no memory of their own, but they pass the whole tensor on.
+    batch_size : int, optional
+        examples per step; tensor sizes (bytes) scale with it.
+    positions : int, optional
+        spatial positions (``Conv2D``: height·width) or tokens (``MatMul``) per example.
+    stages : int, optional
+        times the positions shrink 4× (stride-2 downsampling) along the chain.
+    classes : int, optional
+        output classes of the dense head.
+    num_nodes : int, optional
+        pad with small ``Const`` ops (one edge each) to exactly this many nodes; an
+        error if the layer stack alone already has more.
+    model : str, optional
+        recorded in ``meta["model"]`` (default: ``name``).
+    liveness : bool, optional
+        give every op the liveness fields of docs/formats.md (:func:`_liveness`):
+        variables and Adam slots persistent, activations live until their last consumer (the
+        gradient ops), views aliasing their input. Off by default: the graph is then exactly
+        what it was before the option existed (no liveness fields, peak = sum).
 
-    Returns:
+    Returns
+    -------
+    Graph
         The graph: ``time_us`` in µs, ``memory_bytes`` and edge bytes in bytes, every edge of one
         source output carrying the same byte size; ``meta`` holds ``source``, ``model``, ``seed``
         and ``batch_size`` (and ``liveness: true`` with the option).
+
+    Raises
+    ------
+    CeleritasInputError
+        A count that is not an integer or is below its minimum (1; 0 for ``extra_elementwise``,
+        ``reshapes`` and ``stages``), an unknown ``kernel`` or ``join``, fewer ``width`` than
+        ``branches`` with ``"concat"``, or a ``num_nodes`` below what the layers need.
+
+    Examples
+    --------
+    >>> from celeritas_core import training_step_graph
+    >>> graph = training_step_graph(layers=2, width=8, seed=1)
+    >>> graph.num_nodes, graph.meta["seed"], {"MatMul", "ApplyAdam", "ReluGrad"} <= set(graph.ops)
+    (85, 1, True)
+    >>> training_step_graph(layers=2, width=8, seed=1, num_nodes=100).num_nodes   # padded
+    100
+    >>> training_step_graph(layers=2, width=8, seed=1).time_us.tolist() == graph.time_us.tolist()
+    True
     """
     spec = _checked_spec(layers=layers, width=width, branches=branches, kernel=kernel, join=join,
                          residual=residual, norm=norm, extra_elementwise=extra_elementwise,
@@ -847,23 +886,44 @@ def paper_shaped_graph(model: str, *, seed: int = 0, cluster: Cluster | None = N
                        nodes: int | None = None, liveness: bool = False) -> Graph:
     """A synthetic training step with the node count and CCR of one of the paper's models.
 
-    Args:
-        model: a key of :data:`PAPER_MODELS`.
-        seed: seed of the op-time noise.
-        cluster: the transfer model the CCR is measured with (default: 4 devices, default
-            transfer model; only its slope and intercept matter).
-        nodes: build this many ops instead of the paper's count (more or fewer layers of the
-            same shape, same CCR), from the two layers' minimum up to :data:`MAX_GENERATED_NODES`.
-        liveness: give every op the liveness fields (:func:`training_step_graph`); output and
-            persistent bytes are the op memory, not scaled with the edges' bytes.
+    Parameters
+    ----------
+    model : str
+        a key of :data:`PAPER_MODELS`.
+    seed : int, optional
+        seed of the op-time noise.
+    cluster : Cluster, optional
+        the transfer model the CCR is measured with (default: 4 devices, default
+        transfer model; only its slope and intercept matter).
+    nodes : int, optional
+        build this many ops instead of the paper's count (more or fewer layers of the
+        same shape, same CCR), from the two layers' minimum up to :data:`MAX_GENERATED_NODES`.
+    liveness : bool, optional
+        give every op the liveness fields (:func:`training_step_graph`); output and
+        persistent bytes are the op memory, not scaled with the edges' bytes.
 
-    Returns:
+    Returns
+    -------
+    Graph
         A graph named ``model`` with exactly ``nodes`` (default ``PAPER_MODELS[model].nodes``) nodes and
         ``levels.ccr(graph, cluster)`` within 1 % (in practice ~1e-6) of the table's CCR.
 
-    Raises:
-        CeleritasInputError: unknown model, or a transfer model whose per-edge latency alone
-            exceeds the target CCR.
+    Raises
+    ------
+    CeleritasInputError
+        unknown model, or a transfer model whose per-edge latency alone
+        exceeds the target CCR.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, ccr, paper_shaped_graph
+    >>> graph = paper_shaped_graph("nmt", nodes=1000)   # the paper's NMT has 25,463 ops
+    >>> graph.name, graph.num_nodes, round(ccr(graph, Cluster.homogeneous(4, 1e9)), 2)
+    ('nmt', 1000, 18.63)
+    >>> paper_shaped_graph("gpt")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: unknown model 'gpt'; known models: tensor_holography, ...
     """
     if model not in PAPER_MODELS:
         raise CeleritasInputError(
@@ -888,6 +948,25 @@ def small_training_graph(seed: int = 0, *, liveness: bool = False) -> Graph:
     does not fit on one 600 MiB device but does on four. Costs are not rescaled (CCR ≈ 27 with
     the default transfer model). ``liveness`` gives every op the liveness fields
     (:func:`training_step_graph`).
+
+    Parameters
+    ----------
+    seed : int, optional
+        Seed of the op-time noise (0: the bundled file's graph).
+    liveness : bool, optional
+        Give every op the liveness fields.
+
+    Returns
+    -------
+    Graph
+        The 407-op training step.
+
+    Examples
+    --------
+    >>> from celeritas_core import format_bytes, small_training_graph
+    >>> graph = small_training_graph()
+    >>> graph.name, graph.num_nodes, format_bytes(graph.total_memory_bytes)
+    ('training_step_small', 407, '1.32 GiB')
     """
     return training_step_graph(
         layers=6, width=64, seed=seed, name="training_step_small", branches=2, kernel="Conv2D",

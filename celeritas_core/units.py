@@ -19,7 +19,37 @@ _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\
 
 
 def parse_size(text: str | int | float, *, field: str = "size") -> int:
-    """Parse a size such as ``32GiB``, ``500MB`` or ``1e9`` into a whole number of bytes."""
+    """Parse a size such as ``32GiB``, ``500MB`` or ``1e9`` into a whole number of bytes.
+
+    Parameters
+    ----------
+    text : str or int or float
+        A number of bytes, or a number followed by a unit (any case, spaces allowed): ``B``;
+        ``k``/``kB``, ``M``/``MB``, ``G``/``GB``, ``T``/``TB`` (powers of 1000); ``KiB``, ``MiB``,
+        ``GiB``, ``TiB`` (powers of 1024).
+    field : str, optional
+        What the size is for (a flag, a field), named in the error message.
+
+    Returns
+    -------
+    int
+        The size in bytes, rounded down to a whole byte.
+
+    Raises
+    ------
+    CeleritasInputError
+        When ``text`` is not a size, or is below 1 byte or not finite.
+
+    Examples
+    --------
+    >>> from celeritas_core import parse_size
+    >>> parse_size("32GiB"), parse_size("500MB"), parse_size(1e9)
+    (34359738368, 500000000, 1000000000)
+    >>> parse_size("lots", field="--device-memory")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: --device-memory: cannot read 'lots' as a size (examples: ...)
+    """
     if isinstance(text, bool):
         raise CeleritasInputError(f"{field}: expected a size in bytes, got {text!r}")
     if isinstance(text, int | float):
@@ -39,7 +69,28 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
 
 
 def format_bytes(num: float) -> str:
-    """Format a byte count with a binary unit, e.g. ``1.50 GiB``."""
+    """Format a byte count with a binary unit, e.g. ``1.50 GiB``.
+
+    Parameters
+    ----------
+    num : float
+        A number of bytes.
+
+    Returns
+    -------
+    str
+        Whole bytes below 1 KiB, else two decimals of the largest binary unit up to ``TiB``.
+
+    See Also
+    --------
+    parse_size : reads such sizes back (``1.50 GiB`` is ``parse_size("1.5GiB")``).
+
+    Examples
+    --------
+    >>> from celeritas_core import format_bytes
+    >>> format_bytes(512), format_bytes(1536), format_bytes(3 * 2**29)
+    ('512 B', '1.50 KiB', '1.50 GiB')
+    """
     value = float(num)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
@@ -49,7 +100,25 @@ def format_bytes(num: float) -> str:
 
 
 def format_us(us: float) -> str:
-    """Format a duration given in microseconds with a readable unit."""
+    """Format a duration given in microseconds with a readable unit.
+
+    Parameters
+    ----------
+    us : float
+        A duration in µs.
+
+    Returns
+    -------
+    str
+        One decimal of µs below 1 ms, three decimals of ms below 1 s, else three decimals of
+        seconds; a value that is not finite as ``str`` writes it.
+
+    Examples
+    --------
+    >>> from celeritas_core import format_us
+    >>> format_us(12.34), format_us(2500), format_us(3e6), format_us(float("nan"))
+    ('12.3 µs', '2.500 ms', '3.000 s', 'nan')
+    """
     if not math.isfinite(us):
         return str(us)
     if us >= 1e6:
@@ -66,8 +135,19 @@ def format_change(ratio: float) -> str:
     as one device summing the same op times in another order, is no change); a ratio that is not
     finite prints ``-``.
 
+    Parameters
+    ----------
+    ratio : float
+        New value / old value (1.0: no change).
+
+    Returns
+    -------
+    str
+        The change in percent with its sign and one decimal, or ``-``.
+
     Examples
     --------
+    >>> from celeritas_core import format_change
     >>> format_change(1.021), format_change(0.9999999999999998), format_change(float("inf"))
     ('+2.1%', '+0.0%', '-')
     """

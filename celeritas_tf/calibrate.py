@@ -23,20 +23,28 @@ transfer: a slope above 0 (a copy takes longer the more bytes it moves) and ``r2
 :data:`MIN_R2`. Otherwise the calibration measured nothing useful (on logical CPU devices it never
 does: t = 0 µs/B · bytes + ~100 µs, R² 0.000) and the documented default model of
 :mod:`celeritas_core.cluster` (1e-4 µs/B, 25 µs) is used instead, with the reason.
+
+**With a link topology** (:func:`calibrate_topology`) every class of pair is measured: each link
+some pair of devices uses (inside an island, between islands, between nodes) is timed on one
+representative pair, the first in index order. Each fit replaces its link's figures when it
+measured a transfer, else the link keeps its preset's nominal figures (``source`` ``preset``, with
+the reason). On logical CPU devices every pair is the same hand-off, so every class measures
+nothing useful and the preset stands: the code path runs, the numbers come from the preset.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.tf import cpu_device, session_config, tensorflow
+from celeritas_core.topology import Link, Topology
+from celeritas_tf.tf import session_config, step_device, tensorflow
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -111,12 +119,16 @@ def fit_transfer_model(samples: Sequence[tuple[float, float]]) -> tuple[float, f
     return k, b, r2
 
 
-def _check_args(num_devices: Any, sizes: Any, repeats: Any, warmup: Any) -> list[int]:
+def _check_args(num_devices: Any, sizes: Any, repeats: Any, warmup: Any, pair: Any = (0, 1)) -> list[int]:
     def is_int(x: Any) -> bool:
         return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
     if not is_int(num_devices) or num_devices < 2:
         raise CeleritasInputError(f"calibration needs num_devices >= 2, got {num_devices!r}")
+    if (not isinstance(pair, tuple) or len(pair) != 2 or pair[0] == pair[1]
+            or not all(is_int(d) and 0 <= d < num_devices for d in pair)):
+        raise CeleritasInputError(
+            f"pair must be two different device indices below {num_devices}, got {pair!r}")
     if not is_int(repeats) or repeats < 1:
         raise CeleritasInputError(f"repeats must be an integer >= 1, got {repeats!r}")
     if not is_int(warmup) or warmup < 0:
@@ -139,11 +151,15 @@ def calibrate_comm(
     repeats: int = 20,
     warmup: int = 3,
     progress: Callable[[str], None] | None = None,
+    pair: tuple[int, int] = (0, 1),
 ) -> CommCalibration:
-    """Measure transfers of float32 tensors of ``sizes`` bytes from CPU:0 to CPU:1 and fit
-    t = k·bytes + b (µs); see the module docstring for the method. ``num_devices`` logical CPU
-    devices are configured (only 0 and 1 are used). Sizes are rounded up to whole float32s."""
-    byte_sizes = _check_args(num_devices, sizes, repeats, warmup)
+    """Measure transfers of float32 tensors of ``sizes`` bytes from device ``pair[0]`` to
+    ``pair[1]`` (CPU:0 to CPU:1 by default; GPU:i after
+    :func:`celeritas_tf.tf.use_logical_gpus`) and fit t = k·bytes + b (µs); see the module docstring
+    for the method. ``num_devices`` logical CPU devices are configured (only the pair's are used).
+    Sizes are rounded up to whole float32s."""
+    byte_sizes = _check_args(num_devices, sizes, repeats, warmup, pair)
+    src, dst = (int(d) for d in pair)
     tf = tensorflow()
     tf1 = tf.compat.v1
     graph = tf.Graph()
@@ -151,10 +167,10 @@ def calibrate_comm(
     with graph.as_default():
         for i, size in enumerate(byte_sizes):
             elements = max(1, math.ceil(size / FLOAT32_BYTES))
-            for variant, consumer_device in (("cross", 1), ("local", 0)):
-                with tf.device(cpu_device(0)):
+            for variant, consumer_device in (("cross", dst), ("local", src)):
+                with tf.device(step_device(src)):
                     produced = tf.fill([elements], 1.0, name=f"calibrate/{i}_{variant}/producer")
-                with tf.device(cpu_device(consumer_device)):
+                with tf.device(step_device(consumer_device)):
                     consumed = tf.reduce_sum(produced, name=f"calibrate/{i}_{variant}/consumer")
                 pipelines[(i, variant)] = (produced.op.name, consumed.op.name, consumed.op)
     options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
@@ -178,12 +194,12 @@ def calibrate_comm(
             local_medians.append(local)
             samples.append((nbytes, max(cross - local, 0.0)))
             if progress is not None:
-                progress(f"calibrate: {nbytes} bytes: {samples[-1][1]:.2f} µs "
+                progress(f"calibrate: {src}->{dst}: {nbytes} bytes: {samples[-1][1]:.2f} µs "
                          f"(cross {cross:.2f} µs, same device {local:.2f} µs, median of {repeats})")
     k, b, r2 = fit_transfer_model(samples)
     return CommCalibration(k, b, samples, r2,
                            details={"cross_us": cross_medians, "local_us": local_medians,
-                                    "repeats": repeats, "warmup": warmup})
+                                    "repeats": repeats, "warmup": warmup, "pair": [src, dst]})
 
 
 def _gap_us(step_stats: Any, producer: str, consumer: str) -> float:
@@ -261,3 +277,65 @@ def calibration_record(calibration: CommCalibration, choice: TransferChoice) -> 
     return {"slope_us_per_byte": float(calibration.slope_us_per_byte),
             "intercept_us": float(calibration.intercept_us), "r2": r2 if math.isfinite(r2) else None,
             "min_r2": MIN_R2, "sizes": len(calibration.samples), "rejected": choice.reason}
+
+
+# ---------------------------------------------------------------------------- link topology
+@dataclass(frozen=True)
+class LinkCalibration:
+    """One class of pair of a topology: its link as the cluster uses it (the fit, ``source``
+    ``calibrated``, or the link as it was, ``preset``, with the ``reason``), the representative
+    ``pair`` measured (device indices; None when no pair uses the link) and the measurement."""
+
+    link: Link
+    source: str
+    reason: str | None
+    pair: tuple[int, int] | None
+    calibration: CommCalibration | None
+
+    def record(self, device_names: Sequence[str]) -> dict[str, Any]:
+        """The link's ``source`` and ``calibration`` for the cluster file (docs/formats.md)."""
+        if self.calibration is None:
+            return {"source": self.source, "calibration": {"rejected": self.reason}}
+        choice = TransferChoice(self.link.slope_us_per_byte, self.link.intercept_us, self.source, self.reason)
+        record = calibration_record(self.calibration, choice)
+        if self.pair is not None:
+            record["pair"] = [device_names[self.pair[0]], device_names[self.pair[1]]]
+        return {"source": self.source, "calibration": record}
+
+    def describe(self) -> str:
+        """``nvlink4 (gpu:0 -> gpu:1): t = … (calibrated)`` or ``… (preset: why)``."""
+        how = "calibrated" if self.source == "calibrated" else f"the preset's: {self.reason}"
+        return (f"{self.link.name}: t = {self.link.slope_us_per_byte:.4g} µs/B · bytes + "
+                f"{self.link.intercept_us:.4g} µs ({how})")
+
+
+def link_classes(topology: Topology) -> dict[int, tuple[int, int]]:
+    """Link index → the first ordered pair of devices (row-major) that uses it, for each link in use."""
+    link = topology.pair_link()
+    classes: dict[int, tuple[int, int]] = {}
+    for i, j in zip(*np.nonzero(link >= 0), strict=True):
+        classes.setdefault(int(link[i, j]), (int(i), int(j)))
+    return classes
+
+
+def calibrate_topology(topology: Topology, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 20,
+                       warmup: int = 3, progress: Callable[[str], None] | None = None,
+                       min_r2: float = MIN_R2) -> tuple[Topology, list[LinkCalibration]]:
+    """Measure each class of pair of ``topology`` (:func:`link_classes`) on its logical devices and
+    return the topology with every link whose fit measured a transfer replaced by the fit, and what
+    happened to each link (in the order of ``topology.links``)."""
+    classes = link_classes(topology)
+    results: list[LinkCalibration] = []
+    for index, link in enumerate(topology.links):
+        pair = classes.get(index)
+        if pair is None:
+            results.append(LinkCalibration(link, "preset", "no pair of devices uses this link", None, None))
+            continue
+        if progress is not None:
+            progress(f"calibrate: link {link.name}, measured between devices {pair[0]} and {pair[1]}")
+        fit = calibrate_comm(topology.num_devices, sizes, repeats, warmup, progress, pair=pair)
+        reason = rejection(fit, min_r2)
+        used = link if reason is not None else Link(link.name, float(fit.slope_us_per_byte),
+                                                    float(fit.intercept_us))
+        results.append(LinkCalibration(used, "preset" if reason else "calibrated", reason, pair, fit))
+    return replace(topology, links=tuple(r.link for r in results)), results

@@ -33,11 +33,13 @@ from celeritas_core.formats import (
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.memory import memory_profile
+from celeritas_core.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
 from celeritas_core.regression import CostFits, Deviation, fit_costs, relative_deviation
 from celeritas_core.simulator import simulate
 from celeritas_tf.extract import graph_from_step
+from celeritas_tf.identity import step_digest, step_op_keys
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -48,17 +50,24 @@ from celeritas_tf.profile import (
     trace_step,
 )
 from celeritas_tf.spec import ModelSpec
-from celeritas_tf.step import build_training_step
-from celeritas_tf.tf import run_options, session_config, tensorflow
+from celeritas_tf.step import TrainingStep, build_training_step
+from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, tensorflow
 
 Progress = Callable[[str], None]
 MAX_LOGICAL_DEVICES = 64
 
 
 def check_devices(num_devices: int) -> None:
-    """Reject a device count the machine cannot provide (GPUs when present, else logical CPUs)."""
+    """Reject a device count the machine cannot provide (the logical GPUs of
+    :func:`celeritas_tf.tf.use_logical_gpus` when set up, else GPUs when present, else logical CPUs)."""
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise CeleritasInputError(f"--devices: need at least one device, got {num_devices!r}")
+    logical = logical_gpu_limits_mib()
+    if logical:
+        if num_devices > len(logical):
+            raise CeleritasInputError(f"--devices: {num_devices} requested but {len(logical)} logical GPUs "
+                                      "are set up")
+        return
     tf = tensorflow()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus and num_devices > len(gpus):
@@ -87,22 +96,49 @@ def profile_small_batches(model: ModelSpec, batch_sizes: Sequence[int], *, trace
 
 
 def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str, Any]:
-    """The ``celeritas-profile/1`` document of small-batch traces."""
+    """The ``celeritas-profile/1`` document of small-batch traces (with each traced step's op keys)."""
     return {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
             "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
                           "scratch_bytes": t.scratch_bytes, "peak_bytes": t.peak_bytes,
                           "output_aliases": {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                              for n, a in t.aliases.items()},
-                          "step_seconds": t.step_seconds} for t in traces]}
+                          "step_seconds": t.step_seconds,
+                          **({"op_keys": dict(t.op_keys)} if t.op_keys else {})} for t in traces]}
 
 
-def fits_from_profile(doc: Any, source: str | None = None) -> CostFits:
+def fits_from_profile(doc: Any, source: str | None = None) -> KeyedFits:
     """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document (checked
     once, by :func:`profile_rows`), carrying the output aliases of its largest batch ({} for a
-    profile written before they were recorded)."""
+    profile written before they were recorded) and the op keys (:func:`profile_op_keys`).
+
+    An op's point at a batch size where its key is not its key at the largest batch it was
+    profiled at is left out of its fit: TensorFlow built another op of that name there (e.g. a
+    ``Const`` below 1,000 elements, a ``Fill`` above)."""
     rows = profile_rows(doc, source)
+    reference = profile_op_keys(doc)
+    if reference:
+        rows = [(b, _same_ops(t, p["op_keys"], reference), _same_ops(m, p["op_keys"], reference))
+                for (b, t, m), p in zip(rows, doc["profiles"], strict=True)]
     largest = max(doc["profiles"], key=lambda p: p["batch_size"])
-    return fit_costs(rows).with_aliases(read_output_aliases(largest.get("output_aliases", {}), source))
+    fits = fit_costs(rows).with_aliases(read_output_aliases(largest.get("output_aliases", {}), source))
+    return with_op_keys(fits, reference)
+
+
+def profile_op_keys(doc: Any) -> dict[str, str]:
+    """Each profiled op's key at the largest batch size it was profiled at ({} for a profile
+    without op keys; the document must have passed :func:`profile_rows`)."""
+    if not all("op_keys" in p for p in doc["profiles"]):
+        return {}
+    keys: dict[str, str] = {}
+    for p in sorted(doc["profiles"], key=lambda p: p["batch_size"]):
+        keys.update(p["op_keys"])
+    return keys
+
+
+def _same_ops(costs: Mapping[str, float], keys: Mapping[str, str], reference: Mapping[str, str]
+              ) -> dict[str, float]:
+    """The ``costs`` of ops whose key at this batch size is their reference key."""
+    return {n: v for n, v in costs.items() if keys.get(n) == reference.get(n)}
 
 
 def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
@@ -138,6 +174,12 @@ class Remeasurement:
     measured: Graph
     assignment: np.ndarray
     trace: StepTrace
+    identity: KeyMatch | None = None
+    """How the fits paired with the step's ops (:func:`fitted_costs`)."""
+
+    def identity_note(self) -> str | None:
+        """One line when some fits were not applied, or could not be checked (else None)."""
+        return None if self.identity is None else self.identity.note("fits")
 
     def accuracy(self) -> tuple[Deviation, Deviation]:
         """Memory and time deviations of the prediction from the re-measurement."""
@@ -154,12 +196,17 @@ class Remeasurement:
 
 
 def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluster, *, order: str = "cpd",
-              traced_steps: int = 3, progress: Progress | None = None) -> Remeasurement:
-    """Standard Evaluation, step 2: place the large batch sequentially and re-measure every op."""
+              traced_steps: int = 3, progress: Progress | None = None,
+              source: str | None = None) -> Remeasurement:
+    """Standard Evaluation, step 2: place the large batch sequentially and re-measure every op.
+    A fit predicts only the op of its name and structure key (:func:`fitted_costs`; ``source``
+    names the fits in its error)."""
     check_devices(cluster.num_devices)
     step = build_training_step(model, batch_size)
-    estimated = graph_from_step(step, fits.predict_costs(batch_size), aliases=fits.output_aliases,
-                                meta={"costs": "regression", "fit_batch_sizes": list(fits.batch_sizes)})
+    costs, aliases, identity = fitted_costs(fits, step, batch_size, source)
+    estimated = graph_from_step(step, costs, aliases=aliases,
+                                meta={"costs": "regression", "fit_batch_sizes": list(fits.batch_sizes),
+                                      "fit_identity": _identity_meta(identity)})
     assignment = sequential_placement(estimated, cluster, order)
     if progress is not None:
         progress(f"re-measuring batch {batch_size} on {cluster.num_devices} devices ({order} order)")
@@ -168,7 +215,32 @@ def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluste
                        traced_steps=traced_steps)
     measured = graph_from_step(step, trace_costs(trace), aliases=trace.aliases,
                                meta={"costs": "measured", "order": order, "devices": cluster.num_devices})
-    return Remeasurement(estimated, measured, assignment, trace)
+    return Remeasurement(estimated, measured, assignment, trace, identity)
+
+
+def fitted_costs(fits: CostFits, step: TrainingStep, batch_size: int, source: str | None = None
+                 ) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[Any, ...]], KeyMatch]:
+    """The fits' predicted ``(time_us, memory_bytes)`` and output aliases at ``batch_size`` for
+    the ops of ``step`` they belong to: same name and same structure key. An op whose name was
+    fitted as another structure gets neither (its graph node keeps time 0 and its static output
+    bytes); fits without keys (older documents) pair by name and say so in the :class:`KeyMatch`.
+    Fits that pair with no op of the step belong to another model or configuration: refused."""
+    keys = step_op_keys(step)
+    identity = match_op_keys(fits_op_keys(fits), keys, fits.names)
+    if not identity.matched:
+        raise CeleritasInputError(
+            f"the fits do not belong to this step of {step.model.name!r}: none of its {len(keys):,} ops was "
+            f"fitted with the same name and structure (fit a profile of this model and configuration)",
+            source=source)
+    costs = {n: c for n, c in fits.predict_costs(batch_size).items() if n in identity.matched}
+    aliases = {n: a for n, a in fits.output_aliases.items() if n in identity.matched}
+    return costs, aliases, identity
+
+
+def _identity_meta(identity: KeyMatch) -> dict[str, Any]:
+    """The graph's record of how its fits paired with its ops."""
+    return {"checked": identity.checked, "fitted_ops": len(identity.matched),
+            "differing_ops": len(identity.differing), "differing": list(identity.differing[:20])}
 
 
 def estimation_accuracy(estimated: Graph, measured: Graph) -> tuple[Deviation, Deviation]:
@@ -256,10 +328,24 @@ def check_assignment(step_ops: Sequence[str], assignment: Mapping[str, int], num
                                   source=source)
 
 
+def check_structure(step: TrainingStep, op_keys_digest: str | None, source: str | None = None) -> None:
+    """A placement that records the op keys digest of the graph it was made for (``op_keys_digest``
+    of a ``celeritas-placement/1``) must have been made for a step of this structure."""
+    if op_keys_digest is None:
+        return
+    mine = step_digest(step)
+    if op_keys_digest != mine:
+        raise CeleritasInputError(
+            f"placement does not match the model's step: it was made for ops of another structure (op keys "
+            f"digest {op_keys_digest}, this step {mine}: another configuration, batch size or TensorFlow)",
+            source=source)
+
+
 def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], num_devices: int, *,
              warmup_steps: int = 5, steps: int = 50, seed: int = 0, progress: Progress | None = None,
-             source: str | None = None) -> Validation:
-    """Run ``assignment`` (op → device) for ``warmup_steps`` untimed and ``steps`` timed steps."""
+             source: str | None = None, op_keys_digest: str | None = None) -> Validation:
+    """Run ``assignment`` (op → device) for ``warmup_steps`` untimed and ``steps`` timed steps;
+    ``op_keys_digest``: the placement's record of the structure it was made for (checked)."""
     if warmup_steps < 0 or steps < 1:
         raise CeleritasInputError(f"need warm-up >= 0 and steps >= 1, got {warmup_steps} and {steps}")
     check_devices(num_devices)
@@ -267,6 +353,7 @@ def validate(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], n
     tf1 = tf.compat.v1
     step = build_training_step(model, batch_size)
     check_assignment(step.step_op_names(), assignment, num_devices, source)
+    check_structure(step, op_keys_digest, source)
     place_ops(step, assignment)
     rng = np.random.default_rng(seed)
     feeds = [step.feed_dict(rng) for _ in range(4)]  # reused: input generation is not timed
@@ -299,12 +386,15 @@ def block_sizes(steps: int, blocks: int) -> list[int]:
 def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping[str, Mapping[str, int]],
                          num_devices: int, *, warmup_steps: int = 5, steps: int = 50, blocks: int = 5,
                          seed: int = 0, progress: Progress | None = None,
-                         sources: Mapping[str, str] | None = None) -> dict[str, Validation]:
+                         sources: Mapping[str, str] | None = None,
+                         digests: Mapping[str, str | None] | None = None) -> dict[str, Validation]:
     """Time several placements of one model in interleaved blocks, so that drift over time (heat,
     other tenants) hits each alike: block b runs every placement in turn (the order rotates by
     one each block), each in a fresh session with ``warmup_steps`` untimed steps, then its share
     of the ``steps`` timed steps. Sessions never overlap, so the devices hold one placement at a
-    time. Returns each placement's :class:`Validation` (all its timed steps, block by block)."""
+    time. ``digests``: each placement's record of the structure it was made for (checked, as
+    :func:`check_structure`). Returns each placement's :class:`Validation` (all its timed steps,
+    block by block)."""
     if warmup_steps < 0 or steps < 1 or blocks < 1:
         raise CeleritasInputError(f"need warm-up >= 0, steps >= 1 and blocks >= 1, got {warmup_steps}, "
                                   f"{steps} and {blocks}")
@@ -316,6 +406,7 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     for name in names:
         step = build_training_step(model, batch_size)
         check_assignment(step.step_op_names(), assignments[name], num_devices, (sources or {}).get(name))
+        check_structure(step, (digests or {}).get(name), (sources or {}).get(name))
         place_ops(step, assignments[name])
         built[name] = step
     rng = np.random.default_rng(seed)

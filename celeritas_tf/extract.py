@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.graph import Graph, Liveness
+from celeritas_tf.identity import step_digest
 from celeritas_tf.step import TrainingStep
 
 
@@ -70,7 +71,9 @@ def graph_from_step(
 ) -> Graph:
     """The step as a Graph; ``costs`` maps op name to ``(time_us, memory_bytes)`` (missing ops:
     time 0 and the bytes of their outputs); ``aliases`` maps op name to how each output's buffer
-    relates to its inputs (:data:`celeritas_tf.profile.OutputAlias`, as profiled)."""
+    relates to its inputs (:data:`celeritas_tf.profile.OutputAlias`, as profiled). The graph's
+    ``meta["op_keys_digest"]`` records the structure of the step's ops
+    (:func:`celeritas_tf.identity.step_digest`): placements made on it carry it to validation."""
     graph_def = step.step_graph_def()
     nodes = _step_nodes(step, graph_def)
     edges = _step_edges(step, graph_def, nodes)
@@ -91,7 +94,7 @@ def graph_from_step(
         edge_src_output=np.asarray(edges.out_slot, dtype=np.int64),
         liveness=Liveness.from_lists(nodes.persistent, scratch, nodes.outputs, alias_pairs),
         meta={"source": "tensorflow", "model": step.model.name, "batch_size": step.batch_size,
-              "model_config": dict(step.model.config),
+              "model_config": dict(step.model.config), "op_keys_digest": step_digest(step),
               **({"dropped_output_aliases": dropped} if dropped else {}), **dict(meta or {})},
     )
 

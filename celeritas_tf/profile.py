@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from celeritas_tf.extract import tensor_bytes, variable_bytes
+from celeritas_tf.identity import step_op_keys
 from celeritas_tf.step import TrainingStep
-from celeritas_tf.tf import cpu_device, device_name, run_options, session_config, tensorflow
+from celeritas_tf.tf import device_name, run_options, session_config, step_device, tensorflow
 
 _ARG = re.compile(r"^_arg_(.+)_0_\d+$")
 _RUNTIME_OPS = ("_SOURCE", "_SINK")
@@ -58,6 +59,9 @@ class StepTrace:
     aliases: dict[str, list[OutputAlias]] = field(default_factory=dict)
     """Per op with any: how each output's buffer relates to its inputs (the last traced step;
     see :func:`output_aliases`)."""
+    op_keys: dict[str, str] = field(default_factory=dict)
+    """Per op of the traced step: its structure key (:func:`celeritas_tf.identity.op_key`), which
+    says which op a figure belongs to in another process or at another batch size."""
 
 
 def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
@@ -75,7 +79,7 @@ def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
                 if anchor in device_of:
                     target = device_of[anchor]
                     break
-        op._set_device(cpu_device(int(target)))
+        op._set_device(step_device(int(target)))
     step.forget_graph_def()  # its NodeDefs carry the old devices
 
 
@@ -116,7 +120,8 @@ def trace_step(
             stats.memory[op.name] = variable_bytes(op)
             stats.scratch.pop(op.name, None)
     return StepTrace(step.batch_size, {n: float(np.median(v)) for n, v in stats.times.items()}, stats.memory,
-                     stats.devices, stats.walls, stats.scratch, stats.peaks, stats.aliases)
+                     stats.devices, stats.walls, stats.scratch, stats.peaks, stats.aliases,
+                     op_keys=step_op_keys(step))
 
 
 #: How an output's buffer relates to the op's inputs: None (its own buffer), ``(producer,

@@ -15,6 +15,7 @@ from typing import Any
 from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import cluster_from_json, graph_from_bytes
+from celeritas_core.topology import parse_preset
 from celeritas_core.units import parse_size
 from celeritas_tf.models import get_model
 from tasks import storage, tracking
@@ -81,13 +82,18 @@ def model_spec(params: Mapping[str, Any]) -> Any:
 
 def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
     """The run's cluster: the calibrated ``cluster.json`` when given, else the parameters' devices
-    with the default transfer model."""
+    with the default transfer model, or the ``topology`` preset's links when one is set."""
     if cluster_uri:
         try:
             return cluster_from_json(storage.read_json(cluster_uri))
         except CeleritasInputError as exc:
             raise exc.with_source(cluster_uri) from None
-    return Cluster.homogeneous(int(params["num_devices"]), parse_size(params["device_memory"]))
+    cluster = Cluster.homogeneous(int(params["num_devices"]), parse_size(params["device_memory"]))
+    if not params.get("topology"):
+        return cluster
+
+    return cluster.with_topology(parse_preset(params["topology"], "parameter 'topology'").topology(
+        cluster.device_names))
 
 
 def load_graph_uri(uri: str) -> Any:

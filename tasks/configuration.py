@@ -58,8 +58,9 @@ class Configuration:
         """One line for tables and logs, e.g. ``batch 32, 4 x 32.0 MiB, calibrated transfers``."""
         c = self.cluster
         transfer = "calibrated" if c.get("transfer") == "calibrated" else "default"
+        links = f", topology {c['topology']}" if c.get("topology") else ""
         return (f"batch {self.batch_size}, {c['devices']} x {c['memory_bytes'] / 2**20:.1f} MiB, "
-                f"{transfer} transfers, cluster {c['name']!r}")
+                f"{transfer} transfers{links}, cluster {c['name']!r}")
 
 
 def model_identity(kind: str, name: str, *, knobs: Mapping[str, Any] | None = None, paper: bool = False,
@@ -83,6 +84,8 @@ def configuration_of(params: Mapping[str, Any], model_identity: Mapping[str, Any
         "speeds": [1.0] * devices,
         "transfer": "calibrated" if params.get("calibrate_comm", True) else dict(DEFAULT_TRANSFER),
     }
+    if params.get("topology"):  # only when set: the keys of flat configurations stay as they were
+        cluster["topology"] = "".join(str(params["topology"]).split()).lower()
     return Configuration(model=str(params["model"]), model_identity=dict(model_identity),
                          batch_size=int(params["batch_size"]), cluster=cluster)
 

@@ -40,6 +40,8 @@ PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-plac
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
 #: What a memory size looks like, for the message when ``device_memory`` does not parse.
 MEMORY_SIZE_EXAMPLE = "a number of bytes with an optional unit, e.g. 32GiB, 500MB or 1e9"
+#: What a topology preset looks like, for the message when ``topology`` does not parse.
+TOPOLOGY_EXAMPLE = "a preset NODESxDEVICES:LINK[,NETWORK], e.g. 2x2:nvlink,ib"
 #: The demo's Tensor Holography sizes (``examples/run_pipeline_demo.py``): the trigger form's default
 #: ``model_knobs``, so that the form's first run is the demo's configuration (a test checks both).
 DEMO_KNOBS: dict[str, int] = {"layers": 6, "filters": 8, "image_size": 24}
@@ -96,6 +98,15 @@ FIELDS: dict[str, dict[str, Any]] = {
         "type": ["boolean", "null"], "default": True, "section": "Cluster", "title": "Calibrate transfers",
         "description": "Measure transfers between two devices and fit t = k·bytes + b; otherwise use the "
                        "default PCIe-like model (1e-4 µs/B + 25 µs).",
+    },
+    "topology": {
+        "type": ["string", "null"], "default": None, "section": "Cluster", "title": "Link topology",
+        "pattern": r"^\s*[0-9]+\s*[xX]\s*[0-9]+(\s*[xX]\s*[0-9]+)?\s*:[A-Za-z0-9,=\s-]+$",
+        "description": "Optional. A preset grouping the devices into nodes (and islands) joined by their "
+                       "links, e.g. 2x2:nvlink,ib: 2 nodes of 2 devices, NVLink inside a node, InfiniBand "
+                       "between nodes (docs/formats.md, \"Topology presets\"); its devices must number "
+                       "Devices. Calibration then measures each class of pair. Empty: one transfer model "
+                       "for every pair of devices.",
     },
     "R": {
         "type": "integer", "minimum": 1, "maximum": MAX_R, "default": 200, "section": "Placement",
@@ -215,7 +226,22 @@ def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
         if params[name] is None:
             params[name] = copy.deepcopy(FIELDS[name]["default"])
     _check_device_memory(params["device_memory"])
+    _check_topology(params["topology"], params["num_devices"])
     return params
+
+
+def _check_topology(text: str | None, devices: int) -> None:
+    """Refuse a topology preset that does not parse or whose devices are not ``num_devices``."""
+    if text is None:
+        return
+    # lazy: numpy (through topology) loads only for a preset, not for --help or the DAG file
+    from celeritas_core.topology import parse_preset
+
+    title = FIELDS["topology"]["title"]
+    preset = parse_preset(text, f"parameter 'topology': {title}")
+    if preset.num_devices != devices:
+        raise CeleritasInputError(f"parameter 'topology': {title} {json_text(text)} has {preset.num_devices} "
+                                  f"devices, but Devices (num_devices) is {devices}")
 
 
 def _check_device_memory(text: str) -> None:
@@ -327,8 +353,11 @@ def _sentence(error: Any) -> str:
     if keyword == "not":
         return f"{title} must be a finite number, not {got}"
     if keyword == "pattern":
-        return f"{title}: {got} is not {MEMORY_SIZE_EXAMPLE}" if field is FIELDS["device_memory"] else \
-            f"{title}: {got} is not in the expected form"
+        if field is FIELDS["device_memory"]:
+            return f"{title}: {got} is not {MEMORY_SIZE_EXAMPLE}"
+        if field is FIELDS["topology"]:
+            return f"{title}: {got} is not {TOPOLOGY_EXAMPLE}"
+        return f"{title}: {got} is not in the expected form"
     if keyword == "enum":
         return f"{title}: {got} is not one of {', '.join(map(str, limit))}"
     if keyword == "minLength":

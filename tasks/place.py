@@ -38,7 +38,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     children: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for p in comparison.placements:
-            local = save_placement(p, Path(tmp) / f"{p.placer}.json")
+            local = save_placement(p, Path(tmp) / f"{p.placer}.json", graph=graph)
             placements[p.placer] = storage.upload_file(str(local), placement_uri(run_dir, p.placer))
             metrics = {
                 "placement_time_s": p.placement_seconds,

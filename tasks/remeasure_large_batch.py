@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, log_documents, model_spec
 from tasks.contracts import CalibrationResult, FitResult, Job, RemeasureResult
 
+log = logging.getLogger(__name__)
+
 
 def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationResult) -> RemeasureResult:
     """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
@@ -21,7 +24,10 @@ def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationR
     fits = fits_from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)
     cluster = cluster_from(params, calibration.cluster_uri)
     batch = int(params["batch_size"])
-    result = remeasure(model, batch, fits, cluster)
+    result = remeasure(model, batch, fits, cluster, source=fitted.fits_uri)
+    note = result.identity_note()
+    if note:  # fits of another structure are not applied (the estimated graph's meta lists them)
+        log.warning("%s: %s", fitted.fits_uri, note)
     memory, timing = result.accuracy()
     peaks = result.peaks(cluster)
     documents = {"graph.estimated.json": graph_to_json(result.estimated),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import placement_op_keys_digest
 from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate_interleaved
 from tasks import storage, tracking
 from tasks.common import model_spec, validation_uri
@@ -48,13 +49,16 @@ def _assignment(doc: Any, source: str) -> dict[str, int]:
     return assignment
 
 
-def _champion_assignment(item: ValidationItem) -> dict[str, int] | None:
-    """The champion's published assignment, downloaded from MLflow (None without a champion)."""
+def _champion_assignment(item: ValidationItem) -> tuple[dict[str, int] | None, str | None]:
+    """The champion's published assignment, downloaded from MLflow, and the op keys digest it
+    records ((None, None) without a champion)."""
     if item.champion_placement_uri is None:
-        return None
+        return None, None
     with tempfile.TemporaryDirectory() as tmp:
         local = tracking.download_published(item.champion_placement_uri, tmp)
-        return _assignment(json.loads(Path(local).read_text()), item.champion_placement_uri)
+        doc = json.loads(Path(local).read_text())
+        return (_assignment(doc, item.champion_placement_uri),
+                placement_op_keys_digest(doc, item.champion_placement_uri))
 
 
 def validate(job: Job, item: ValidationItem) -> PlacementValidation:
@@ -65,9 +69,9 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     params = job.params
     doc = storage.read_json(item.placement_uri)
     arms = {"challenger": _assignment(doc, item.placement_uri)}
-    champion_error = None
+    champion_error = champion_digest = None
     try:
-        champion = _champion_assignment(item)
+        champion, champion_digest = _champion_assignment(item)
     except CeleritasInputError as exc:
         champion, champion_error = None, f"the champion's placement cannot be read: {exc}"
     if champion is not None:
@@ -76,6 +80,8 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     kwargs = {"warmup_steps": int(params["warmup_steps"]), "steps": int(params["validation_steps"]),
               "blocks": BLOCKS, "progress": log.info}
     sources = {"challenger": item.placement_uri, "champion": item.champion_placement_uri or ""}
+    kwargs["digests"] = {"challenger": placement_op_keys_digest(doc, item.placement_uri),
+                         "champion": champion_digest}
     model = model_spec(params)
     batch = int(params["batch_size"])
     try:

@@ -175,7 +175,36 @@ def register_placer(spec: PlacerSpec) -> PlacerSpec:
 
 
 def get_placer(name: str) -> PlacerSpec:
-    """Look up a placer by name, with a clear error listing the known ones."""
+    """Look up a placer by name, with a clear error listing the known ones.
+
+    Parameters
+    ----------
+    name : str
+        A registered placer's name (:data:`PLACERS`).
+
+    Returns
+    -------
+    PlacerSpec
+        The placer: its function, one-line summary and parameter dataclass.
+
+    Raises
+    ------
+    CeleritasInputError
+        When no placer has that name; the message lists the known ones.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> spec = get_placer("m-sct")
+    >>> [p.name for p in spec.params], spec.resolve_params(None)
+    (['threshold', 'fusion'], {'threshold': 0.5, 'fusion': True})
+    >>> spec.typed_params({"threshold": 0.3})
+    SCTParams(threshold=0.3, fusion=True)
+    >>> get_placer("fastest")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: unknown placer 'fastest' (known: celeritas, heft, ...)
+    """
     try:
         return PLACERS[name]
     except KeyError:
@@ -201,6 +230,65 @@ def place(
     ``placement_seconds`` counts the planning bytes and the placer (wall clock), not the simulation
     that fills ``predicted_step_time_us``, nor importing Numba (before the clock starts) and
     loading or compiling the compiled loops (:func:`~celeritas_core.jit.compile_clock`).
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (costs in µs and bytes).
+    cluster : Cluster
+        The devices and the transfer model.
+    placer : str, optional
+        A registered placer's name (:data:`PLACERS`; ``celeritas`` by default).
+    params : mapping, optional
+        The placer's parameters by name (strings are accepted as the command line gives them);
+        the others keep their defaults (:meth:`PlacerSpec.resolve_params`).
+    evaluate : bool, optional
+        Replay the placement and attach its evaluation (default True); False returns the bare
+        placement (figures NaN), for :func:`evaluate_placement` later.
+    headroom : float, optional
+        Fraction in [0, 1) of each device's memory the placer leaves free, for what the planning
+        bytes do not see (received copies); the evaluation still checks the full capacity.
+
+    Returns
+    -------
+    Placement
+        The device of every op, the resolved parameters, the placer's wall-clock seconds and, with
+        ``evaluate``, the simulated step time (µs), the replayed peak memory of every device
+        (bytes), the devices that overflow (OOM) and the reference times.
+
+    Raises
+    ------
+    CeleritasInputError
+        An unknown placer, a parameter it does not take or a value out of range, or a
+        ``headroom`` outside [0, 1).
+
+    See Also
+    --------
+    compare_placers : several placers on one graph, side by side.
+    simulate : the replay that scores a placement.
+
+    Notes
+    -----
+    No placer raises when the model does not fit: the placement is then best effort and
+    ``oom_devices`` names the devices whose replayed peak exceeds their memory.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 350)   # 350 bytes each: the graph's 600 do not fit on one
+    >>> placement = place(graph, cluster, "celeritas", {"R": 200})
+    >>> placement.assignment.tolist(), placement.predicted_step_time_us, placement.oom
+    ([0, 0, 1, 1], 95.1, False)
+    >>> place(graph, cluster, "single").oom_devices
+    ('gpu:0',)
+    >>> place(graph, cluster, "celeritas", {"R": 0})
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: placer 'celeritas': parameter 'R': must be >= 1, got 0
     """
     spec = get_placer(placer)
     resolved = spec.resolve_params(params)
@@ -240,7 +328,47 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     simulated step time, memory sums and replayed peaks, OOM, and the reference times (a new
     object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
     ready ops in the replay (:func:`~celeritas_core.simulator.dispatch_order`; default the
-    documented ``"rank"``, the one every placer is scored with); the peaks follow that replay."""
+    documented ``"rank"``, the one every placer is scored with); the peaks follow that replay.
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph ``placement`` places (same node count).
+    cluster : Cluster
+        The devices to evaluate on (at least as many as the placement uses).
+    placement : Placement
+        A placement of ``graph``, evaluated or not.
+    dispatch : str, optional
+        ``"rank"`` (default), ``"fifo"`` or ``"random:N"``
+        (:func:`~celeritas_core.simulator.check_dispatch`).
+
+    Returns
+    -------
+    Placement
+        A copy carrying a :class:`~celeritas_core.placement.PlacementEvaluation`; its
+        ``devices`` are ``cluster``'s names.
+
+    Raises
+    ------
+    CeleritasInputError
+        When the placement's node count differs from the graph's, or it uses a device the
+        cluster does not have.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph, evaluate_placement, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> bare = place(graph, cluster, "m-topo", evaluate=False)
+    >>> bare.assignment.tolist(), bare.predicted_step_time_us
+    ([0, 0, 0, 1], nan)
+    >>> evaluated = evaluate_placement(graph, cluster, bare)
+    >>> evaluated.predicted_step_time_us, evaluated.device_memory_bytes.tolist()
+    (145.1, [500.0, 100.0])
+    """
     if len(placement.assignment) != graph.num_nodes:
         raise CeleritasInputError("placement does not match the graph (different node count)")
     if placement.assignment.max() >= cluster.num_devices:

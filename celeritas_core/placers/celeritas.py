@@ -364,7 +364,22 @@ def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: i
 
 @dataclass(frozen=True)
 class FusionParams:
-    """Order-Place's parameters: those of Optimal Operation Fusion."""
+    """Order-Place's parameters: those of Optimal Operation Fusion.
+
+    Parameters
+    ----------
+    R : int
+        Exploration range: at most ``R`` ops per fused cluster (default 200).
+    memory_fraction : float
+        Per-cluster memory cap M as a fraction in (0, 1] of the smallest device's memory
+        (default 0.25).
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("order-place").typed_params({"R": "50"})
+    FusionParams(R=50, memory_fraction=0.25)
+    """
 
     R: int = param(DEFAULT_R, "exploration range: at most R ops per fused cluster", minimum=1,
                    maximum=2**31 - 1)
@@ -375,7 +390,37 @@ class FusionParams:
 
 @dataclass(frozen=True)
 class CeleritasParams(FusionParams):
-    """The celeritas placer's parameters: fusion's, and the candidates and search beyond the paper."""
+    """The celeritas placer's parameters: fusion's, and the candidates and search beyond the paper.
+
+    Parameters
+    ----------
+    R, memory_fraction
+        Optimal Operation Fusion's, as in :class:`FusionParams`.
+    refine : bool
+        True (default): also try min-cut and multilevel partitions, pipeline-stage splits, list
+        schedules and one device, repair those that overflow a device, keep the fastest replay
+        and improve it by a critical-path search; False: the paper's Adjusting Placement alone.
+    work_seconds : float
+        With ``refine``: work budget (nominal seconds) of the optional stages, each estimated
+        from the graph's size, never read off a clock, so the same input gives the same
+        placement on any machine (default 1.0).
+    search_seconds : float
+        With ``refine``: wall-clock safety net (s) past which the optional stages and the
+        critical-path search stop early (default 60).
+    search_budget : int
+        With ``refine``: work budget of the critical-path search in replayed ops (default
+        1,200,000).
+    repair_budget : int
+        With ``refine``: work budget in replayed ops of the peak-memory repair, which runs when
+        no candidate fits by its replayed peak (default 4,000,000).
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> params = get_placer("celeritas").typed_params({"R": 100, "refine": "false"})
+    >>> params.R, params.refine, params.work_seconds
+    (100, False, 1.0)
+    """
 
     refine: bool = param(
         True, "true: also try min-cut and multilevel partitions, pipeline-stage splits, list schedules "
@@ -496,7 +541,42 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
     (``refine``) the fastest replay among Adjusting Placement, min-cut and multilevel partitions,
     pipeline-stage splits, list schedules and one device (repaired by trades when, on a graph with
     liveness fields, none fits by its replayed peak), improved by the simulator-guided critical-path
-    search on the robust step (docs/algorithms.md)."""
+    search on the robust step (docs/algorithms.md).
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : CeleritasParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``coarse_nodes`` the fused clusters; ``extra`` the fusion's figures
+        and, with ``refine``, each candidate's replayed step (µs) and the one ``chosen``.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> placement = place(graph, cluster, "celeritas")
+    >>> placement.assignment.tolist(), placement.predicted_step_time_us
+    ([0, 0, 1, 1], 95.1)
+    >>> placement.extra["chosen"], placement.extra["candidates"]["single/0"]
+    ('multilevel/2', 120.0)
+    >>> place(graph, cluster, "celeritas", {"refine": False}).assignment.tolist()   # the paper's
+    [0, 0, 0, 0]
+    """
     started = time.perf_counter()
     fusion, coarse_order, extra = _fused(graph, cluster, params)
     if params.refine:
@@ -508,7 +588,37 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
 
 
 def order_place_placer(graph: Graph, cluster: Cluster, params: FusionParams) -> PlacerOutput:
-    """Order-Place: Optimal Operation Fusion, then fill devices in CPD-TOPO order."""
+    """Order-Place: Optimal Operation Fusion, then fill devices in CPD-TOPO order.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : FusionParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``coarse_nodes`` the fused clusters; ``extra`` the coarse graph's
+        edges and the fusion's cut cost (µs).
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 350), "order-place")   # 350 bytes each
+    >>> placement.assignment.tolist(), placement.predicted_step_time_us, placement.coarse_nodes
+    ([0, 0, 1, 1], 95.1, 4)
+    """
     fusion, coarse_order, extra = _fused(graph, cluster, params)
     room = fusion_room(graph, cluster, fusion)
     ordered = order_place(fusion.coarse, cluster, coarse_order, room=room)

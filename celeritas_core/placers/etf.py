@@ -507,14 +507,42 @@ _FUSION_DOC = ("true: Baechi co-placement grouping and operator fusion before sc
 
 @dataclass(frozen=True)
 class ETFParams:
-    """m-ETF's parameters."""
+    """m-ETF's parameters.
+
+    Parameters
+    ----------
+    fusion : bool
+        True (default): Baechi's co-placement grouping and operator fusion before scheduling
+        (Baechi's ``--placer_type=fusion --grouper=coplace``); False: schedule the ops.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("m-etf").typed_params({"fusion": "0"})
+    ETFParams(fusion=False)
+    """
 
     fusion: bool = param(True, _FUSION_DOC)
 
 
 @dataclass(frozen=True)
 class SCTParams:
-    """m-SCT's parameters: the favourite-child threshold of the LP, and fusion as m-ETF's."""
+    """m-SCT's parameters: the favourite-child threshold of the LP, and fusion as m-ETF's.
+
+    Parameters
+    ----------
+    threshold : float
+        An edge is a favourite-child candidate when its LP value ``x_e`` is below it, in [0, 1]
+        (default 0.5).
+    fusion : bool
+        As :class:`ETFParams` (default True).
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("m-sct").typed_params({"threshold": 0.3})
+    SCTParams(threshold=0.3, fusion=True)
+    """
 
     threshold: float = param(0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
                              minimum=0.0, maximum=1.0)
@@ -542,7 +570,41 @@ def _output(result: ScheduleResult, fused: FusedGraph | None, seconds: float,
 
 
 def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOutput:
-    """m-ETF: memory-constrained earliest-task-first list scheduling (Baechi); times in µs."""
+    """m-ETF: memory-constrained earliest-task-first list scheduling (Baechi); times in µs.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : ETFParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``coarse_nodes`` the fused graph's nodes (with ``fusion``); ``extra``
+        the schedule's makespan (µs), its best-effort ops (placed where they do not fit, when no
+        device had room) and its transfers.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> cluster = Cluster.homogeneous(2, 1e9)
+    >>> place(graph, cluster, "m-etf").assignment.tolist()   # fused: b and c stay with their producer
+    [0, 0, 0, 0]
+    >>> placement = place(graph, cluster, "m-etf", {"fusion": False})
+    >>> placement.assignment.tolist(), placement.extra["schedule_makespan_us"]
+    ([0, 1, 0, 1], 95.1)
+    """
     target, fused, fuse_seconds = _target(graph, params.fusion)
     t0 = time.perf_counter()
     result = list_schedule(target, cluster)
@@ -550,7 +612,36 @@ def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOut
 
 
 def m_sct_placer(graph: Graph, cluster: Cluster, params: SCTParams) -> PlacerOutput:
-    """m-SCT: favourite children from the SCT LP, then m-ETF that waits for them (Baechi); µs."""
+    """m-SCT: favourite children from the SCT LP, then m-ETF that waits for them (Baechi); µs.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : SCTParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        As :func:`m_etf_placer`, and in ``extra`` the LP's status, makespan (µs) and favourite children.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "m-sct", {"fusion": False})
+    >>> placement.assignment.tolist(), placement.extra["lp_status"], placement.extra["favourite_children"]
+    ([0, 1, 0, 1], 'optimal', 2)
+    """
     target, fused, fuse_seconds = _target(graph, params.fusion)
     fc = solve_favourite_children(target, cluster, params.threshold)
     t0 = time.perf_counter()

@@ -185,14 +185,57 @@ def heft_schedule(graph: Graph, cluster: Cluster, node_memory: np.ndarray | None
 
 @dataclass(frozen=True)
 class HEFTParams:
-    """HEFT's parameters."""
+    """HEFT's parameters.
+
+    Parameters
+    ----------
+    fusion : bool
+        True: Baechi's co-placement grouping and operator fusion first; False (default): schedule
+        the op graph.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("heft").typed_params({"fusion": "true"})
+    HEFTParams(fusion=True)
+    """
 
     fusion: bool = param(False, "true: Baechi co-placement grouping and operator fusion first; false: "
                          "the op graph")
 
 
 def heft_placer(graph: Graph, cluster: Cluster, params: HEFTParams) -> PlacerOutput:
-    """HEFT on the ops (``fusion`` false) or on Baechi's fused co-placement graph (``fusion``); µs."""
+    """HEFT on the ops (``fusion`` false) or on Baechi's fused co-placement graph (``fusion``); µs.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : HEFTParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``extra`` the schedule's makespan (µs) and its best-effort ops
+        (placed where they do not fit, when no device had room).
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "heft")
+    >>> placement.assignment.tolist(), placement.extra["schedule_makespan_us"]
+    ([0, 1, 0, 1], 95.1)
+    """
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     coarse_nodes = None

@@ -257,7 +257,22 @@ def metis_partition(units: UnitGraph, cluster: Cluster, devices: np.ndarray, *,
 
 @dataclass(frozen=True)
 class MetisParams:
-    """The metis placer's parameters."""
+    """The metis placer's parameters.
+
+    Parameters
+    ----------
+    balance_time : bool
+        True: balance op time (µs) across devices by speed; False (default): balance memory
+        (bytes) by device memory.
+    seed : int
+        METIS's random seed, >= 0 (default 0): the same seed gives the same partition.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("metis").typed_params({"seed": 7})
+    MetisParams(balance_time=False, seed=7)
+    """
 
     balance_time: bool = param(False, "true: balance op time (µs) across devices by speed; false: "
                                "balance memory (bytes) by device memory")
@@ -265,7 +280,36 @@ class MetisParams:
 
 
 def metis_placer(graph: Graph, cluster: Cluster, params: MetisParams) -> PlacerOutput:
-    """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair."""
+    """METIS k-way partition (vertex weight bytes or µs, edge weight bytes), then memory repair.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : MetisParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``extra`` the cut bytes before and after the repair and its moves.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "metis")
+    >>> placement.assignment.tolist(), placement.extra["cut_bytes"]
+    ([0, 0, 1, 1], 2000.0)
+    """
     units = unit_graph(graph)
     device = metis_partition(units, cluster, np.arange(cluster.num_devices),
                              balance_time=params.balance_time, seed=params.seed)

@@ -898,7 +898,25 @@ MILP_MODELS = {
 
 @dataclass(frozen=True)
 class OptimalParams:
-    """The optimal placer's parameters."""
+    """The optimal placer's parameters.
+
+    Parameters
+    ----------
+    time_limit : float
+        HiGHS's wall-clock limit in seconds (default 60); the best solution found by then is used.
+    max_ops : int
+        Refuse graphs with more ops, at most 200 (default 40): the MILP grows quadratically.
+    channels : bool
+        True: model send and receive channel contention, so the optimum is a lower bound on every
+        placement's simulated step time (a much larger MILP); False (default): transfers never
+        wait for each other.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("optimal").typed_params({"channels": 1, "time_limit": 10})
+    OptimalParams(time_limit=10.0, max_ops=40, channels=True)
+    """
 
     time_limit: float = param(60.0, "HiGHS wall-clock limit in seconds; the best solution found is used",
                               minimum=0.0, exclusive_minimum=True, maximum=86_400.0)
@@ -915,6 +933,39 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: OptimalParams) -> Pla
     If no assignment fits memory, the memory constraint is dropped (``milp_status``
     ``"infeasible_memory"``; the evaluation then reports OOM). If HiGHS finds no solution within
     ``time_limit`` seconds, every op goes to device 0 and ``extra["fallback"]`` says so.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : OptimalParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``extra`` the MILP's status, makespan and bound (µs) and gap.
+
+    Raises
+    ------
+    CeleritasInputError
+        When the graph has more than ``max_ops`` ops or the cluster too many devices.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "optimal")
+    >>> placement.assignment.tolist(), placement.extra["milp_status"], placement.extra["milp_makespan_us"]
+    ([0, 0, 1, 1], 'optimal', 95.1)
     """
     check_size(graph, cluster, params.max_ops)
     time_limit = params.time_limit

@@ -18,7 +18,35 @@ from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, regi
 
 
 def single_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
-    """Every op on device 0: the one-device reference (OOM when the model exceeds its bytes)."""
+    """Every op on device 0: the one-device reference (OOM when the model exceeds its bytes).
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : NoParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        Device 0 for every op.
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> place(graph, Cluster.homogeneous(2, 350), "single").oom_devices   # 600 bytes on 350
+    ('gpu:0',)
+    """
     return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64))
 
 
@@ -59,7 +87,36 @@ def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
 
 
 def m_topo_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
-    """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each."""
+    """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : NoParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``extra`` each device's fill cap (bytes).
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 1e9), "m-topo")
+    >>> placement.assignment.tolist(), placement.extra["cap_bytes"]   # cap: 600 / 2 + 200 bytes
+    ([0, 0, 0, 1], [500.0, 1000000000.0])
+    """
     order = m_topo_order(graph)
     anchor = colocation_anchor(graph, order)
     memory = anchored_memory(graph, anchor)

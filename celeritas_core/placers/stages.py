@@ -201,9 +201,11 @@ def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
 
     Examples
     --------
-    >>> ends = np.array([[2, 2, 3, 4], [2, 2, 3, 4]])   # at most two units per stage
-    >>> split(ends, np.array([0.0, 5.0, 1.0, 5.0, 0.0])).tolist()
-    [2]
+    >>> ends = np.array([[2, 3, 4, 4]] * 3)   # a stage starting at unit c ends by c + 2 (4 units)
+    >>> split(ends, np.array([0.0, 5.0, 1.0, 2.0, 0.0])).tolist()
+    [2, 3]
+    >>> split(np.array([[2, 2, 3, 4]] * 2), np.zeros(5)) is None   # from unit 1 or 2, not to 4
+    True
     """
     cuts = _split(np.ascontiguousarray(ends, dtype=np.int64), np.asarray(cost, dtype=np.float64))
     return None if len(cuts) and cuts[0] < 0 else cuts
@@ -352,7 +354,37 @@ def offer_split(graph: Graph, cluster: Cluster, pool: CandidatePool, plan: Stage
 # ---------------------------------------------------------------------------- the placer
 def stages_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
     """The fastest replayed stage split that fits (else the one with the least excess), or every
-    op on device 0 when that is faster."""
+    op on device 0 when that is faster.
+
+    Parameters
+    ----------
+    graph : Graph
+        The ops to place (:func:`~celeritas_core.placers.place` passes the planning bytes as
+        ``memory_bytes``).
+    cluster : Cluster
+        The devices, with the memory the placer may fill (bytes).
+    params : NoParams
+        The placer's parameters.
+
+    Returns
+    -------
+    PlacerOutput
+        The device of every op; ``extra`` the ``chosen`` candidate and each
+        candidate's replayed step (µs; None when it does not fit).
+
+    Examples
+    --------
+    Placers are called through :func:`~celeritas_core.placers.place` by name:
+
+    >>> from celeritas_core import Cluster, Graph, place
+    >>> graph = Graph.from_arrays(
+    ...     name="diamond", node_names=["a", "b", "c", "d"], time_us=[10.0, 50.0, 50.0, 10.0],
+    ...     memory_bytes=[100, 200, 200, 100], edge_src=[0, 0, 1, 2], edge_dst=[1, 2, 3, 3],
+    ...     edge_bytes=[1000, 1000, 1000, 1000])
+    >>> placement = place(graph, Cluster.homogeneous(2, 350), "stages")
+    >>> placement.assignment.tolist(), placement.extra["chosen"]
+    ([0, 1, 0, 1], 'stages/paired/2')
+    """
     pool = CandidatePool(graph, cluster)
     pool.add("single/0", np.zeros(graph.num_nodes, dtype=np.int64))
     _, second, rest = stage_candidates(graph, cluster, pool)

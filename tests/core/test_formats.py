@@ -22,6 +22,7 @@ from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BY
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import (
     CLUSTER_FORMAT,
+    CLUSTER_FORMAT_V2,
     GRAPH_FORMAT,
     PLACEMENT_FORMAT,
     cluster_from_json,
@@ -800,7 +801,7 @@ def _doc_examples() -> dict[str, Any]:
     by_format: dict[str, list[Any]] = {}
     for doc in _doc_json_blocks():
         by_format.setdefault(doc["format"], []).append(doc)
-    assert sorted(by_format) == sorted([GRAPH_FORMAT, CLUSTER_FORMAT, PLACEMENT_FORMAT])
+    assert sorted(by_format) == sorted([GRAPH_FORMAT, CLUSTER_FORMAT, CLUSTER_FORMAT_V2, PLACEMENT_FORMAT])
     assert all(len(docs) == 1 for docs in by_format.values()), "one example per format"
     return {tag: docs[0] for tag, docs in by_format.items()}
 
@@ -824,6 +825,17 @@ def test_docs_examples_load_with_the_readers(tmp_path: Path) -> None:
     assert load_graph(tmp_path / "g.json").node_names == g.node_names
     assert load_cluster(tmp_path / "c.json").device_names == c.device_names
     assert load_placement(tmp_path / "p.json", g, c).assignment.tolist() == p.assignment.tolist()
+
+
+def test_docs_topology_example_is_what_the_preset_writes() -> None:
+    from celeritas_core.topology import parse_preset
+
+    shown = _doc_examples()[CLUSTER_FORMAT_V2]
+    devices = Cluster.homogeneous(4, 80 * 2**30)
+    topology = parse_preset("2x2:nvlink,ib").topology(devices.device_names)
+    written = cluster_to_json(devices.with_topology(topology))
+    assert json.loads(json.dumps(written)) == shown
+    assert cluster_from_json(shown).topology.describe().startswith("2 nodes x 2 devices")
 
 
 def test_docs_placement_example_figures_are_consistent() -> None:

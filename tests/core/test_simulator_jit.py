@@ -1,10 +1,11 @@
 """The compiled replay (simulator._replay) gives bit-for-bit the timings of the same loop run as
 Python, and of the original ``heapq`` event loop kept here as the reference, on random inputs
 full of ties (integer and zero durations, zero-byte edges, shared outputs, 1-6 devices of mixed
-speeds, channels on and off)."""
+speeds, flat or with a link topology whose nodes share network ports, channels on and off)."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 
 import numpy as np
@@ -15,19 +16,22 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.families import layered_dag
 from celeritas_core.graph import Graph
 from celeritas_core.synthetic import training_step_graph
+from celeritas_core.topology import Link, NodeSpec, build_topology
 
 
 # ---------------------------------------------------------------------------- reference
 def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: simulator._Groups,
-                     num_dev: int, channels: bool) -> tuple[np.ndarray, ...]:
-    """The replay's event loop as it was on Python lists and ``heapq`` tuples ``(time, kind, rank)``:
-    op start, op finish, transfer start, transfer end (µs)."""
+                     num_dev: int, channels: bool, num_ports: int = 0) -> tuple[np.ndarray, ...]:
+    """The replay's event loop as it was on Python lists and ``heapq`` tuples ``(time, kind, rank)``,
+    with the shared ports of a topology added: op start, op finish, transfer start, transfer end (µs)."""
     finish_kind, ready_kind = 0, 1
     rank, node_of_rank = graph.topological_rank.tolist(), graph.topological_order.tolist()
     dev, dur_l = assign.tolist(), dur.tolist()
     succ_ptr, succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
     slot_group = groups.edge_group[graph.succ_edge].tolist()
     g_ptr, g_comm, g_dst = groups.ptr.tolist(), groups.comm_us.tolist(), groups.dst_dev.tolist()
+    g_ports = list(zip(groups.egress.tolist(), groups.ingress.tolist(), strict=True))
+    port_free = [0.0] * num_ports
     g_start, g_end = [0.0] * len(g_comm), [0.0] * len(g_comm)
     n = graph.num_nodes
     pending, ready_at, start, finish = graph.in_degree.tolist(), [0.0] * n, [0.0] * n, [0.0] * n
@@ -49,11 +53,14 @@ def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: 
             idle[d] = True
             for g in range(g_ptr[u], g_ptr[u + 1]):
                 dd, s = g_dst[g], now
+                ports = [x for x in g_ports[g] if x >= 0]
                 if channels:
-                    s = max(s, send_free[d], recv_free[dd])
+                    s = max(s, send_free[d], recv_free[dd], *(port_free[x] for x in ports))
                 g_start[g], g_end[g] = s, s + g_comm[g]
                 if channels:
                     send_free[d] = recv_free[dd] = g_end[g]
+                    for x in ports:
+                        port_free[x] = g_end[g]
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
                 v, g = succ_idx[k], slot_group[k]
                 ready_at[v] = max(ready_at[v], now if g < 0 else g_end[g])
@@ -106,14 +113,41 @@ def random_graph(rng: np.random.Generator) -> Graph:
     return tie_heavy_graph(rng)
 
 
+def random_link(rng: np.random.Generator, name: str) -> Link:
+    """A link of slope and intercept drawn from rounded and arbitrary values (some 0)."""
+    return Link(name, float(rng.choice([0.0, 1e-5, 1e-3, 0.01, 1e-4 * rng.random()])),
+                float(rng.choice([0.0, 1.0, 5.0, 50.0, 10 * rng.random()])))
+
+
+def random_topology(rng: np.random.Generator, names: list[str]):
+    """1-3 nodes of 1-2 islands over ``names`` in a shuffled order, random links, 1-2 NICs per node,
+    some nodes with shared island uplinks, some pair overrides."""
+    links = [random_link(rng, f"l{i}") for i in range(3)]
+    order = rng.permutation(len(names))
+    cuts = np.sort(rng.choice(np.arange(1, len(names)), size=min(int(rng.integers(0, 3)), len(names) - 1),
+                              replace=False))
+    nodes = []
+    for i, members in enumerate(np.split(order, cuts)):
+        half = int(rng.integers(0, len(members)))
+        islands = [m for m in (members[:half], members[half:]) if len(m)]
+        nodes.append(NodeSpec(f"n{i}", tuple(tuple(names[d] for d in m) for m in islands),
+                              f"l{rng.integers(0, 3)}", f"l{rng.integers(0, 3)}", bool(rng.random() < 0.5),
+                              int(rng.integers(1, min(2, len(members)) + 1))))
+    pairs = [(names[0], names[-1], "l0")] if len(names) > 1 and rng.random() < 0.3 else []
+    return build_topology(names, links, nodes, "l2", pairs)
+
+
 def random_cluster(rng: np.random.Generator) -> Cluster:
-    """1-6 devices, equal, rounded or arbitrary speeds, transfer slopes and intercepts (some 0)."""
+    """1-6 devices, equal, rounded or arbitrary speeds, transfer slopes and intercepts (some 0); a
+    third of them with a random link topology."""
     num = int(rng.integers(1, 7))
     speed = rng.choice([0.5, 1.0, 2.0, 3.0], num) if rng.random() < 0.5 else rng.uniform(0.2, 4.0, num)
     speed = speed if rng.random() < 0.7 else None
-    return Cluster.build([f"gpu:{i}" for i in range(num)], [1e12] * num, speed,
-                         slope_us_per_byte=float(rng.choice([0.0, 1e-5, 1e-3, 0.01, 1e-4 * rng.random()])),
-                         intercept_us=float(rng.choice([0.0, 1.0, 5.0, 50.0, 10 * rng.random()])))
+    flat = random_link(rng, "flat")
+    names = [f"gpu:{i}" for i in range(num)]
+    topology = random_topology(rng, names) if rng.random() < 0.5 else None
+    return Cluster.build(names, [1e12] * num, speed, slope_us_per_byte=flat.slope_us_per_byte,
+                         intercept_us=flat.intercept_us, topology=topology)
 
 
 def random_assignment(rng: np.random.Generator, graph: Graph, num: int) -> np.ndarray:
@@ -129,14 +163,20 @@ def random_assignment(rng: np.random.Generator, graph: Graph, num: int) -> np.nd
     return np.full(n, int(rng.integers(0, num))) if kind == 2 else np.arange(n) % num
 
 
-def replay_inputs(seed: int) -> tuple[Graph, np.ndarray, np.ndarray, simulator._Groups, int, bool]:
-    """Everything :func:`simulator._run_events` takes, for one random case."""
+def replay_inputs(seed: int) -> tuple[Graph, np.ndarray, np.ndarray, simulator._Groups, int, bool, int]:
+    """Everything :func:`simulator._run_events` takes, for one random case (the last, the number
+    of shared port sides, by keyword: :func:`run_events`)."""
     rng = np.random.default_rng(seed)
     graph, cluster = random_graph(rng), random_cluster(rng)
     assign = random_assignment(rng, graph, cluster.num_devices)
     dur = graph.time_us / cluster.speed[assign]
     groups = simulator._transfer_groups(graph, cluster, assign)
-    return graph, assign, dur, groups, cluster.num_devices, bool(rng.random() < 0.7)
+    return graph, assign, dur, groups, cluster.num_devices, bool(rng.random() < 0.7), cluster.num_ports
+
+
+def run_events(inputs: tuple) -> tuple[np.ndarray, ...]:
+    """:func:`simulator._run_events` on :func:`replay_inputs`' tuple (documented dispatch)."""
+    return simulator._run_events(*inputs[:6], num_ports=inputs[6])
 
 
 def assert_identical(got: tuple[np.ndarray, ...], want: tuple[np.ndarray, ...]) -> None:
@@ -154,18 +194,35 @@ SEEDS = range(120)
 def test_replay_matches_the_heapq_reference_bit_for_bit(block: int) -> None:
     for seed in SEEDS[block::4]:
         inputs = replay_inputs(seed)
-        assert_identical(simulator._run_events(*inputs), reference_events(*inputs))
+        assert_identical(run_events(inputs), reference_events(*inputs))
+
+
+def test_the_random_cases_exercise_shared_ports() -> None:
+    # the comparison above checks the ports only if some random cases use them and some transfer
+    # waits for one: count the cases whose transfer times change when the ports are dropped
+    used = mattered = 0
+    for seed in SEEDS:
+        inputs = replay_inputs(seed)
+        groups = inputs[3]
+        if not (inputs[5] and (groups.egress >= 0).any()):
+            continue
+        used += 1
+        none = np.full(len(groups.egress), -1, dtype=np.int64)
+        portless = dataclasses.replace(groups, egress=none, ingress=none)
+        with_ports = run_events(inputs)[3]
+        mattered += not np.array_equal(with_ports, run_events((*inputs[:3], portless, *inputs[4:]))[3])
+    assert used >= 10 and mattered >= 3, (used, mattered)
 
 
 @pytest.mark.skipif(not jit.ENABLED, reason="the replay runs as Python already")
 @pytest.mark.usefixtures("compiled_loops")
 def test_compiled_replay_equals_the_same_loop_run_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled = [simulator._run_events(*replay_inputs(seed)) for seed in SEEDS[:40]]
+    compiled = [run_events(replay_inputs(seed)) for seed in SEEDS[:40]]
     for name, func in list(vars(simulator).items()):  # every compiled function, so the loop runs as Python
         if hasattr(func, "py_func"):
             monkeypatch.setattr(simulator, name, func.py_func)
     for seed, want in zip(SEEDS[:40], compiled, strict=True):
-        assert_identical(simulator._run_events(*replay_inputs(seed)), want)
+        assert_identical(run_events(replay_inputs(seed)), want)
 
 
 def test_long_device_queues_match_the_reference() -> None:

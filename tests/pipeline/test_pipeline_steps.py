@@ -333,6 +333,41 @@ def test_calibrate_comm_uses_a_fit_only_when_it_measured_a_transfer(store, monke
     assert type(result).from_xcom(json.loads(json.dumps(result.to_xcom()))) == result
 
 
+@needs_stack
+def test_calibrate_comm_with_a_topology_measures_each_class_and_writes_it(store, monkeypatch, caplog):
+    from celeritas_core.formats import cluster_from_json
+    from celeritas_core.topology import Link
+    from celeritas_tf import calibrate
+
+    pairs = []
+
+    def fake(num_devices, *args, pair=(0, 1), **kwargs):
+        pairs.append(pair)
+        return _calibration(0.0, 101.4, 0.0)  # what logical CPU devices measure: nothing useful
+
+    monkeypatch.setattr(calibrate, "calibrate_comm", fake)
+    job = prepare({**TINY, "calibrate_comm": True, "topology": "2x1:nvlink,ib"},
+                  job_id="calibrate-topology").job
+    caplog.set_level("INFO")
+    result = calibrate_comm(job)
+    doc = storage.read_json(result.cluster_uri)
+    cluster = cluster_from_json(doc)
+    assert pairs == [(0, 1)]  # two nodes of one device: only the network has a pair
+    assert doc["format"] == "celeritas-cluster/2" and cluster.links[1] == Link.preset("ib-ndr")
+    unused = doc["topology"]["links"]["nvlink4"]["calibration"]
+    assert unused["rejected"] == "no pair of devices uses this link"
+    assert result.transfer_model == "default"
+    assert result.transfer_reason.startswith("link ib-ndr: the calibration")
+    assert (result.comm_slope_us_per_byte, result.comm_intercept_us) == (cluster.slope_us_per_byte,
+                                                                         cluster.intercept_us)
+    run = tracking.get_run(job.parent_run_id)
+    assert run["metrics"]["comm_link_ib-ndr_intercept_us"] == Link.preset("ib-ndr").intercept_us
+    assert any("link ib-ndr" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    off = prepare({**TINY, "topology": "2x1:nvlink,ib"}, job_id="calibrate-topology-off").job
+    assert cluster_from_json(storage.read_json(calibrate_comm(off).cluster_uri)).pair_link.tolist() == \
+        cluster.pair_link.tolist()
+
+
 def _measured(job: Job, placer: str, steps_ms: list[float], champion_ms: list[float],
               champion_version: str | None) -> PlacementValidation:
     """A validation of ``placer`` with these step times (ms), its placement and validation files

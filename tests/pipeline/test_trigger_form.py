@@ -42,7 +42,7 @@ def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied
 
 
 def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
-    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm"}
+    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm", "topology"}
     for name in FIELDS:
         param = form_params.get_param(name)
         assert _required_in_form(param.schema) == (name not in OPTIONAL), name
@@ -125,6 +125,13 @@ def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed
                                       "twice: [4, 4]"),
     ({"model": ""}, "parameter 'model': Model must not be empty"),
     ({"run_dir": 3}, "parameter 'run_dir': Run directory must be text or empty, not 3"),
+    ({"topology": "two nodes"}, "parameter 'topology': Link topology: \"two nodes\" is not a preset "
+                                "NODESxDEVICES:LINK[,NETWORK], e.g. 2x2:nvlink,ib"),
+    ({"topology": "2x2:warp,ib"}, "parameter 'topology': Link topology: unknown link 'warp' (known: nvlink3, "
+                                  "nvlink4, pcie3, pcie4, pcie5, ib-hdr, ib-ndr, 100gbe; nvlink = nvlink4, "
+                                  "pcie = pcie4, ib = ib-ndr)"),
+    ({"topology": "2x4:nvlink,ib"}, "parameter 'topology': Link topology \"2x4:nvlink,ib\" has 8 devices, "
+                                    "but Devices (num_devices) is 4"),
     ({"colour": "red"}, "parameter 'params': unknown parameter 'colour'; the parameters are "
                         + ", ".join(FIELDS)),
 ])
@@ -162,6 +169,18 @@ def test_a_trigger_is_refused_what_prepare_would_refuse(given: dict, sentence: s
         monkeypatch.delenv(name, raising=False)
     assert trigger_problem(json.dumps({"conf": given}).encode()) == sentence.format(home=tmp_path)
     resolve_params(given)  # none of these is a schema problem
+
+
+def test_a_topology_joins_the_configuration_and_an_empty_one_leaves_its_key_alone() -> None:
+    from tasks.configuration import configuration_of
+
+    identity = {"kind": "zoo", "name": "mlp", "knobs": {}, "paper_config": False}
+    flat = configuration_of(resolve_params({"model": "mlp"}), identity)
+    assert "topology" not in flat.cluster
+    assert configuration_of(resolve_params({"model": "mlp", "topology": None}), identity).key == flat.key
+    linked = configuration_of(resolve_params({"model": "mlp", "topology": "2x2:NVLink, ib"}), identity)
+    assert linked.cluster["topology"] == "2x2:nvlink,ib" and linked.key != flat.key
+    assert "topology 2x2:nvlink,ib" in linked.describe()
 
 
 def test_a_trigger_is_checked_as_its_tasks_will_get_it_over_the_forms_defaults() -> None:

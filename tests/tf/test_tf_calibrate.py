@@ -200,3 +200,111 @@ def test_cli_on_logical_cpu_devices_is_honest_about_what_it_measured(tmp_path, c
         assert fit["slope_us_per_byte"] > 0 and fit["r2"] >= MIN_R2 and "warning" not in err
         assert comm["slope_us_per_byte"] == fit["slope_us_per_byte"]
 
+
+
+# ---------------------------------------------------------------------------- each class of pair
+def _preset_topology(text: str):
+    from celeritas_core.topology import parse_preset
+
+    preset = parse_preset(text)
+    return preset.topology([f"gpu:{i}" for i in range(preset.num_devices)])
+
+
+def test_each_link_in_use_is_measured_on_its_first_pair():
+    from celeritas_tf.calibrate import link_classes
+
+    topology = _preset_topology("2x4:nvlink,ib")
+    names = [x.name for x in topology.links]
+    assert link_classes(topology) == {names.index("nvlink4"): (0, 1), names.index("ib-ndr"): (0, 4)}
+    islands = _preset_topology("1x2x2:nvlink3,pcie3")
+    assert sorted(link_classes(islands).values()) == [(0, 1), (0, 2)]
+
+
+def test_a_link_keeps_its_preset_figures_when_its_fit_measured_nothing_useful(monkeypatch):
+    from celeritas_core.topology import Link
+    from celeritas_tf.calibrate import calibrate_topology
+
+    measured = []
+
+    def fake(num_devices, *args, pair=(0, 1), **kwargs):
+        measured.append((num_devices, pair))
+        return GPU_LIKE if pair == (0, 1) else CPU_LIKE
+
+    monkeypatch.setattr(calibrate, "calibrate_comm", fake)
+    topology, results = calibrate_topology(_preset_topology("2x2:nvlink,ib"), sizes=(4096,), repeats=1)
+    assert measured == [(4, (0, 1)), (4, (0, 2))]
+    nvlink, ib = results
+    assert (nvlink.source, nvlink.reason) == ("calibrated", None)
+    assert topology.links[0] == Link("nvlink4", GPU_LIKE.slope_us_per_byte, GPU_LIKE.intercept_us)
+    assert ib.source == "preset" and ib.reason.startswith("the calibration measured nothing useful")
+    assert topology.links[1] == Link.preset("ib-ndr")
+    record = ib.record(["a", "b", "c", "d"])
+    assert record["source"] == "preset" and record["calibration"]["pair"] == ["a", "c"]
+    assert record["calibration"]["intercept_us"] == CPU_LIKE.intercept_us
+
+
+def test_a_link_no_pair_uses_is_not_measured(monkeypatch):
+    from celeritas_tf.calibrate import calibrate_topology
+
+    monkeypatch.setattr(calibrate, "calibrate_comm", lambda *args, **kwargs: GPU_LIKE)
+    _, results = calibrate_topology(_preset_topology("2x1:nvlink,ib"), sizes=(4096,), repeats=1)
+    assert [(r.link.name, r.source, r.pair) for r in results] == [("nvlink4", "preset", None),
+                                                                  ("ib-ndr", "calibrated", (0, 1))]
+    assert results[0].reason == "no pair of devices uses this link"
+
+
+def test_cli_topology_writes_a_cluster_2_with_a_warning_per_rejected_link(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(calibrate, "calibrate_comm", lambda *args, **kwargs: CPU_LIKE)
+    out_file = tmp_path / "cluster.json"
+    code = main(["calibrate-comm", "--topology", "2x2:nvlink,ib", "--device-memory", "1GiB",
+                 "--out", str(out_file)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert err.count("celeritas: warning: link") == 2 and "it keeps the preset's figures" in err
+    doc = json.loads(out_file.read_text())
+    assert doc["format"] == "celeritas-cluster/2"
+    assert {name: link["source"] for name, link in doc["topology"]["links"].items()} == {
+        "nvlink4": "preset", "ib-ndr": "preset"}
+    cluster = load_cluster(out_file)
+    assert cluster.topology.describe().startswith("2 nodes x 2 devices") and "wrote" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--topology", "2x2:nvlink,ib", "--devices", "3"],
+     "--devices 3 but --topology 2x2:nvlink,ib has 4 devices"),
+    (["--topology", "16x8:nvlink,ib"], "--topology: 128 devices to measure on, at most 64 logical devices"),
+    (["--topology", "2x2:nvlink"], "--topology: 2 nodes need a network link"),
+])
+def test_cli_topology_errors_exit_2(tmp_path, capsys, argv, needle):
+    code = main(["calibrate-comm", "--device-memory", "1GiB", "--out", str(tmp_path / "c.json"), *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and err.count("\n") == 1
+
+
+def test_the_pair_must_be_two_devices_of_the_calibration():
+    for pair in ((0, 0), (0, 2), (1,), [0, 1]):
+        with pytest.raises(CeleritasInputError, match="pair must be two different device indices below 2"):
+            calibrate_comm(2, pair=pair)
+
+
+def test_cli_topology_on_logical_cpu_devices_measures_each_class(tmp_path, capsys):
+    """A real calibration of both classes: each link is its fit only where the fit passed."""
+    out_file = tmp_path / "cluster.json"
+    code = main(["calibrate-comm", "--topology", "2x2:nvlink,ib", "--device-memory", "1GiB", "--sizes",
+                 "4KiB,1MiB", "--repeats", "2", "--out", str(out_file)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    links = json.loads(out_file.read_text())["topology"]["links"]
+    assert links["nvlink4"]["calibration"]["pair"] == ["gpu:0", "gpu:1"]
+    assert links["ib-ndr"]["calibration"]["pair"] == ["gpu:0", "gpu:2"]
+    from celeritas_core.topology import Link
+
+    for name, link in links.items():
+        fit = link["calibration"]
+        if link["source"] == "preset":
+            assert fit["rejected"] and f"warning: link {name}" in err
+            preset = Link.preset(name)
+            assert (link["slope_us_per_byte"], link["intercept_us"]) == (preset.slope_us_per_byte,
+                                                                         preset.intercept_us)
+        else:
+            assert fit["slope_us_per_byte"] > 0 and fit["r2"] >= MIN_R2
