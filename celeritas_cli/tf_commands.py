@@ -17,6 +17,7 @@ from celeritas_cli.cluster_args import TOPOLOGY_HELP, add_cluster_args, check_cl
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import MAX_DEVICES
 from celeritas_core.safe_io import check_outputs, staged_outputs
+from celeritas_core.units import format_bytes, format_us
 
 
 def _say(message: str) -> None:
@@ -41,6 +42,7 @@ def _knobs(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _model(args: argparse.Namespace) -> Any:
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.models import get_model
 
     return get_model(args.model, paper=args.paper, **_knobs(args.set))
@@ -59,7 +61,7 @@ def _model_input(args: argparse.Namespace) -> str | None:
 
 def cmd_models(args: argparse.Namespace) -> int:
     """List the zoo: name, description, paper configuration and batch, small configuration."""
-    import celeritas_tf.zoo  # noqa: F401
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.models import ZOO
 
     for entry in ZOO.values():
@@ -75,6 +77,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """Build the training step and write it as a celeritas-graph/1 with the chosen costs."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_graph
     from celeritas_tf.extract import graph_from_step, view_aliases
     from celeritas_tf.step import build_training_step
@@ -91,11 +94,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
     costs = None
     aliases = view_aliases(step)
     if source == "profile":
+        # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
         from celeritas_tf.profile import trace_costs, trace_step
 
         trace = trace_step(step, traced_steps=args.steps, progress=_say)
         costs, aliases = trace_costs(trace), trace.aliases
     elif source.startswith("analytical"):
+        # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
         from celeritas_tf.analytical import analytical_costs, parse_cost_source
 
         costs = analytical_costs(step.step_graph_def(), parse_cost_source(source))
@@ -108,6 +113,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Trace the step at several small batch sizes on one device; write celeritas-profile/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import write_json_atomic
     from celeritas_tf.evaluation import ProfilePlan, profile_document, profile_small_batches
 
@@ -141,13 +147,16 @@ def _profile_plan(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     import numpy as np
 
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import check_predicted_costs, fits_to_json, read_json, write_json_atomic
 
     batch = _check_batch(args.batch) if args.batch is not None else None
     inputs = [args.profiles]
     check_outputs([args.out], inputs=inputs)
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.evaluation import fits_from_profile
 
     # fits_from_profile checks the document strictly first (check_profile_document)
@@ -169,8 +178,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"note: {args.profiles} records no op keys (written before op identity was recorded): "
               f"re-measurement will pair its fits with ops by name only")
     if predicted is not None:
-        from celeritas_core.units import format_bytes, format_us
-
         t, m = predicted
         print(f"predicted at batch {batch}: total time {format_us(float(t.sum()))}, "
               f"total memory {format_bytes(float(m.sum()))}")
@@ -179,6 +186,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import (
         check_predicted_costs,
         fits_from_json,
@@ -195,6 +203,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     fits = fits_from_json(read_json(args.fits), source=args.fits)
     check_predicted_costs(fits.names, *fits.predict(batch), what=f"{args.fits}: at --batch {batch}")
     cluster = cluster_from_args(args)
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
@@ -213,6 +222,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
             write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing, peaks),
                               indent=1)
         if args.cdf_out:
+            # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
             from celeritas_core.plots import deviation_cdf_chart
 
             deviation_cdf_chart([(model.name, memory, timing)], args.cdf_out,
@@ -221,7 +231,6 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
           f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
           f"{len(timing.names):,} ops")
-    from celeritas_core.units import format_bytes
 
     print("peak memory per device, predicted / measured: " + ", ".join(
         f"{format_bytes(a)} / {format_bytes(b)}"
@@ -232,6 +241,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import (
         PLACEMENT_FORMAT,
         placement_op_keys_digest,
@@ -278,8 +288,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"over {len(result.step_seconds)} steps after {args.warmup} warm-up")
     peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
     if "measured_peak_memory_bytes" in peaks:
-        from celeritas_core.units import format_bytes
-
         measured = format_bytes(peaks["measured_peak_memory_bytes"])
         line = f"peak memory of the fullest device: measured {measured}"
         if "predicted_peak_memory_bytes" in peaks:
@@ -295,6 +303,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     the fit, or with the default model (and a warning) when the fit measured nothing useful. With
     ``--topology``, measure each class of pair and write a celeritas-cluster/2
     (:func:`_calibrate_topology`)."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import (
         calibrate_comm,
@@ -339,6 +348,7 @@ def _calibration_preset(args: argparse.Namespace) -> Any:
     logical devices TensorFlow can configure."""
     if args.topology is None:
         return None
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.topology import parse_preset
     from celeritas_tf.evaluation import MAX_LOGICAL_DEVICES
 
@@ -355,6 +365,7 @@ def _calibration_preset(args: argparse.Namespace) -> Any:
 def _calibrate_topology(args: argparse.Namespace, preset: Any, memory: float, kwargs: dict[str, Any]) -> int:
     """Measure each class of pair of the preset's topology, write the cluster with the links that
     measured a transfer replaced by their fits (the others keep the preset's figures, with a warning)."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import calibrate_topology

@@ -9,23 +9,40 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
-import json
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.columnar import GRAPH_COLUMNS_FORMAT as GRAPH_COLUMNS_FORMAT  # re-exported
+from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz, npz_bytes
+from celeritas_core.defaults import DOCUMENTED_DISPATCH
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
 from celeritas_core.graph import Graph, Liveness
-from celeritas_core.graph_columns import GraphColumns, json_columns, out_of_range
+from celeritas_core.graph_columns import (
+    GraphColumns,
+    check_graph_limits,
+    check_graph_totals,
+    first_out_of_range,
+    graph_from_columns,
+    json_columns,
+)
+from celeritas_core.json_io import (
+    gc_paused,
+    json_bytes,
+    parse_json,
+    read_json,
+    write_json_atomic,
+    write_json_bytes,
+)
+from celeritas_core.json_io import write_text_atomic as write_text_atomic  # re-exported
+from celeritas_core.levels import ccr
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
@@ -37,6 +54,7 @@ from celeritas_core.limits import (
     MAX_TIME_US,
     MIN_SPEED,
     as_float,
+    check_cost,
     check_total,
     is_number,
     short_repr,
@@ -52,8 +70,7 @@ if TYPE_CHECKING:
 
 # Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
-#: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
-GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
+# GRAPH_COLUMNS_FORMAT, the columnar graph format (a NumPy .npz archive): celeritas_core.columnar
 CLUSTER_FORMAT = "celeritas-cluster/1"
 #: A cluster with a link topology (``topology``; docs/formats.md). Readers take both tags; writers
 #: write ``/1`` for a flat cluster (files as before) and ``/2`` only with a topology, which a
@@ -68,152 +85,6 @@ VALIDATION_FORMAT = "celeritas-validation/1"
 FUSION_FORMAT = "celeritas-fusion/1"
 VALIDATION_SUMMARY_FORMAT = "celeritas-validation-summary/1"
 PUBLISH_FORMAT = "celeritas-publish/1"
-
-
-# ---------------------------------------------------------------------------- file helpers
-_BOM = b"\xef\xbb\xbf"
-#: A run of this many digits may be an integer literal beyond 64 bits, which orjson would read as
-#: a float (or refuse): such documents are parsed by the standard library, as they always were.
-_LONG_DIGITS = 19
-_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # digits kept, the rest spaces
-_SCAN_CHUNK = 1 << 24  # bytes translated at a time by the digit scan (16 MiB)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsing a large document allocates millions of
-    containers, none of them cyclic, and each collection pass would walk them all again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _has_long_digit_run(data: bytes | memoryview) -> bool:
-    """Whether ``data`` holds :data:`_LONG_DIGITS` consecutive ASCII digits (about 0.1 s per 100 MB)."""
-    run = b"0" * _LONG_DIGITS
-    for start in range(0, len(data), _SCAN_CHUNK):
-        chunk = bytes(data[max(start - _LONG_DIGITS + 1, 0):start + _SCAN_CHUNK])
-        if chunk.translate(_DIGITS_ONLY).find(run) >= 0:
-            return True
-    return False
-
-
-def parse_json(data: bytes, source: str | None = None) -> Any:
-    """Parse a JSON document (UTF-8, a BOM allowed), turning syntax problems into one-line input
-    errors naming ``source``.
-
-    orjson parses it when it can; the standard library decides everything else (the ``NaN`` and
-    ``Infinity`` literals, integers beyond 64 bits, lone surrogates, deep nesting, every error
-    message), so the accepted documents and the messages are those of :mod:`json`.
-    """
-    body = memoryview(data)[len(_BOM):] if data.startswith(_BOM) else data
-    if not _has_long_digit_run(body):
-        try:
-            with gc_paused():
-                return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # the standard library parses it or names the problem
-    try:
-        with gc_paused():
-            return json.loads(data.decode("utf-8-sig"))  # UTF-8 only (docs/formats.md), a BOM allowed
-    except json.JSONDecodeError as exc:
-        raise CeleritasInputError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", source=source
-        ) from None
-    except UnicodeDecodeError:
-        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=source) from None
-    except RecursionError:
-        raise CeleritasInputError("not valid JSON (nested too deeply)", source=source) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CeleritasInputError(f"not valid JSON ({reason})", source=source) from None
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file (:func:`parse_json`), turning I/O and syntax problems into one-line input errors.
-
-    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
-    (:func:`celeritas_core.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
-    before anything is read.
-    """
-    source = os.fspath(path)
-    return parse_json(read_input_bytes(source), source)
-
-
-def json_bytes(doc: Any, *, indent: int | None = None, finite: bool = False) -> bytes:
-    """``doc`` as UTF-8 JSON: on one line, or ``indent`` spaces per level.
-
-    orjson writes it; what orjson refuses (integers beyond 64 bits, lone surrogates, keys that are
-    not strings, other types) is written or refused by :func:`json.dumps`, and a non-finite float
-    (which orjson would write as ``null``) raises ``ValueError`` as ``json.dumps(allow_nan=False)``
-    does. ``finite=True``: the caller has checked that every float is finite (skips that scan).
-    """
-    try:
-        data = orjson.dumps(doc, option=0 if indent is None else orjson.OPT_INDENT_2)
-    except orjson.JSONEncodeError:
-        return json.dumps(doc, indent=indent, allow_nan=False).encode("utf-8")
-    if not finite and b"null" in data:
-        bad = _first_non_finite(doc)
-        if bad is not None:
-            raise ValueError(f"Out of range float values are not JSON compliant: {bad!r}")
-    return data if indent is None or indent == 2 else _reindent(data, indent)
-
-
-def _first_non_finite(doc: Any) -> float | None:
-    """The first float in ``doc`` (nested dicts, lists, tuples) that is NaN or infinite, or None."""
-    stack = [doc]
-    while stack:
-        obj = stack.pop()
-        values = list(obj.values()) if isinstance(obj, dict) else obj
-        if not isinstance(values, list | tuple):
-            values = [values]
-        kinds = set(map(type, values))
-        if float in kinds:
-            bad = next((v for v in values if type(v) is float and not math.isfinite(v)), None)
-            if bad is not None:
-                return bad
-        if any(issubclass(k, dict | list | tuple) for k in kinds):
-            stack.extend(v for v in values if isinstance(v, dict | list | tuple))
-    return None
-
-
-def _reindent(data: bytes, indent: int) -> bytes:
-    """orjson's two-space indentation as ``indent`` spaces per level (what ``json.dumps`` writes).
-
-    A line's indentation follows its line break; strings never hold a raw line break or NUL. Each
-    depth, deepest first, becomes that many NULs (so shallower patterns cannot match it), then
-    each NUL ``indent`` spaces: a few passes of ``bytes.replace`` whatever the number of lines.
-    """
-    depth = 0
-    while b"\n" + b"  " * (depth + 1) in data:
-        depth += 1
-    for level in range(depth, 0, -1):
-        data = data.replace(b"\n" + b"  " * level, b"\n" + b"\0" * level)
-    return data.replace(b"\0", b" " * max(indent, 0))
-
-
-def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None,
-                      inputs: Iterable[str | os.PathLike[str] | None] = (), finite: bool = False) -> Path:
-    """Write ``doc`` as JSON (:func:`json_bytes`) to ``path`` through a temporary file and an atomic
-    rename (:func:`celeritas_core.safe_io.write_atomic`; ``inputs`` may not be overwritten)."""
-    data = json_bytes(doc, indent=indent, finite=finite)
-    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
-
-
-def _write_json_bytes(fh: IO[bytes], data: bytes) -> None:
-    """Write a serialized document and its final line break."""
-    fh.write(data)
-    fh.write(b"\n")
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str, *,
-                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and an atomic rename."""
-    return write_atomic(path, lambda fh: fh.write(text), inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- field checks
@@ -231,23 +102,8 @@ def _check_format(doc: Any, expected: str) -> None:
         raise CeleritasInputError(f"unknown format tag {short_repr(tag)} (expected {expected!r})")
 
 
-def _cost(value: Any, where: str, field_name: str, *, limit: float = MAX_BYTES,
-          unit: str = " bytes") -> float:
-    """A finite number ``>= 0`` and at most ``limit`` (docs/formats.md, "Limits")."""
-    if not is_number(value):
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {short_repr(value)}")
-    v = as_float(value)
-    if not math.isfinite(v) or v < 0:
-        raise CeleritasInputError(
-            f"{where}: field '{field_name}' must be finite and >= 0, got {short_repr(value)}")
-    if v > limit:
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be at most {limit:g}{unit} "
-                                  f"(the limit), got {short_repr(value)}")
-    return v
-
-
 def _time(value: Any, where: str, field_name: str) -> float:
-    return _cost(value, where, field_name, limit=MAX_TIME_US, unit=" µs")
+    return check_cost(value, where, field_name, limit=MAX_TIME_US, unit=" µs")
 
 
 # ---------------------------------------------------------------------------- graph
@@ -264,26 +120,6 @@ def graph_from_json(doc: Any) -> Graph:
     check_graph_totals(cols.time_us, cols.memory_bytes, cols.edge_bytes, cols.live_total)
     liveness = _with_aliases(cols.liveness, _alias_fields(raw_nodes, cols))
     return graph_from_columns(name, meta, cols, liveness)
-
-
-def graph_from_columns(name: str, meta: Mapping[str, Any], cols: GraphColumns,
-                       liveness: Liveness | None) -> Graph:
-    """The :class:`Graph` of checked columns (raises on output aliases that name no input, and on
-    a cycle)."""
-    return Graph.from_arrays(
-        name=name,
-        node_names=cols.names,
-        ops=cols.ops,
-        time_us=cols.time_us,
-        memory_bytes=cols.memory_bytes,
-        colocation=cols.groups,
-        edge_src=cols.edge_src,
-        edge_dst=cols.edge_dst,
-        edge_bytes=cols.edge_bytes,
-        edge_src_output=cols.edge_src_output,
-        meta=meta,
-        liveness=liveness,
-    )
 
 
 def _read_columns(raw_nodes: list[Any], raw_edges: list[Any]) -> GraphColumns:
@@ -366,7 +202,7 @@ def _read_nodes(nodes: list[Any]) -> _NodeColumns:
         if "memory_bytes" not in node:
             raise CeleritasInputError(f"{where}: missing field 'memory_bytes'")
         cols.time_us[i] = _time(node["time_us"], where, "time_us")
-        cols.memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
+        cols.memory[i] = check_cost(node["memory_bytes"], where, "memory_bytes")
         cols.persistent[i], cols.scratch[i], cols.outputs[i] = _liveness_fields(node, where)
         group = node.get("colocation")
         if group is not None:
@@ -404,7 +240,7 @@ def _read_edges(edges: list[Any], index: Mapping[str, int]
         dst[k] = di
         if "bytes" not in edge:
             raise CeleritasInputError(f"edges[{k}] ({s!r} -> {d!r}): missing field 'bytes'")
-        nbytes[k] = _cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
+        nbytes[k] = check_cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
         so = edge.get("src_output", 0)
         if not isinstance(so, int) or isinstance(so, bool) or not 0 <= so < MAX_SRC_OUTPUT:
             raise CeleritasInputError(
@@ -463,7 +299,7 @@ def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tupl
 def _liveness_fields(node: dict[str, Any],
                      where: str) -> tuple[float | None, float | None, list[float] | None]:
     """The optional ``persistent_bytes``, ``scratch_bytes`` and ``output_bytes`` of a node (bytes)."""
-    persistent, scratch = (_cost(node[key], where, key) if key in node else None
+    persistent, scratch = (check_cost(node[key], where, key) if key in node else None
                            for key in ("persistent_bytes", "scratch_bytes"))
     outputs = None
     if "output_bytes" in node:
@@ -471,68 +307,8 @@ def _liveness_fields(node: dict[str, Any],
         if not isinstance(raw, list):
             raise CeleritasInputError(
                 f"{where}: field 'output_bytes' must be a list of numbers, got {short_repr(raw)}")
-        outputs = [_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
+        outputs = [check_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
     return persistent, scratch, outputs
-
-
-def check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
-                        live_total: float) -> None:
-    """The graph's sums stay within the limits: total time, total memory, total edge bytes and
-    ``live_total``, the total of the liveness fields (docs/formats.md, "Limits")."""
-    check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
-    check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
-    check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
-    check_total(live_total, MAX_BYTES,
-                "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
-
-
-def _first_out_of_range(values: np.ndarray, limit: float) -> int | None:
-    """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
-    bad = np.flatnonzero(out_of_range(values, limit))
-    return int(bad[0]) if len(bad) else None
-
-
-def check_cost_column(values: np.ndarray, where: Callable[[int], str], field_name: str, *,
-                      limit: float = MAX_BYTES, unit: str = " bytes",
-                      field_of: Callable[[int], str] | None = None) -> None:
-    """Raise at the first value of ``values`` that is not finite, negative or above ``limit``,
-    with the reader's message: ``where(i)`` names entry ``i`` (``node 'X'``), ``field_of(i)`` its
-    field (default ``field_name``)."""
-    i = _first_out_of_range(values, limit)
-    if i is not None:
-        _cost(float(values[i]), where(i), field_of(i) if field_of else field_name, limit=limit, unit=unit)
-
-
-def check_graph_limits(graph: Graph) -> None:
-    """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
-    the reader enforces, so that what :func:`save_graph` writes can be read back."""
-    names = graph.node_names
-
-    def node(i: int) -> str:
-        return f"node {names[i]!r}"
-
-    check_cost_column(graph.time_us, node, "time_us", limit=MAX_TIME_US, unit=" µs")
-    check_cost_column(graph.memory_bytes, node, "memory_bytes")
-    check_cost_column(graph.edge_bytes, lambda k: f"edges[{k}]", "bytes")
-    bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
-    if len(bad):
-        raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
-                                  f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
-    live_total = 0.0
-    live = graph.liveness
-    if live is not None:
-        modelled = np.asarray(live.modelled, dtype=bool)
-        owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
-        bad_node = modelled & (out_of_range(live.persistent_bytes) | out_of_range(live.scratch_bytes))
-        bad_node[owner[out_of_range(live.output_bytes) & modelled[owner]]] = True
-        if bad_node.any():  # the first such node's first bad value, named as the reader names it
-            i = int(np.flatnonzero(bad_node)[0])
-            own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
-            for k, x in enumerate(own):
-                _cost(x, node(i), "liveness bytes" if k < 2 else "output_bytes")
-        live_total = float(live.persistent_bytes[modelled].sum() + live.scratch_bytes[modelled].sum()
-                           + live.output_bytes[modelled[owner]].sum())
-    check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, live_total)
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
@@ -589,8 +365,6 @@ def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
     """Validate a graph file's content and build the :class:`Graph`: the columnar format when it
     is a zip archive (it starts with ``PK\\x03\\x04``), ``celeritas-graph/1`` JSON otherwise.
     Errors name ``source``."""
-    from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz
-
     try:
         if data[:4] in ZIP_MAGICS:
             return graph_from_npz(data)
@@ -706,8 +480,6 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
     [10.0, 50.0, 50.0, 10.0]
     """
     if graph_file_format(path, file_format) == "npz":
-        from celeritas_core.columnar import npz_bytes
-
         data = npz_bytes(graph)
         return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
     check_graph_limits(graph)
@@ -717,7 +489,7 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
         raise CeleritasInputError(
             f"{os.fspath(path)}: the graph's JSON would be {len(data) + 1:,} bytes, above the "
             f"{MAX_INPUT_FILE_BYTES:,} bytes a reader accepts; write the columnar format (a .npz path)")
-    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
+    return write_atomic(path, lambda fh: write_json_bytes(fh, data), binary=True, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -758,7 +530,7 @@ def cluster_from_json(doc: Any) -> Cluster:
             raise CeleritasInputError(
                 f"{where}: field 'memory_bytes' must be a positive number, got {short_repr(mem)}"
             )
-        _cost(mem, where, "memory_bytes")
+        check_cost(mem, where, "memory_bytes")
         spd = dev.get("speed", 1.0)
         if not _positive(spd):
             raise CeleritasInputError(
@@ -787,7 +559,7 @@ def cluster_from_json(doc: Any) -> Cluster:
             raise CeleritasInputError(
                 f"comm: field '{field_name}' must be a finite number >= 0, got {short_repr(value)}"
             )
-        _cost(value, "comm", field_name, limit=limit, unit=unit)
+        check_cost(value, "comm", field_name, limit=limit, unit=unit)
     _check_comm_provenance(comm)
     return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept,
                          topology=topology)
@@ -1062,9 +834,6 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
     times, the dispatch orders replayed besides the documented one, and one row per placer
     (:meth:`~celeritas_core.compare.Comparison.rows`, null where not finite) with its parameters,
     per-device memory and step (µs) under each other dispatch order."""
-    from celeritas_core.levels import ccr
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH  # loaded with the comparison already
-
     c = comparison
     return {
         "format": COMPARE_FORMAT,
@@ -1204,7 +973,7 @@ def _cost_map(raw: Any, where: str, field_name: str, limit: float, unit: str) ->
         raise CeleritasInputError(f"{where}: field '{field_name}' must be an object of op name -> number")
     total = 0.0
     for name, value in raw.items():
-        total += _cost(value, f"{where}: op {name!r}", field_name, limit=limit, unit=unit)
+        total += check_cost(value, f"{where}: op {name!r}", field_name, limit=limit, unit=unit)
     check_total(total, limit, f"{where}: the total of '{field_name}'", unit)
 
 
@@ -1414,7 +1183,7 @@ def check_predicted_costs(names: Any, time_us: np.ndarray, memory_bytes: np.ndar
     for values, field_name, limit, unit in ((time_us, "time_us", MAX_TIME_US, " µs"),
                                             (memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
         values = np.asarray(values, dtype=np.float64)
-        i = _first_out_of_range(values, limit)
+        i = first_out_of_range(values, limit)
         if i is not None:
             raise CeleritasInputError(f"{what}: op {names[i]!r}: predicted {field_name} "
                                       f"{values[i]:.6g}{unit} is not within 0 and the limit {limit:g}{unit}")

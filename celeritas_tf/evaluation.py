@@ -28,16 +28,23 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.estimation import spanning_batch, traced_steps_needed, weighted_median_error
-from celeritas_core.formats import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT, read_output_aliases
+from celeritas_core.formats import (
+    ACCURACY_FORMAT,
+    PROFILE_FORMAT,
+    VALIDATION_FORMAT,
+    check_profile_document,
+    read_output_aliases,
+)
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.memory import memory_profile, one_device_peak_bytes
 from celeritas_core.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, relative_deviation
+from celeritas_core.regression import CostFits, Deviation, fit_costs, relative_deviation
+from celeritas_core.simulator import simulate
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
-from celeritas_tf.models import ModelSpec
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -47,6 +54,7 @@ from celeritas_tf.profile import (
     trace_costs,
     trace_step,
 )
+from celeritas_tf.spec import ModelSpec
 from celeritas_tf.step import TrainingStep, build_training_step
 from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, tensorflow
 
@@ -135,9 +143,6 @@ def spanning_trace(model: ModelSpec, traces: Sequence[StepTrace], plan: ProfileP
     """The profile of the batch :func:`spanning_batch` adds to ``traces`` towards
     ``plan.span_target`` (None when no batch qualifies): predicted one-device peaks replay the
     graph the memory fits of ``traces`` predict (the liveness model of ``celeritas_core.memory``)."""
-    from celeritas_core.memory import one_device_peak_bytes
-    from celeritas_core.regression import fit_costs
-
     if plan.device_bytes is None or not plan.device_bytes > 0:
         raise CeleritasInputError("--span-target needs --device-memory, one device's memory")
     largest = max(traces, key=lambda t: t.batch_size)
@@ -183,8 +188,6 @@ def fits_from_profile(doc: Any, source: str | None = None, *, time_model: str = 
     An op's point at a batch size where its key is not its key at the largest batch it was
     profiled at is left out of its fit: TensorFlow built another op of that name there (e.g. a
     ``Const`` below 1,000 elements, a ``Fill`` above)."""
-    from celeritas_core.regression import fit_costs
-
     rows = profile_rows(doc, source)
     reference = profile_op_keys(doc)
     if reference:
@@ -217,8 +220,6 @@ def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[st
     """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
     strictly (:func:`celeritas_core.formats.check_profile_document`: at least two profiles,
     distinct integer batch sizes, finite costs within the documented limits)."""
-    from celeritas_core.formats import check_profile_document
-
     check_profile_document(doc, source)
     return [(p["batch_size"], {str(n): float(v) for n, v in p["time_us"].items()},
              {str(n): float(v) for n, v in p["memory_bytes"].items()}) for p in doc["profiles"]]
@@ -263,9 +264,6 @@ class Remeasurement:
     def peaks(self, cluster: Cluster) -> dict[str, list[float]]:
         """Per device index: the estimated graph's replayed peak under the sequential placement
         and the peak TensorFlow measured running it (bytes; see :func:`measured_peak_bytes`)."""
-        from celeritas_core.memory import memory_profile
-        from celeritas_core.simulator import simulate
-
         result = simulate(self.estimated, cluster, self.assignment)
         predicted = memory_profile(self.estimated, cluster.num_devices, self.assignment, result).peak_bytes
         measured = _peaks_by_index(self.trace.peak_bytes)

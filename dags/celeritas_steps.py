@@ -16,9 +16,14 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, get_current_context, setup, task, teardown
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.log import mask_secret
 
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.redact import install_log_redaction, redact
 from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV
 
 #: Published placements; downstream training DAGs can use ``schedule=[PUBLISHED_PLACEMENT]``.
@@ -55,11 +60,6 @@ def _call(step: Callable[[], Any]) -> Any:
     in the task log; deterministic failures (bad input or XCom, a model that cannot fit) fail
     without retry, transient ones (storage, tracking server, runtime) are retried. Messages are
     redacted of credentials either way."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from celeritas_core.errors import CeleritasInputError
-    from celeritas_core.redact import install_log_redaction, redact
-
     install_log_redaction()
     _mask_tracking_credentials()
     try:
@@ -100,7 +100,7 @@ def _child_runs(result: Any) -> dict[str, str]:
 
 def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
     """Log where the MLflow run is; a tracking store that cannot answer only costs the link."""
-    from celeritas_core.redact import redact
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.tracking import run_link
 
     try:
@@ -111,8 +111,6 @@ def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
 
 def _holds_secrets(exc: BaseException) -> bool:
     """Whether ``exc`` or an exception it was raised from or during has a credential in its text."""
-    from celeritas_core.redact import redact
-
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -125,10 +123,6 @@ def _holds_secrets(exc: BaseException) -> bool:
 
 def _mask_tracking_credentials() -> None:
     """Tell Airflow's secrets masker the password of a tracking URI with credentials, if any."""
-    from urllib.parse import urlsplit
-
-    from airflow.sdk.log import mask_secret
-
     password = urlsplit(os.environ.get("MLFLOW_TRACKING_URI", "")).password
     if password:
         mask_secret(password)
@@ -145,6 +139,7 @@ def _run_tags(**context: Any) -> dict[str, str]:
 @task(retries=0)
 def prepare(**context: Any) -> dict[str, Any]:
     """Validate the form's parameters, fix the run directory, open the MLflow parent run."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.prepare import prepare as run
 
     job_id = context["dag_run"].run_id
@@ -158,6 +153,7 @@ def prepare(**context: Any) -> dict[str, Any]:
 def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
     """A fleet model's ``prepare``: its parameters from the production-models file; job id
     ``RUN_ID/NAME``."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.fleet import FleetModel
     from tasks.prepare import prepare as run
 
@@ -170,6 +166,7 @@ def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
 @task(**GPU)
 def calibrate_comm(job: dict[str, Any]) -> dict[str, Any]:
     """Fit the transfer model between two devices of the GPU node."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.calibrate_comm import calibrate_comm as run
     from tasks.contracts import Job
 
@@ -179,6 +176,7 @@ def calibrate_comm(job: dict[str, Any]) -> dict[str, Any]:
 @task(**GPU)
 def profile_small_batches(job: dict[str, Any]) -> dict[str, Any]:
     """Standard Evaluation 1: trace small batches on one device."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job
     from tasks.profile_small_batches import profile_small_batches as run
 
@@ -188,6 +186,7 @@ def profile_small_batches(job: dict[str, Any]) -> dict[str, Any]:
 @task
 def fit_regression(job: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
     """Per-op linear fits of time and memory on batch size."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, ProfileResult
     from tasks.fit_regression import fit_regression as run
 
@@ -198,6 +197,7 @@ def fit_regression(job: dict[str, Any], profile: dict[str, Any]) -> dict[str, An
 def remeasure_large_batch(job: dict[str, Any], fits: dict[str, Any],
                           cluster: dict[str, Any]) -> dict[str, Any]:
     """Standard Evaluation 2: sequential placement of the large batch, re-measured on the devices."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import CalibrationResult, FitResult, Job
     from tasks.remeasure_large_batch import remeasure_large_batch as run
 
@@ -208,6 +208,7 @@ def remeasure_large_batch(job: dict[str, Any], fits: dict[str, Any],
 @task
 def fuse(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any]) -> dict[str, Any]:
     """Optimal Operation Fusion of the measured graph (coarse graph and CCR figures)."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import CalibrationResult, Job, RemeasureResult
     from tasks.fuse import fuse as run
 
@@ -220,6 +221,7 @@ def place(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any]
           fusion: dict[str, Any]) -> dict[str, Any]:
     """Celeritas and the chosen baselines; one MLflow child run per placer (after ``fuse``, whose
     figures it does not read)."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import CalibrationResult, Job, RemeasureResult
     from tasks.place import place as run
 
@@ -233,6 +235,7 @@ def plan_validation(job: dict[str, Any], placed: dict[str, Any], **context: Any)
 
     Returns the items to map ``validate`` over (Airflow maps only over a task's return value); the
     whole :class:`~tasks.contracts.ValidationPlan` goes to XCom key ``plan`` for ``publish``."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, PlaceResult
     from tasks.validate import plan_validation as run
 
@@ -244,6 +247,7 @@ def plan_validation(job: dict[str, Any], placed: dict[str, Any], **context: Any)
 @task(**GPU, map_index_template="{{ placer }}")
 def validate(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """Time one placement against the champion, interleaved in blocks (mapped: one per placement)."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, ValidationItem
     from tasks.validate import validate as run
 
@@ -255,6 +259,7 @@ def validate(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
 def validate_all(job: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
     """Time every planned placement against the champion, one after another (the fleet DAG's
     validation: Airflow cannot map a task inside a mapped task group)."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, ValidationPlan
     from tasks.validate import validate as run
 
@@ -266,6 +271,7 @@ def validate_all(job: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, An
 def publish(job: dict[str, Any], plan: dict[str, Any], validations: list[dict[str, Any]]) -> dict[str, Any]:
     """Champion/challenger: promote only if faster than the champion with confidence and by the
     threshold; record the decision."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, PlacementValidation, ValidationPlan
     from tasks.publish import publish as run
 
@@ -277,6 +283,7 @@ def publish(job: dict[str, Any], plan: dict[str, Any], validations: list[dict[st
 @task.short_circuit
 def promoted(decision: dict[str, Any]) -> bool:
     """Continue to the Asset only when the new placement was promoted."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import PublishResult
 
     return _call(lambda: PublishResult.from_xcom(decision).promoted)
@@ -285,6 +292,7 @@ def promoted(decision: dict[str, Any]) -> bool:
 @task(outlets=[PUBLISHED_PLACEMENT])
 def announce(decision: dict[str, Any], *, outlet_events: Any = None) -> str | None:
     """Emit the published-placement Asset event: model, configuration, version, placer, URI."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import PublishResult
 
     published = _call(lambda: PublishResult.from_xcom(decision))
@@ -306,7 +314,7 @@ def close_run(job: Any, decision: Any) -> Any:
 def _close_run(job: dict[str, Any] | None, decision: dict[str, Any] | None) -> str:
     """End the MLflow parent run once every step is done: FINISHED when ``publish`` decided,
     FAILED when a step failed for good (then ``publish`` left no decision: ``None``)."""
-    from celeritas_core.errors import CeleritasInputError
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.contracts import Job, PublishResult
     from tasks.prepare import close_run as run
 

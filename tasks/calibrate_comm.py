@@ -19,6 +19,10 @@ from typing import Any
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.formats import cluster_to_json
+from celeritas_core.topology import parse_preset
+from celeritas_core.units import parse_size
+from celeritas_tf import calibrate
+from celeritas_tf.calibrate import MIN_R2, calibrate_topology, calibration_record, choose_transfer_model
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from
 from tasks.contracts import CalibrationResult, Job
@@ -35,8 +39,6 @@ def calibrate_comm(job: Job) -> CalibrationResult:
     nothing useful (:func:`celeritas_tf.calibrate.choose_transfer_model`; logged as a warning).
     Logs the model used, its source and the fit to the MLflow parent run. Returns the cluster's
     URI and the transfer model. With a ``topology`` preset: :func:`_topology_calibration`."""
-    from celeritas_core.units import parse_size
-
     params = job.params
     devices, memory = int(params["num_devices"]), parse_size(params["device_memory"])
     if params.get("topology"):
@@ -65,10 +67,7 @@ def calibrate_comm(job: Job) -> CalibrationResult:
 def _measured_cluster(devices: int, memory: float) -> tuple[Cluster, str, str | None, float, dict[str, Any]]:
     """Measure and choose: the cluster, its transfer model's source, why the default (or None),
     the fit's R² and the record of the fit for ``cluster.json``."""
-    from celeritas_tf.calibrate import calibrate_comm as measure
-    from celeritas_tf.calibrate import calibration_record, choose_transfer_model
-
-    fit = measure(2)
+    fit = calibrate.calibrate_comm(2)  # through the module: tests put a fake measurement there
     choice = choose_transfer_model(fit)
     cluster = Cluster.homogeneous(devices, memory, slope_us_per_byte=choice.slope_us_per_byte,
                                   intercept_us=choice.intercept_us)
@@ -76,8 +75,6 @@ def _measured_cluster(devices: int, memory: float) -> tuple[Cluster, str, str | 
 
 
 def _min_r2() -> float:
-    from celeritas_tf.calibrate import MIN_R2
-
     return MIN_R2
 
 
@@ -86,8 +83,6 @@ def _topology_calibration(job: Job, devices: int, memory: float) -> CalibrationR
     at least two devices) or the preset's figures; ``transfer_model`` is ``calibrated`` only when
     every measured link's fit was used. Metrics: the flat model (mean over pairs) and each link's
     ``k`` and ``b``."""
-    from celeritas_core.topology import parse_preset
-
     params = job.params
     preset = parse_preset(params["topology"], "parameter 'topology'")
     base = Cluster.homogeneous(devices, memory)
@@ -95,8 +90,6 @@ def _topology_calibration(job: Job, devices: int, memory: float) -> CalibrationR
     records: dict[str, Any] = {}
     r2: float | None = None
     if params.get("calibrate_comm", True) and devices >= 2:
-        from celeritas_tf.calibrate import calibrate_topology
-
         topology, results = calibrate_topology(topology)
         records = {r.link.name: r.record(base.device_names) for r in results}
         measured = [r for r in results if r.calibration is not None]

@@ -6,13 +6,20 @@ overwrites its own outputs (atomically, through :mod:`tasks.storage`) and never 
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from celeritas_core.cluster import Cluster
-from tasks import storage
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import cluster_from_json, graph_from_bytes
+from celeritas_core.topology import parse_preset
+from celeritas_core.units import parse_size
+from celeritas_tf.models import get_model
+from tasks import storage, tracking
+from tasks.policy import resolve_model
 
 #: Artifact names relative to the run directory.
 ARTIFACTS = {
@@ -60,9 +67,6 @@ def validation_uri(run_dir: str, placer: str) -> str:
 def model_spec(params: Mapping[str, Any]) -> Any:
     """The run's ModelSpec, loaded only as the policy allows (:func:`tasks.policy.resolve_model`,
     checked again on the worker); a ``.keras`` model on S3 is copied to a local temp file first."""
-    from celeritas_tf.models import get_model
-    from tasks.policy import resolve_model
-
     reference = resolve_model(params["model"], params.get("model_knobs"),
                               paper=bool(params.get("paper_config")))
     name = reference.location or reference.name
@@ -79,10 +83,6 @@ def model_spec(params: Mapping[str, Any]) -> Any:
 def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
     """The run's cluster: the calibrated ``cluster.json`` when given, else the parameters' devices
     with the default transfer model, or the ``topology`` preset's links when one is set."""
-    from celeritas_core.errors import CeleritasInputError
-    from celeritas_core.formats import cluster_from_json
-    from celeritas_core.units import parse_size
-
     if cluster_uri:
         try:
             return cluster_from_json(storage.read_json(cluster_uri))
@@ -91,7 +91,6 @@ def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
     cluster = Cluster.homogeneous(int(params["num_devices"]), parse_size(params["device_memory"]))
     if not params.get("topology"):
         return cluster
-    from celeritas_core.topology import parse_preset
 
     return cluster.with_topology(parse_preset(params["topology"], "parameter 'topology'").topology(
         cluster.device_names))
@@ -100,17 +99,11 @@ def cluster_from(params: Mapping[str, Any], cluster_uri: str | None) -> Cluster:
 def load_graph_uri(uri: str) -> Any:
     """A graph artifact (``celeritas-graph/1`` JSON or the columnar ``.npz``, told apart by content)
     as a Graph; errors name ``uri``."""
-    from celeritas_core.formats import graph_from_bytes
-
     return graph_from_bytes(storage.read_bytes(uri), uri)
 
 
 def log_documents(run_id: str, documents: Mapping[str, Any], artifact_path: str | None = None) -> None:
     """Log JSON documents (file name → document) to the MLflow run ``run_id`` as artifacts."""
-    import json
-
-    from tasks import tracking
-
     with tempfile.TemporaryDirectory() as tmp:
         for filename, doc in documents.items():
             path = Path(tmp) / filename

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from celeritas_core.units import parse_size
+
 #: Names the kind of GPU node a configuration runs on (e.g. ``a100-40gb``); part of the key.
 CLUSTER_NAME_ENV = "CELERITAS_CLUSTER_NAME"
 #: Default transfer model t = slope·bytes + intercept used without calibration (µs/B, µs).
@@ -74,8 +76,6 @@ def model_identity(kind: str, name: str, *, knobs: Mapping[str, Any] | None = No
 
 def configuration_of(params: Mapping[str, Any], model_identity: Mapping[str, Any]) -> Configuration:
     """The configuration of resolved pipeline ``params`` whose model is ``model_identity``."""
-    from celeritas_core.units import parse_size
-
     devices = int(params["num_devices"])
     cluster = {
         "name": os.environ.get(CLUSTER_NAME_ENV, "").strip() or "default",

@@ -21,6 +21,7 @@ Importing this module is cheap (no numpy, MLflow or TensorFlow): the DAG's tasks
 from __future__ import annotations
 
 import functools
+import statistics
 import types
 import typing
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import PUBLISH_FORMAT
+from tasks.report import format_table, mib, number, percent
 
 
 @dataclass(frozen=True)
@@ -154,8 +157,6 @@ class FitResult(Contract):
     fit_median_time_r2: float
 
     def summary(self) -> str:
-        from tasks.report import mib, number
-
         total_ms = number(self.predicted_total_time_us, ".3f", 1e-3)
         return (f"fitted {self.ops} ops: at the large batch, total op time {total_ms} ms and "
                 f"memory {mib(self.predicted_total_memory_bytes)} MiB; median R² time "
@@ -178,8 +179,6 @@ class RemeasureResult(Contract):
     remeasure_measured_peak_memory_bytes: float
 
     def summary(self) -> str:
-        from tasks.report import mib, percent
-
         return (f"re-measured {self.ops} ops at the large batch: estimate off by "
                 f"{percent(self.estimation_time_deviation)} in time, "
                 f"{percent(self.estimation_memory_deviation)} "
@@ -200,8 +199,6 @@ class FuseResult(Contract):
     cut_cost_us: float
 
     def summary(self) -> str:
-        from tasks.report import number
-
         return (f"fused {self.nodes} ops into {self.coarse_nodes} clusters; communication-to-computation "
                 f"ratio {number(self.ccr_before)} -> {number(self.ccr_after)}; cut edges cost "
                 f"{number(self.cut_cost_us, '.3f', 1e-3)} ms")
@@ -220,8 +217,6 @@ class PlaceResult(Contract):
     oom: dict[str, bool]
 
     def summary(self) -> str:
-        from tasks.report import format_table, number
-
         times = self.simulated_step_time_us
         ranked = sorted(times, key=lambda p: (self.oom.get(p, False), times[p]))
         rows = [(p, number(times[p], ".3f", 1e-3), "no" if self.oom.get(p, False) else "yes",
@@ -282,10 +277,6 @@ class PlacementValidation(Contract):
     child_run_id: str | None = None
 
     def summary(self) -> str:
-        import statistics
-
-        from tasks.report import number
-
         mine = (f"{self.placer}: median {number(self.median_s, '.3f', 1e3)} ms, p90 "
                 f"{number(self.p90_s, '.3f', 1e3)} ms over {len(self.step_seconds)} timed steps in "
                 f"{self.blocks} blocks")
@@ -336,8 +327,6 @@ class PublishResult(Contract):
 
     def document(self) -> dict[str, Any]:
         """The ``publish.json`` document (``celeritas-publish/1``): every field but ``publish_uri``."""
-        from celeritas_core.formats import PUBLISH_FORMAT
-
         return {"format": PUBLISH_FORMAT, **{k: v for k, v in self.to_xcom().items() if k != "publish_uri"}}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from celeritas_core.formats import fits_to_json
+from celeritas_tf.evaluation import fits_from_profile
 from tasks import storage, tracking
 from tasks.common import artifact
 from tasks.contracts import FitResult, Job, ProfileResult
@@ -12,8 +13,6 @@ from tasks.contracts import FitResult, Job, ProfileResult
 
 def fit_regression(job: Job, profile: ProfileResult) -> FitResult:
     """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
-    from celeritas_tf.evaluation import fits_from_profile
-
     fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri)
     uri = storage.write_json(artifact(job.run_dir, "fits"), fits_to_json(fits))
     time_us, memory = fits.predict(int(job.params["batch_size"]))

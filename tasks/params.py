@@ -10,9 +10,14 @@ is cheap (no numpy), since the DAG file imports it at parse time.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.limits import MAX_BYTES
+from celeritas_core.units import parse_size
 
 #: The DAG whose trigger form these fields are (dags/celeritas_placement.py).
 PLACEMENT_DAG_ID = "celeritas_placement"
@@ -210,8 +215,6 @@ def form_defaults() -> dict[str, Any]:
 
 def resolve_params(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """Defaults overlaid with ``given``, validated against :func:`schema` (one-line errors)."""
-    from celeritas_core.errors import CeleritasInputError
-
     if given is not None and not isinstance(given, Mapping):
         raise CeleritasInputError(f"parameter 'params': expected an object, got {type(given).__name__}")
     params = {**defaults(), **dict(given or {})}
@@ -231,7 +234,7 @@ def _check_topology(text: str | None, devices: int) -> None:
     """Refuse a topology preset that does not parse or whose devices are not ``num_devices``."""
     if text is None:
         return
-    from celeritas_core.errors import CeleritasInputError
+    # lazy: numpy (through topology) loads only for a preset, not for --help or the DAG file
     from celeritas_core.topology import parse_preset
 
     title = FIELDS["topology"]["title"]
@@ -243,10 +246,6 @@ def _check_topology(text: str | None, devices: int) -> None:
 
 def _check_device_memory(text: str) -> None:
     """Refuse a memory size that does not parse, is not positive, or exceeds the engine's limit."""
-    from celeritas_core.errors import CeleritasInputError
-    from celeritas_core.limits import MAX_BYTES
-    from celeritas_core.units import parse_size
-
     title = FIELDS["device_memory"]["title"]
     if parse_size(text, field=f"parameter 'device_memory': {title}") > MAX_BYTES:
         raise CeleritasInputError(f"parameter 'device_memory': {title} must be at most {MAX_BYTES:.0e} bytes "
@@ -259,6 +258,7 @@ def first_problem(params: Mapping[str, Any]) -> str | None:
     Shared by :func:`resolve_params` and the API server's trigger check (``celeritas_plugins``), so
     the CLI, the REST API and the trigger form say the same thing.
     """
+    # lazy: jsonschema loads only to check parameters, not for --help or the DAG file
     import jsonschema
 
     validator = jsonschema.Draft7Validator(schema())
@@ -277,10 +277,6 @@ def trigger_problem(body: bytes) -> str | None:
     alike; :func:`check_trigger` decides. None also when the body is not a JSON object with a
     ``conf``: Airflow's own checks answer for those.
     """
-    import json
-
-    from celeritas_core.errors import CeleritasInputError
-
     try:
         request = json.loads(body or b"{}")
     except (ValueError, UnicodeDecodeError):
@@ -318,6 +314,7 @@ def check_trigger(conf: Any) -> dict[str, Any]:
     CeleritasInputError
         The first problem, as one sentence naming the parameter.
     """
+    # lazy: the model checks (and the zoo) load only for a trigger, not for --help or the DAG file
     from tasks.policy import check_model, check_run_dir
 
     params = resolve_params({**form_defaults(), **conf} if isinstance(conf, Mapping) else conf)
@@ -329,8 +326,6 @@ def check_trigger(conf: Any) -> dict[str, Any]:
 
 def _check_finite(value: Any, where: str) -> None:
     """Refuse NaN and infinities anywhere in the parameters (JSON has neither; Python's json does)."""
-    from celeritas_core.errors import CeleritasInputError
-
     if isinstance(value, float) and not math.isfinite(value):
         raise CeleritasInputError(f"parameter {where or 'params'!r}: expected a finite number, got {value}")
     if isinstance(value, Mapping):
@@ -380,8 +375,6 @@ def _sentence(error: Any) -> str:
 
 def json_text(value: Any) -> str:
     """``value`` as the JSON a person typed (strings quoted, lists in brackets), cut to 80 characters."""
-    import json
-
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):

@@ -5,7 +5,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from celeritas_core.compare import compare_placers
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import compare_to_json, save_placement
+from celeritas_core.plots import gantt_chart, memory_chart
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri, cluster_from, load_graph_uri, log_documents, placement_uri
 from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult
@@ -18,10 +21,6 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     ``placement/``, its ``gantt.png`` and ``memory.png`` at the top of its artifacts, where MLflow's
     compare view matches files). ``publish`` attaches the chosen placement's charts to the parent
     run. Fails (not retried) when no placement fits in memory."""
-    from celeritas_core.compare import compare_placers
-    from celeritas_core.formats import compare_to_json, save_placement
-    from celeritas_core.plots import gantt_chart, memory_chart
-
     params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     graph = load_graph_uri(measured.measured_graph_uri)
     cluster = cluster_from(params, calibration.cluster_uri)

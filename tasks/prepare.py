@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
+from celeritas_tf.models import ZOO
 from tasks import storage, tracking
 from tasks.common import artifact
 from tasks.configuration import configuration_of, configuration_to_json, model_identity
@@ -24,8 +26,6 @@ log = logging.getLogger(__name__)
 def default_run_dir(model: str, job_id: str) -> str:
     """``MODEL/JOB`` under the runs root (:func:`tasks.policy.runs_root`: ``CELERITAS_RUNS_ROOT``,
     default ``build/runs`` under ``CELERITAS_HOME`` or the working folder)."""
-    import re
-
     safe = lambda text: re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"  # noqa: E731
     name = Path(model).stem if "/" in model else model.replace(":", "_")
     return str(runs_root() / safe(name) / safe(job_id))
@@ -107,7 +107,6 @@ def _identity(params: Mapping[str, Any], reference: ModelReference) -> dict[str,
     a zoo model by name and knobs, a user model by the SHA-256 of its content."""
     if reference.kind != "zoo":
         return model_identity(reference.kind, params["model"], content_sha256=reference.content_sha256)
-    from celeritas_tf.models import ZOO
 
     entry, paper = ZOO[params["model"]], bool(params.get("paper_config"))
     # the knobs the model is built with: written-out defaults are the same model as omitted ones

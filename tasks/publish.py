@@ -18,6 +18,7 @@ from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri
 from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan
+from tasks.report import format_table, number
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +183,6 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
 
 def _validation_table(placers: dict[str, dict[str, Any]], best: str) -> str:
     """The validated placers, fastest first: median and p90 step and the champion's median (ms)."""
-    from tasks.report import format_table, number
-
     ranked = sorted(placers, key=lambda name: placers[name]["median_s"])
     rows = [(name, number(placers[name]["median_s"], ".3f", 1e3), number(placers[name]["p90_s"], ".3f", 1e3),
              number(placers[name]["champion_median_s"], ".3f", 1e3), "*" if name == best else "")

@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 
 from celeritas_core.formats import fits_from_json, fits_to_json, graph_to_json
+from celeritas_core.plots import deviation_cdf_chart
+from celeritas_tf.evaluation import accuracy_document, remeasure
 from tasks import storage, tracking
 from tasks.common import artifact, cluster_from, log_documents, model_spec
 from tasks.contracts import CalibrationResult, FitResult, Job, RemeasureResult
@@ -17,9 +19,6 @@ log = logging.getLogger(__name__)
 def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationResult) -> RemeasureResult:
     """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
     devices with full tracing, write the estimated and the measured graph, the accuracy and its CDF."""
-    from celeritas_core.plots import deviation_cdf_chart
-    from celeritas_tf.evaluation import accuracy_document, remeasure
-
     params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     model = model_spec(params)
     fits = fits_from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)

@@ -11,6 +11,7 @@ from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import placement_op_keys_digest
+from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate_interleaved
 from tasks import storage, tracking
 from tasks.common import model_spec, validation_uri
 from tasks.contracts import Job, PlacementValidation, PlaceResult, ValidationItem, ValidationPlan
@@ -65,8 +66,6 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     and the champion's, interleaved in blocks; write ``validation/PLACER.json`` and log the
     placer's child run: mean/median/p90 and every step time (``step=``) in ms, predicted vs
     measured peak memory per device (bytes), and the champion's median measured alongside."""
-    from celeritas_tf.evaluation import predicted_peaks, validate_interleaved
-
     params = job.params
     doc = storage.read_json(item.placement_uri)
     arms = {"challenger": _assignment(doc, item.placement_uri)}
@@ -121,8 +120,6 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
 def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> str:
     """Log one placer's measured figures, step times (ms) and validation JSON to its MLflow child
     run; returns the child run's id."""
-    from celeritas_tf.evaluation import peak_metrics
-
     metrics = {"measured_mean_step_time_ms": body["mean_s"] * 1e3,
                "measured_median_step_time_ms": body["median_s"] * 1e3,
                "measured_p90_step_time_ms": body["p90_s"] * 1e3,

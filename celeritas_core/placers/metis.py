@@ -122,6 +122,7 @@ def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.n
     if units.num_units <= k:  # METIS refuses more parts than vertices
         return np.arange(units.num_units, dtype=np.int64)
     try:
+        # lazy: pymetis is optional: only this placer needs it, and says so
         import pymetis
     except ImportError:
         raise CeleritasInputError(
