@@ -373,13 +373,6 @@ class PublishResult(Contract):
         return {"format": PUBLISH_FORMAT, **{k: v for k, v in self.to_xcom().items() if k != "publish_uri"}}
 
 
-@dataclass(frozen=True)
-class SummaryResult(Contract):
-    """``summarize``: the run in one line."""
-
-    line: str
-
-
 #: Every contract between the steps, by name (the tests round-trip each; the pipeline's whole result,
 #: :class:`tasks.steps.PipelineResult`, is derived from the declaration of the steps).
 CONTRACTS: dict[str, type[Contract]] = {

@@ -37,7 +37,6 @@ from tasks.contracts import (
     ProfileResult,
     PublishResult,
     RemeasureResult,
-    SummaryResult,
     ValidationPlan,
 )
 
@@ -127,8 +126,6 @@ STEPS: tuple[Step, ...] = (
     Step("publish", "tasks.publish:publish", PublishResult, inputs=("plan_validation", "validate"),
          summary="Champion/challenger: promote only if faster than the champion with confidence and by "
                  "the threshold; record the decision."),
-    Step("summarize", "tasks.summarize:summarize", SummaryResult, inputs=("publish",),
-         summary="The run's decision in one line (a trial step)."),
 )
 
 #: Every step by name, ``prepare`` included.
