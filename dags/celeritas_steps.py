@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow.sdk import Asset, get_current_context, setup, task, teardown
 
-from tasks.contracts import Job
+from tasks.contracts import Job, PublishResult
 from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV
 from tasks.steps import BY_NAME, STEPS, Step
 
@@ -240,16 +240,12 @@ def _named(body: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
 @task.short_circuit
 def promoted(decision: dict[str, Any]) -> bool:
     """Continue to the Asset only when the new placement was promoted."""
-    from tasks.contracts import PublishResult
-
     return _call(lambda: PublishResult.from_xcom(decision).promoted)
 
 
 @task(outlets=[PUBLISHED_PLACEMENT])
 def announce(decision: dict[str, Any], *, outlet_events: Any = None) -> str | None:
     """Emit the published-placement Asset event: model, configuration, version, placer, URI."""
-    from tasks.contracts import PublishResult
-
     published = _call(lambda: PublishResult.from_xcom(decision))
     outlet_events[PUBLISHED_PLACEMENT].extra = {
         "model": published.model, "config_key": published.config_key,
@@ -270,7 +266,6 @@ def _close_run(job: dict[str, Any] | None, decision: dict[str, Any] | None) -> s
     """End the MLflow parent run once every step is done: FINISHED when ``publish`` decided,
     FAILED when a step failed for good (then ``publish`` left no decision: ``None``)."""
     from celeritas_core.errors import CeleritasInputError
-    from tasks.contracts import Job, PublishResult
     from tasks.prepare import close_run as run
 
     try:  # whatever failed upstream, the run is closed: an unreadable job or decision counts as none

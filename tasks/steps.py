@@ -5,7 +5,7 @@ Each :class:`Step` names its function in ``tasks/``, the steps whose results it 
 on a GPU node. ``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) runs :data:`STEPS` in this
 order; ``dags/celeritas_steps.py`` makes one Airflow task of each (GPU-node tasks on the ``gpu``
 queue and pool) and wires them by their inputs; :class:`PipelineResult` has one field per step.
-A new step is one function and one entry here.
+A new step is one function (and the contract it returns) and one entry here.
 
 A ``mapped`` step runs once per item of its one input's ``items`` (``validate``: once per
 placement in ``plan_validation``'s plan), each named by the item's ``label`` field; its result is
