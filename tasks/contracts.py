@@ -2,9 +2,10 @@
 
 Every step in ``tasks/`` takes the :class:`Job` (the typed parameters, the run directory, the MLflow
 parent run, and the model and cluster ``prepare`` resolved once) and the results of the steps it
-depends on (declared in :mod:`tasks.steps`), and returns one frozen dataclass below. ``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) passes them between the steps as
-they are; the Airflow DAG passes them as XCom, which holds plain JSON: :meth:`Contract.to_xcom`
-gives a JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the dataclass back.
+depends on (declared in :mod:`tasks.steps`), and returns one frozen dataclass below.
+``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) passes them between the steps as they are;
+the Airflow DAG passes them as XCom, which holds plain JSON: :meth:`Contract.to_xcom` gives a
+JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the dataclass back.
 
 Fields are checked against their annotations whenever a contract is built (by a step or from
 XCom): a missing or ill-typed field raises a one-line
