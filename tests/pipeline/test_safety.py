@@ -398,7 +398,7 @@ def test_close_run_says_in_one_line_when_tracking_fails(store: Path, monkeypatch
                              "kind": "zoo", "name": "mlp", "location": None, "content_sha256": None,
                              "knobs": {}, "paper_config": False},
                          "cluster": {"num_devices": 1, "device_memory_bytes": 1 << 30,
-                                     "slope_us_per_byte": 1e-4, "intercept_us": 25.0}})
+                                     "slope_us_per_byte": 1e-4, "intercept_us": 25.0, "topology": None}})
     refused = r"^close_run: cannot end MLflow parent run 0{32} as FAILED: MLflow: .*not found$"
     with pytest.raises(CeleritasInputError, match=refused):
         close_run(job, None)
