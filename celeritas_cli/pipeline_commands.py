@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = run_pipeline(given, job_id=args.job_id,
                        progress=lambda step: print(f"  {step}", file=sys.stderr, flush=True))
     prepared, decision = out.prepare, out.publish
-    print(f"model {prepared.params['model']}, configuration {decision.config_key}: best measured "
+    print(f"model {prepared.params.model}, configuration {decision.config_key}: best measured "
           f"{decision.placer} {decision.step_time_s * 1e3:.3f} ms per step (median); {decision.decision}: "
           f"{decision.reason}")
     if decision.champion_version is not None:

@@ -13,7 +13,7 @@ from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import placement_op_keys_digest
 from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate_interleaved
 from tasks import storage, tracking
-from tasks.common import model_spec, validation_uri
+from tasks.common import load_model, validation_uri
 from tasks.contracts import Job, PlacementValidation, PlaceResult, ValidationItem, ValidationPlan
 
 log = logging.getLogger(__name__)
@@ -76,14 +76,14 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         champion, champion_error = None, f"the champion's placement cannot be read: {exc}"
     if champion is not None:
         arms["champion"] = champion
-    devices = len(doc.get("devices") or []) or int(params["num_devices"])
-    kwargs = {"warmup_steps": int(params["warmup_steps"]), "steps": int(params["validation_steps"]),
+    devices = len(doc.get("devices") or []) or job.cluster.num_devices
+    kwargs = {"warmup_steps": params.warmup_steps, "steps": params.validation_steps,
               "blocks": BLOCKS, "progress": log.info}
     sources = {"challenger": item.placement_uri, "champion": item.champion_placement_uri or ""}
     kwargs["digests"] = {"challenger": placement_op_keys_digest(doc, item.placement_uri),
                          "champion": champion_digest}
-    model = model_spec(params)
-    batch = int(params["batch_size"])
+    model = load_model(job.model)
+    batch = params.batch_size
     try:
         runs = validate_interleaved(model, batch, arms, devices, sources=sources, **kwargs)
     except CeleritasInputError as exc:
