@@ -19,11 +19,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
-from celeritas_core.columnar import GRAPH_COLUMNS_FORMAT as GRAPH_COLUMNS_FORMAT  # re-exported
 from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz, npz_bytes
 from celeritas_core.defaults import DOCUMENTED_DISPATCH
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
+from celeritas_core.format_tags import (  # re-exported: readers and writers import them from here
+    CLUSTER_FORMAT,
+    CLUSTER_FORMAT_V2,
+    COMPARE_FORMAT,
+    FITS_FORMAT,
+    FITS_FORMAT_V2,
+    GRAPH_FORMAT,
+    PLACEMENT_FORMAT,
+    PROFILE_FORMAT,
+)
 from celeritas_core.graph import Graph, Liveness
 from celeritas_core.graph_columns import (
     GraphColumns,
@@ -68,23 +77,9 @@ from celeritas_core.topology import topology_from_json, topology_to_json
 if TYPE_CHECKING:
     from celeritas_core.compare import Comparison
 
-# Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
-GRAPH_FORMAT = "celeritas-graph/1"
-# GRAPH_COLUMNS_FORMAT, the columnar graph format (a NumPy .npz archive): celeritas_core.columnar
-CLUSTER_FORMAT = "celeritas-cluster/1"
-#: A cluster with a link topology (``topology``; docs/formats.md). Readers take both tags; writers
-#: write ``/1`` for a flat cluster (files as before) and ``/2`` only with a topology, which a
-#: reader of ``/1`` alone would silently ignore.
-CLUSTER_FORMAT_V2 = "celeritas-cluster/2"
+# Every document's ``format`` tag is declared once in celeritas_core.format_tags (re-exported here).
 #: Where a cluster file's transfer model comes from (``comm.source``, optional; docs/formats.md).
 COMM_SOURCES = ("calibrated", "default")
-PLACEMENT_FORMAT = "celeritas-placement/1"
-COMPARE_FORMAT = "celeritas-compare/1"
-ACCURACY_FORMAT = "celeritas-accuracy/1"
-VALIDATION_FORMAT = "celeritas-validation/1"
-FUSION_FORMAT = "celeritas-fusion/1"
-VALIDATION_SUMMARY_FORMAT = "celeritas-validation-summary/1"
-PUBLISH_FORMAT = "celeritas-publish/1"
 
 
 # ---------------------------------------------------------------------------- field checks
@@ -956,11 +951,6 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
 
 
 # ---------------------------------------------------------------------------- profiles and fits
-PROFILE_FORMAT = "celeritas-profile/1"
-FITS_FORMAT = "celeritas-fits/1"
-#: Fits with a per-op time model (``fit --time-model choose``): ``celeritas-fits/1`` plus each
-#: op's ``time_model``. Paper-line fits stay ``celeritas-fits/1``, byte for byte as before.
-FITS_FORMAT_V2 = "celeritas-fits/2"
 #: Largest magnitude of a fitted slope or intercept in a ``celeritas-fits/1`` document. Fits of
 #: in-limit profiles stay far below it; predictions are checked against the cost limits where a
 #: graph is built from them.

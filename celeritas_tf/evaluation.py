@@ -28,13 +28,8 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.estimation import spanning_batch, traced_steps_needed, weighted_median_error
-from celeritas_core.formats import (
-    ACCURACY_FORMAT,
-    PROFILE_FORMAT,
-    VALIDATION_FORMAT,
-    check_profile_document,
-    read_output_aliases,
-)
+from celeritas_core.format_tags import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT
+from celeritas_core.formats import check_profile_document, read_output_aliases
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
 from celeritas_core.memory import memory_profile, one_device_peak_bytes

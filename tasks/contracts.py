@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import PUBLISH_FORMAT
+from celeritas_core.format_tags import PUBLISH_FORMAT
 from tasks.params import PipelineParams
 from tasks.report import format_table, mib, number, percent
 

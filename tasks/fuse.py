@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from celeritas_core.formats import FUSION_FORMAT, graph_to_json
+from celeritas_core.format_tags import FUSION_FORMAT
+from celeritas_core.formats import graph_to_json
 from celeritas_core.fusion import optimal_operation_fusion
 from celeritas_core.levels import ccr
 from tasks import storage, tracking

@@ -14,7 +14,7 @@ from typing import Any
 
 from celeritas_core.ab_test import StepTimeComparison, compare_step_times
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
+from celeritas_core.format_tags import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri
 from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan

@@ -17,13 +17,8 @@ import pytest
 from celeritas_core import columnar, families, formats
 from celeritas_core.columnar import graph_arrays, npz_bytes
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import (
-    GRAPH_COLUMNS_FORMAT,
-    graph_from_json,
-    graph_to_json,
-    load_graph,
-    save_graph,
-)
+from celeritas_core.format_tags import GRAPH_COLUMNS_FORMAT
+from celeritas_core.formats import graph_from_json, graph_to_json, load_graph, save_graph
 from celeritas_core.graph import Graph, Liveness
 from celeritas_core.synthetic import paper_shaped_graph
 from tests.documents import graph_doc, graph_doc_with_liveness

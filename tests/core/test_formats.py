@@ -20,11 +20,8 @@ from celeritas_core import formats
 from celeritas_core.bounds import lower_bound_us, single_device_time_us
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.format_tags import CLUSTER_FORMAT, CLUSTER_FORMAT_V2, GRAPH_FORMAT, PLACEMENT_FORMAT
 from celeritas_core.formats import (
-    CLUSTER_FORMAT,
-    CLUSTER_FORMAT_V2,
-    GRAPH_FORMAT,
-    PLACEMENT_FORMAT,
     cluster_from_json,
     cluster_to_json,
     graph_from_json,

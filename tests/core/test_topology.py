@@ -17,15 +17,8 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.defaults import LINK_ALIASES, LINK_PRESETS
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.families import benchmark_instances, layered_dag
-from celeritas_core.formats import (
-    CLUSTER_FORMAT,
-    CLUSTER_FORMAT_V2,
-    cluster_from_json,
-    cluster_to_json,
-    load_cluster,
-    load_graph,
-    save_cluster,
-)
+from celeritas_core.format_tags import CLUSTER_FORMAT, CLUSTER_FORMAT_V2
+from celeritas_core.formats import cluster_from_json, cluster_to_json, load_cluster, load_graph, save_cluster
 from celeritas_core.graph import Graph
 from celeritas_core.placers import place
 from celeritas_core.simulator import simulate

@@ -226,7 +226,7 @@ def test_a_worker_loads_only_the_keras_bytes_prepare_hashed(roots: Path, tmp_pat
     """A step builds the model from the job (``load_model``), not by resolving it again: a
     ``.keras`` file whose bytes are still those ``prepare`` hashed is loaded (from a local copy when
     on S3); one changed or gone since is refused in one line, before anything loads it."""
-    import celeritas_tf.models
+    import tasks.common
     from tasks import storage
     from tasks.common import load_model
     from tasks.contracts import ResolvedModel
@@ -249,7 +249,7 @@ def test_a_worker_loads_only_the_keras_bytes_prepare_hashed(roots: Path, tmp_pat
     prepared = _resolved_model(params, resolve_model(model))
     assert isinstance(prepared, ResolvedModel) and prepared.kind == "keras" and prepared.knobs == {}
     loaded: list[str] = []
-    monkeypatch.setattr(celeritas_tf.models, "get_model", lambda name, **kw: loaded.append(name) or name)
+    monkeypatch.setattr(tasks.common, "get_model", lambda name, **kw: loaded.append(name) or name)
     load_model(prepared)
     assert Path(loaded[0]).read_bytes() == path.read_bytes()  # the very bytes prepare hashed
     with zipfile.ZipFile(path, "a") as archive:  # changed after prepare
