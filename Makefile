@@ -3,8 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-# the compiled loops' prebuilt cache, which every user of this install reads (celeritas_core/jit.py)
-JIT_BUILT := celeritas_core/_jitcache/precompiled.json
+# the compiled loops' prebuilt cache, which every user of this install reads (celeritas_core/compiled/jit.py)
+JIT_BUILT := celeritas_core/compiled/_jitcache/precompiled.json
 INTEGRATION_STAMP := $(VENV)/.integration-stamp
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 # compile the hot loops once (about 30 s), so no command and no user waits for Numba; again
 # whenever the engine's code changes (then only the changed loops compile)
 $(JIT_BUILT): $(STAMP) $(wildcard celeritas_core/*.py celeritas_core/*/*.py)
-	$(PY) -m celeritas_core.precompile
+	$(PY) -m celeritas_core.compiled.precompile
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -63,4 +63,4 @@ bench: setup
 	$(PY) bench/bench_determinism.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis celeritas_core/_jitcache
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis celeritas_core/compiled/_jitcache

@@ -7,7 +7,7 @@ the assignment must not depend on how fast the machine runs. This places a set o
 first as the machine is, then with one busy-looping process per core (``os.cpu_count()``), and
 compares the assignments bit for bit (SHA-256 of the int64 array), with the stages that ran and
 the search's replays. Graphs: family a's training steps with liveness fields on 2, 4 and 8 devices
-(``celeritas_core.families``), the 36k-op transformer-shaped step of ``bench_engine.py`` at 30 %
+(``celeritas_core.generators.families``), the 36k-op transformer-shaped step of ``bench_engine.py`` at 30 %
 of its memory on 4 devices, and the real Keras graphs ``bench_real.py`` cached under
 ``build/bench/real/`` (skipped with a note when that cache is empty) at 45 % of their one-device
 peak on 4 devices. Prints each instance's placement seconds idle and busy and whether they match,
@@ -31,13 +31,13 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.families import benchmark_instances  # noqa: E402
-from celeritas_core.formats import load_graph, write_json_atomic  # noqa: E402
-from celeritas_core.graph import Graph  # noqa: E402
-from celeritas_core.memory import one_device_peak_bytes  # noqa: E402
+from celeritas_core.generators.families import benchmark_instances  # noqa: E402
+from celeritas_core.generators.synthetic import paper_shaped_graph  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.graph import Graph  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
-from celeritas_core.synthetic import paper_shaped_graph  # noqa: E402
+from celeritas_core.readwrite.formats import load_graph, write_json_atomic  # noqa: E402
+from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
 
 REAL_CACHE = Path("build/bench/real")
 REAL_FRACTION = 0.45

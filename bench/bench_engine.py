@@ -24,13 +24,13 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.formats import write_json_atomic  # noqa: E402
-from celeritas_core.fusion import optimal_operation_fusion  # noqa: E402
-from celeritas_core.levels import ccr  # noqa: E402
+from celeritas_core.generators.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.levels import ccr  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
-from celeritas_core.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
-from celeritas_core.units import format_us  # noqa: E402
+from celeritas_core.placers.fusion import optimal_operation_fusion  # noqa: E402
+from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
+from celeritas_core.readwrite.units import format_us  # noqa: E402
 
 DEVICES = 4
 DEVICE_SHARE = 0.30  # each device holds this fraction of the model's memory

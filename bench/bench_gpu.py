@@ -34,12 +34,12 @@ from typing import Any, NoReturn
 import numpy as np
 from scipy.stats import spearmanr
 
-from celeritas_core.compare import DEFAULT_PLACERS
 from celeritas_core.errors import CeleritasInputError, one_line
-from celeritas_core.formats import write_json_atomic
 from celeritas_core.placers import PLACERS
-from celeritas_core.safe_io import check_output_path
-from celeritas_core.units import format_bytes, format_us
+from celeritas_core.placers.compare import DEFAULT_PLACERS
+from celeritas_core.readwrite.formats import write_json_atomic
+from celeritas_core.readwrite.safe_io import check_output_path
+from celeritas_core.readwrite.units import format_bytes, format_us
 from celeritas_tf.models import ZOO  # names only: celeritas_tf.models imports no TensorFlow
 
 MIB = 2**20
@@ -359,8 +359,8 @@ class PeakMeter:
 def run_placer(model: Any, batch: int, graph: Any, cluster: Any, placer: str, steps: int,
                meter: PeakMeter) -> PlacerRun:
     """Place ``graph`` with ``placer`` and run the placement (warm-up, then ``steps`` timed)."""
-    from celeritas_core.compare import params_for
     from celeritas_core.placers import place
+    from celeritas_core.placers.compare import params_for
     from celeritas_tf.evaluation import validate
     from celeritas_tf.tf import device_name
 
@@ -384,7 +384,7 @@ def run_placer(model: Any, batch: int, graph: Any, cluster: Any, placer: str, st
 
 def run_model(name: str, args: argparse.Namespace, transfer: Any, meter: PeakMeter) -> ModelResult:
     """The pipeline on one model: profile, fit, re-measure, then every placer placed and run."""
-    from celeritas_core.cluster import Cluster
+    from celeritas_core.graphs.cluster import Cluster
     from celeritas_tf.evaluation import fits_from_profile, profile_document, profile_small_batches, remeasure
     from celeritas_tf.models import get_model
 

@@ -1,7 +1,7 @@
 """Graph file benchmark: write and read a million-op graph as celeritas-graph/1 JSON and as the
 columnar celeritas-graph-columns/1 (.npz).
 
-Builds the transformer-shaped training step of ``--nodes`` ops (celeritas_core/synthetic.py), then
+Builds the transformer-shaped training step of ``--nodes`` ops (celeritas_core/generators/synthetic.py), then
 per format: ``save_graph`` and ``load_graph`` seconds (median of ``--repeat``), the file size, and
 the wall seconds and peak resident memory of ``celeritas info FILE`` in a fresh process (the whole
 command: start, read, validate, statistics). Targets: the columnar file written and read back in
@@ -23,9 +23,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from celeritas_core import synthetic
-from celeritas_core.formats import load_graph, save_graph, write_json_atomic
-from celeritas_core.graph import Graph
+from celeritas_core.generators import synthetic
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.readwrite.formats import load_graph, save_graph, write_json_atomic
 
 COLUMNS_TARGET_S = 5.0
 RSS_TARGET_BYTES = 8 * 2**30

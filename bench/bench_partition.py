@@ -7,7 +7,7 @@ once while recording the arguments of every call to ``spectral_order``, ``fm_ref
 kernels from Numba's cache, or compiles them when the cache is cold: run with
 ``NUMBA_CACHE_DIR=$(mktemp -d)`` to see compile times) and the median of ``--repeat`` more.
 ``--baseline FILE`` times another copy of ``partition.py`` (for example
-``git show 5ac4dfa:celeritas_core/partition.py > /tmp/partition_old.py``) on the same arguments
+``git show 5ac4dfa:celeritas_core/placers/partition.py > /tmp/partition_old.py``) on the same arguments
 and compares the outputs: equal partitions, or the FM-refined cut (µs) of each spectral seed.
 Timings are on one core (BLAS pinned to one thread).
 
@@ -30,11 +30,13 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from celeritas_core import partition  # noqa: E402
-from celeritas_core import synthetic as S  # noqa: E402
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.graph import Graph  # noqa: E402
-from celeritas_core.placers import place  # noqa: E402
+from celeritas_core.generators import synthetic as S  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.graph import Graph  # noqa: E402
+from celeritas_core.placers import (  # noqa: E402
+    partition,
+    place,
+)
 
 TIMED = ("spectral_order", "fm_refine", "connectivity_refine")
 

@@ -1,7 +1,7 @@
 """Placer benchmark: the paper's Table "average single-step training time" on the synthetic graphs.
 
 Runs Metis, m-TOPO, m-ETF, m-SCT, Order-Place and Celeritas on the four paper-shaped graphs
-(``celeritas_core.synthetic``) over 4 identical devices that each hold 30 % of the model's memory
+(``celeritas_core.generators.synthetic``) over 4 identical devices that each hold 30 % of the model's memory
 (the model does not fit on one device, as in the paper), and prints
 
 * the simulated step time of each placer (``OOM`` marks a placement that exceeds a device's
@@ -26,11 +26,11 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.compare import compare_placers  # noqa: E402
-from celeritas_core.formats import write_json_atomic  # noqa: E402
-from celeritas_core.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
-from celeritas_core.units import format_us  # noqa: E402
+from celeritas_core.generators.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.placers.compare import compare_placers  # noqa: E402
+from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
+from celeritas_core.readwrite.units import format_us  # noqa: E402
 
 PLACERS = ("metis", "m-topo", "m-etf", "m-sct", "order-place", "celeritas")
 DEVICES = 4

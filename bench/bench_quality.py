@@ -1,6 +1,6 @@
 """Placement-quality benchmark: Celeritas against every other placer on four seeded graph families.
 
-The families (``celeritas_core.families``): (a) synthetic training steps on devices holding 30–60 %
+The families (``celeritas_core.generators.families``): (a) synthetic training steps on devices holding 30–60 %
 of the model (and cases where one device holds it all), the same steps with liveness fields
 (``/live``: devices of 30–60 % of the one-device liveness peak, on 2, 4 and 8 devices) and as
 memory-bound steps with cheap transfers (``/cheap``: the same, on a transfer model of CCR 0.05),
@@ -25,7 +25,7 @@ its optimum is a lower bound on every placement's simulated step time), Celerita
 a second line per graph Celeritas's step simulated without channel contention / the no-channel
 MILP's objective and bound (the first phase of the channel solve); on the CCR-0 DAGs of (c)
 Celeritas / the lower bound max(critical path, work / devices); Celeritas's placement replayed
-under the five alternative dispatch orders of ``celeritas_core.simulator.ALTERNATIVE_DISPATCH``
+under the five alternative dispatch orders of ``celeritas_core.simulation.simulator.ALTERNATIVE_DISPATCH``
 (Kahn FIFO, four seeded random topological orders), as the median of the five / the predicted
 step (geometric mean, range, the instance furthest from 1); and every placer's placement seconds
 (mean, max). Then PASS/MISS lines for the targets:
@@ -64,14 +64,14 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from celeritas_core.colocation import colocation_respected  # noqa: E402
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
-from celeritas_core.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
-from celeritas_core.formats import write_json_atomic  # noqa: E402
-from celeritas_core.levels import ccr  # noqa: E402
+from celeritas_core.generators.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
+from celeritas_core.graphs.colocation import colocation_respected  # noqa: E402
+from celeritas_core.graphs.levels import ccr  # noqa: E402
 from celeritas_core.placers import PLACERS, place  # noqa: E402
-from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
-from celeritas_core.units import format_us  # noqa: E402
+from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
+from celeritas_core.readwrite.units import format_us  # noqa: E402
+from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
 
 PLACER_NAMES = ("celeritas", "single", "metis", "m-topo", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "heft",
                 "order-place", "stages")
@@ -172,7 +172,7 @@ def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> 
                                                else _no_channels_us(inst, cel_assignment))
             opt["optimal_no_channels_us"] = _no_channels_us(inst, opt["_assignment"])
         row["optimal"] = opt
-    from celeritas_core.bounds import lower_bound_us, single_device_time_us
+    from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
 
     row["single_device_time_us"] = single_device_time_us(graph, cluster)
     row["lower_bound_us"] = lower_bound_us(graph, cluster)

@@ -60,15 +60,15 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 from bench_quality import PLACER_NAMES, VARIANTS, placer_of  # noqa: E402
 from real_models import MODELS, TEST_MODELS  # noqa: E402
 
-from celeritas_core.cluster import Cluster  # noqa: E402
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
-from celeritas_core.formats import load_graph, write_json_atomic  # noqa: E402
-from celeritas_core.graph import Graph  # noqa: E402
-from celeritas_core.memory import one_device_peak_bytes  # noqa: E402
-from celeritas_core.placement import Placement  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.graph import Graph  # noqa: E402
+from celeritas_core.graphs.placement import Placement  # noqa: E402
 from celeritas_core.placers import PLACERS, place  # noqa: E402
-from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
-from celeritas_core.units import format_bytes, format_us  # noqa: E402
+from celeritas_core.readwrite.formats import load_graph, write_json_atomic  # noqa: E402
+from celeritas_core.readwrite.units import format_bytes, format_us  # noqa: E402
+from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
+from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -185,7 +185,7 @@ def run_placer(graph: Graph, cluster: Cluster, label: str) -> tuple[Row, Placeme
 
 def memory_bound(p: Placement) -> Row:
     """What every placement needs on the fullest device (bytes) and whether no placement fits, as
-    the evaluation reports them (:func:`celeritas_core.memory.peak_lower_bound`)."""
+    the evaluation reports them (:func:`celeritas_core.simulation.memory.peak_lower_bound`)."""
     return {"memory_lower_bound_bytes": float(p.memory_lower_bound_bytes), "cannot_fit": bool(p.cannot_fit)}
 
 

@@ -33,8 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from celeritas_core.formats import load_graph, write_json_atomic
-from celeritas_core.units import format_us
+from celeritas_core.readwrite.formats import load_graph, write_json_atomic
+from celeritas_core.readwrite.units import format_us
 
 PLACERS = ("celeritas", "metis")
 DEVICES = 4

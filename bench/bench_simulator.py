@@ -29,11 +29,11 @@ if "--fresh-cache" in sys.argv:  # before Numba is imported
 
 import numpy as np  # noqa: E402
 
-from celeritas_core import synthetic as S  # noqa: E402
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.graph import Graph  # noqa: E402
-from celeritas_core.local_search import critical_chain  # noqa: E402
-from celeritas_core.simulator import simulate  # noqa: E402
+from celeritas_core.generators import synthetic as S  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.graph import Graph  # noqa: E402
+from celeritas_core.placers.local_search import critical_chain  # noqa: E402
+from celeritas_core.simulation.simulator import simulate  # noqa: E402
 
 DEVICES = 4
 

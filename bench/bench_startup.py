@@ -5,7 +5,7 @@ Why: every command used to import Numba (and through it SciPy) before parsing it
 and every new user compiled the hot loops on their first placement (about 30 s, counted as
 placement time); as ``nobody`` over a read-only install every command failed. Now heavy modules
 load where they are used, small graphs run the loops as Python, and the loops are compiled once
-at install time into a cache every user reads (celeritas_core/jit.py).
+at install time into a cache every user reads (celeritas_core/compiled/jit.py).
 
 What, each the median of ``--repeat`` fresh processes (wall clock of the whole command):
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import readonly_install
 
-from celeritas_core.formats import write_json_atomic
+from celeritas_core.readwrite.formats import write_json_atomic
 
 GRAPH = "examples/graphs/training_step_small.json"
 CLUSTER = ["--devices", "4", "--device-memory", "600MiB"]

@@ -39,16 +39,16 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
-from celeritas_core.cluster import Cluster  # noqa: E402
-from celeritas_core.compare import params_for  # noqa: E402
-from celeritas_core.estimation import weighted_median_error  # noqa: E402
-from celeritas_core.formats import write_json_atomic  # noqa: E402
-from celeritas_core.levels import ccr  # noqa: E402
-from celeritas_core.memory import one_device_peak_bytes  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
+from celeritas_core.graphs.levels import ccr  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
+from celeritas_core.placers.compare import params_for  # noqa: E402
 from celeritas_core.plots import deviation_cdf_chart  # noqa: E402
-from celeritas_core.regression import CostFits, fit_costs, relative_deviation  # noqa: E402
-from celeritas_core.units import format_bytes, format_us  # noqa: E402
+from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
+from celeritas_core.readwrite.units import format_bytes, format_us  # noqa: E402
+from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
+from celeritas_core.statistics.estimation import weighted_median_error  # noqa: E402
+from celeritas_core.statistics.regression import CostFits, fit_costs, relative_deviation  # noqa: E402
 from celeritas_tf.analytical import analytical_costs, parse_cost_source  # noqa: E402
 from celeritas_tf.calibrate import calibrate_comm  # noqa: E402
 from celeritas_tf.evaluation import (  # noqa: E402

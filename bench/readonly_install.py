@@ -112,9 +112,9 @@ def make_install(*, precompile: bool = True, seed_cache: bool = False, base: str
     for name in PACKAGES + DATA:
         shutil.copytree(REPO / name, root / name, copy_function=shutil.copy,  # new times, as a fresh copy
                         ignore=shutil.ignore_patterns("__pycache__", "_jitcache", "*.pyc"))
-    prebuilt = REPO / "celeritas_core" / "_jitcache"
+    prebuilt = REPO / "celeritas_core" / "compiled" / "_jitcache"
     if seed_cache and prebuilt.is_dir():
-        shutil.copytree(prebuilt, root / "celeritas_core" / "_jitcache", copy_function=shutil.copy)
+        shutil.copytree(prebuilt, root / "celeritas_core" / "compiled" / "_jitcache", copy_function=shutil.copy)
     site_packages = sysconfig.get_paths()["purelib"]
     python = find_python(site_packages, user, root)
     home, out = dest / "home", dest / "out"
@@ -126,7 +126,7 @@ def make_install(*, precompile: bool = True, seed_cache: bool = False, base: str
         build_home = dest / "build-home"
         build_home.mkdir()
         env = {**install.env(), "HOME": str(build_home)}
-        done = _run([python, "-S", "-m", "celeritas_core.precompile"], root, env, None, 1800)
+        done = _run([python, "-S", "-m", "celeritas_core.compiled.precompile"], root, env, None, 1800)
         if done.returncode != 0:
             raise RuntimeError(f"precompile failed ({done.returncode}): {done.stderr[-2000:]}")
     read_only(root)

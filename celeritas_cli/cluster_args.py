@@ -15,11 +15,11 @@ from celeritas_core.defaults import (
     LINK_PRESETS,
 )
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
+from celeritas_core.readwrite.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
 
 if typing.TYPE_CHECKING:  # numpy loads when a command builds a cluster, not with the parser
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.topology import TopologyPreset
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.topology import TopologyPreset
 
 #: ``--topology``'s grammar and preset links (also in ``calibrate-comm``'s help).
 TOPOLOGY_HELP = (
@@ -59,7 +59,7 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) 
 
 def check_cluster_flags(args: argparse.Namespace) -> None:
     """Check the cluster flags' values (whatever else is given): ``--devices`` from 1 to
-    :data:`~celeritas_core.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
+    :data:`~celeritas_core.readwrite.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
     ``--comm-slope`` and ``--comm-intercept`` finite, ``>= 0`` and within their limits,
     ``--topology`` a preset (and then no ``--comm-*``, and ``--devices`` its count)."""
     if args.devices is not None:
@@ -89,7 +89,7 @@ def topology_preset(args: argparse.Namespace) -> TopologyPreset | None:
     if getattr(args, "topology", None) is None:
         return None
     # lazy: numpy and the engine load only when a command runs (fast --help)
-    from celeritas_core.topology import parse_preset
+    from celeritas_core.graphs.topology import parse_preset
 
     return parse_preset(args.topology, "--topology")
 
@@ -115,8 +115,8 @@ def _devices_from_args(args: argparse.Namespace, fallback: Cluster | None,
                        preset: TopologyPreset | None) -> Cluster:
     """The devices (and flat transfer model) of ``--cluster`` or ``--devices/--device-memory``."""
     # lazy: numpy and the engine load only when a command runs (fast --help)
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.formats import load_cluster
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.readwrite.formats import load_cluster
 
     if args.cluster is not None:  # `--cluster ''` is an error, not "no cluster"
         if args.devices is not None or args.device_memory is not None:

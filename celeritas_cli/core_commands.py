@@ -1,8 +1,8 @@
 """The engine's commands of the ``celeritas`` CLI: place, simulate, info, placers, compare, generate.
 
 They need only :mod:`celeritas_core` (numpy, networkx, scipy). Building their parsers imports
-none of it but the numpy-free :mod:`celeritas_core.defaults`, :mod:`~celeritas_core.limits` and
-:mod:`~celeritas_core.units`: numpy and the engine load when a command runs (lazy imports for
+none of it but the numpy-free :mod:`celeritas_core.defaults`, :mod:`~celeritas_core.readwrite.limits` and
+:mod:`~celeritas_core.readwrite.units`: numpy and the engine load when a command runs (lazy imports for
 start-up speed: ``celeritas --help``, tests/cli/test_startup.py).
 """
 
@@ -23,15 +23,15 @@ from celeritas_core.defaults import (
     DOCUMENTED_DISPATCH,
 )
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
-from celeritas_core.safe_io import check_input_file, check_outputs, staged_outputs
-from celeritas_core.units import format_bytes, format_change, format_us
+from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES
+from celeritas_core.readwrite.safe_io import check_input_file, check_outputs, staged_outputs
+from celeritas_core.readwrite.units import format_bytes, format_change, format_us
 
 if typing.TYPE_CHECKING:  # numpy and the engine load when a command runs (module docstring)
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.graph import Graph
-    from celeritas_core.placement import Placement
-    from celeritas_core.simulator import DispatchSpread
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.graph import Graph
+    from celeritas_core.graphs.placement import Placement
+    from celeritas_core.simulation.simulator import DispatchSpread
 
 
 # ---------------------------------------------------------------------------- reports
@@ -42,7 +42,7 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
     import numpy as np
 
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.levels import ccr
+    from celeritas_core.graphs.levels import ccr
 
     lines = []
     mem_set = sorted({format_bytes(m) for m in cluster.memory_bytes})
@@ -109,7 +109,7 @@ def _placing_inputs(args: argparse.Namespace,
     ``outputs`` (so a bad destination fails before any placer runs), then read the graph and the
     cluster. Returns them with the command's input files (which no output may replace)."""
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import load_graph
+    from celeritas_core.readwrite.formats import load_graph
 
     if not 0.0 <= args.headroom < 1.0:  # NaN fails too
         raise CeleritasInputError(f"--headroom: must be a fraction with 0 <= F < 1, got {args.headroom!r}")
@@ -122,8 +122,8 @@ def _placing_inputs(args: argparse.Namespace,
 
 def _cmd_place(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import save_placement
     from celeritas_core.placers import get_placer, place
+    from celeritas_core.readwrite.formats import save_placement
 
     spec = get_placer(args.placer)
     params = _parse_params(args.param)
@@ -144,10 +144,10 @@ def _cmd_place(args: argparse.Namespace) -> int:
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.formats import load_graph, placement_from_json, read_json
+    from celeritas_core.graphs.cluster import Cluster
     from celeritas_core.placers import evaluate_placement
-    from celeritas_core.simulator import dispatch_spread
+    from celeritas_core.readwrite.formats import load_graph, placement_from_json, read_json
+    from celeritas_core.simulation.simulator import dispatch_spread
 
     dispatch = _check_dispatch_flag(args.dispatch)
     check_cluster_flags(args)
@@ -187,7 +187,7 @@ _ALL_DISPATCH = "all"
 def _check_dispatch_flag(value: str) -> str:
     """``--dispatch``'s value if it names an order or ``all``, else a one-line input error."""
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.simulator import check_dispatch
+    from celeritas_core.simulation.simulator import check_dispatch
 
     if value == _ALL_DISPATCH:
         return value
@@ -217,11 +217,12 @@ def _cmd_info(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
     import numpy as np
 
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.levels import ccr
+    from celeritas_core.readwrite.formats import load_graph
+
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.bounds import lower_bound_us
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.formats import load_graph
-    from celeritas_core.levels import ccr
+    from celeritas_core.simulation.bounds import lower_bound_us
 
     check_cluster_flags(args)  # flags before any file is read, as in every command
     graph = load_graph(args.graph)
@@ -297,8 +298,8 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
-    from celeritas_core.formats import compare_to_json, write_json_atomic, write_text_atomic
+    from celeritas_core.placers.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
+    from celeritas_core.readwrite.formats import compare_to_json, write_json_atomic, write_text_atomic
 
     placers = parse_placer_list(args.placers) if args.placers is not None else list(DEFAULT_PLACERS)
     params = _parse_params(args.param)
@@ -338,7 +339,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import check_graph_limits, save_graph
+    from celeritas_core.readwrite.formats import check_graph_limits, save_graph
 
     start = time.perf_counter()
     check_outputs([args.out])
@@ -359,7 +360,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _cmd_convert(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import graph_file_format, load_graph, save_graph
+    from celeritas_core.readwrite.formats import graph_file_format, load_graph, save_graph
 
     start = time.perf_counter()
     file_format = graph_file_format(args.out, args.format)
@@ -386,8 +387,8 @@ _GENERATE_OPTIONS = ("ops", "tasks", "ccr", "mean_predecessors", "modules", "tow
 def _generated_graph(args: argparse.Namespace) -> Graph:
     """Build the graph ``celeritas generate`` asked for; bad values are one-line input errors."""
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core import families
-    from celeritas_core.synthetic import paper_shaped_graph
+    from celeritas_core.generators import families
+    from celeritas_core.generators.synthetic import paper_shaped_graph
 
     accepted = _GENERATE_KINDS.get(args.kind, ())
     for option in _GENERATE_OPTIONS:
@@ -541,7 +542,8 @@ def _add_generate(sub: typing.Any) -> None:
                                    "or a multi-tower inference graph (`towers`). `--ops N` sizes a "
                                    "training step to N ops (e.g. `transformer --ops 1000000`). "
                                    "Generators: "
-                                   "celeritas_core/synthetic.py and celeritas_core/families.py.")
+                                   "celeritas_core/generators/synthetic.py and "
+                                   "celeritas_core/generators/families.py.")
     g.add_argument("kind", metavar="KIND",
                    choices=list(_GENERATE_KINDS),
                    help="tensor_holography, inception_v3, nmt, transformer (paper-shaped training "

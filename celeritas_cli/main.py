@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from celeritas_cli import core_commands, pipeline_commands, tf_commands
 from celeritas_core.errors import CeleritasInputError, one_line
-from celeritas_core.redact import install_log_redaction, redact
+from celeritas_core.readwrite.redact import install_log_redaction, redact
 
 EXIT_INPUT_ERROR = 2
 

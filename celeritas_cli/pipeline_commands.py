@@ -16,7 +16,7 @@ from typing import Any
 
 from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import redact
+from celeritas_core.readwrite.redact import redact
 from tasks.params import FIELDS, resolve_params, value_type
 from tasks.report import format_table
 
@@ -61,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     given: dict[str, Any] = {}
     if args.params is not None:  # `--params ''` names no file: an error, not "no parameters"
         # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
-        from celeritas_core.formats import read_json
+        from celeritas_core.readwrite.formats import read_json
 
         doc = read_json(args.params)
         if not isinstance(doc, dict):

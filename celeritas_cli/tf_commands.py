@@ -15,9 +15,9 @@ from typing import Any
 from celeritas_cli import flags
 from celeritas_cli.cluster_args import TOPOLOGY_HELP, add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.limits import MAX_DEVICES
-from celeritas_core.safe_io import check_outputs, staged_outputs
-from celeritas_core.units import format_bytes, format_us
+from celeritas_core.readwrite.limits import MAX_DEVICES
+from celeritas_core.readwrite.safe_io import check_outputs, staged_outputs
+from celeritas_core.readwrite.units import format_bytes, format_us
 
 
 def _say(message: str) -> None:
@@ -78,7 +78,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     """Build the training step and write it as a celeritas-graph/1 with the chosen costs."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import save_graph
+    from celeritas_core.readwrite.formats import save_graph
     from celeritas_tf.extract import graph_from_step, view_aliases
     from celeritas_tf.step import build_training_step
 
@@ -114,7 +114,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     """Trace the step at several small batch sizes on one device; write celeritas-profile/1."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import write_json_atomic
+    from celeritas_core.readwrite.formats import write_json_atomic
     from celeritas_tf.evaluation import ProfilePlan, profile_document, profile_small_batches
 
     sizes = flags.batch_list(args.batch_sizes, "--batch-sizes")
@@ -151,7 +151,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     import numpy as np
 
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import check_predicted_costs, fits_to_json, read_json, write_json_atomic
+    from celeritas_core.readwrite.formats import (
+        check_predicted_costs,
+        fits_to_json,
+        read_json,
+        write_json_atomic,
+    )
 
     batch = _check_batch(args.batch) if args.batch is not None else None
     inputs = [args.profiles]
@@ -187,7 +192,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import (
+    from celeritas_core.readwrite.formats import (
         check_predicted_costs,
         fits_from_json,
         read_json,
@@ -242,7 +247,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import (
+    from celeritas_core.readwrite.formats import (
         PLACEMENT_FORMAT,
         placement_op_keys_digest,
         read_json,
@@ -304,7 +309,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     ``--topology``, measure each class of pair and write a celeritas-cluster/2
     (:func:`_calibrate_topology`)."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.formats import save_cluster
+    from celeritas_core.readwrite.formats import save_cluster
     from celeritas_tf.calibrate import (
         calibrate_comm,
         calibrated_cluster,
@@ -349,7 +354,7 @@ def _calibration_preset(args: argparse.Namespace) -> Any:
     if args.topology is None:
         return None
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.topology import parse_preset
+    from celeritas_core.graphs.topology import parse_preset
     from celeritas_tf.evaluation import MAX_LOGICAL_DEVICES
 
     preset = parse_preset(args.topology, "--topology")
@@ -366,8 +371,8 @@ def _calibrate_topology(args: argparse.Namespace, preset: Any, memory: float, kw
     """Measure each class of pair of the preset's topology, write the cluster with the links that
     measured a transfer replaced by their fits (the others keep the preset's figures, with a warning)."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.formats import save_cluster
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.readwrite.formats import save_cluster
     from celeritas_tf.calibrate import calibrate_topology
 
     base = Cluster.homogeneous(preset.num_devices, memory)

@@ -1,6 +1,7 @@
 """Celeritas placement engine: pure numpy/networkx/scipy algorithms over dataflow graphs.
 
-The loops over every op and edge are compiled by Numba when it is installed (:mod:`celeritas_core.jit`).
+The loops over every op and edge are compiled by Numba when it is installed
+(:mod:`celeritas_core.compiled.jit`).
 
 Framework adapters (TensorFlow: ``celeritas_tf``), the pipeline and the CLI live in their own
 packages above this one; nothing here imports them (``lint-imports`` checks it).
@@ -29,16 +30,25 @@ from typing import TYPE_CHECKING, Any
 from celeritas_core.errors import CeleritasInputError
 
 if TYPE_CHECKING:
-    from celeritas_core.bounds import lower_bound_us, single_device_time_us
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.compare import compare_placers
-    from celeritas_core.families import (
+    from celeritas_core.generators.families import (
         benchmark_instances,
         inception_graph,
         layered_dag,
         towers_graph,
     )
-    from celeritas_core.formats import (
+    from celeritas_core.generators.synthetic import (
+        paper_shaped_graph,
+        small_training_graph,
+        training_step_graph,
+    )
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.graph import Graph, Liveness
+    from celeritas_core.graphs.levels import blevel, ccr, cpath, critical_path_length_us, tlevel
+    from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
+    from celeritas_core.graphs.placement import Placement
+    from celeritas_core.placers import PLACERS, evaluate_placement, get_placer, place
+    from celeritas_core.placers.compare import compare_placers
+    from celeritas_core.readwrite.formats import (
         load_cluster,
         load_graph,
         load_placement,
@@ -46,72 +56,67 @@ if TYPE_CHECKING:
         save_graph,
         save_placement,
     )
-    from celeritas_core.graph import Graph, Liveness
-    from celeritas_core.levels import blevel, ccr, cpath, critical_path_length_us, tlevel
-    from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
-    from celeritas_core.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
-    from celeritas_core.placement import Placement
-    from celeritas_core.placers import PLACERS, evaluate_placement, get_placer, place
-    from celeritas_core.regression import fit_costs, relative_deviation
-    from celeritas_core.simulator import simulate
-    from celeritas_core.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
-    from celeritas_core.units import format_bytes, format_change, format_us, parse_size
+    from celeritas_core.readwrite.units import format_bytes, format_change, format_us, parse_size
+    from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
+    from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
+    from celeritas_core.simulation.simulator import simulate
+    from celeritas_core.statistics.regression import fit_costs, relative_deviation
 
 __version__ = "0.1.0"
 
 #: The module that defines each public name, imported on first access (module docstring).
 _LAZY: dict[str, str] = {
     # the model: graphs, clusters, placements
-    "Graph": "celeritas_core.graph",
-    "Cluster": "celeritas_core.cluster",
-    "Placement": "celeritas_core.placement",
-    "Liveness": "celeritas_core.graph",
+    "Graph": "celeritas_core.graphs.graph",
+    "Cluster": "celeritas_core.graphs.cluster",
+    "Placement": "celeritas_core.graphs.placement",
+    "Liveness": "celeritas_core.graphs.graph",
     # placing, replaying, comparing
     "PLACERS": "celeritas_core.placers",
     "place": "celeritas_core.placers",
     "get_placer": "celeritas_core.placers",
     "evaluate_placement": "celeritas_core.placers",
-    "simulate": "celeritas_core.simulator",
-    "compare_placers": "celeritas_core.compare",
+    "simulate": "celeritas_core.simulation.simulator",
+    "compare_placers": "celeritas_core.placers.compare",
     # memory over a replay
-    "memory_profile": "celeritas_core.memory",
-    "one_device_peak_bytes": "celeritas_core.memory",
-    "peak_lower_bound": "celeritas_core.memory",
+    "memory_profile": "celeritas_core.simulation.memory",
+    "one_device_peak_bytes": "celeritas_core.simulation.memory",
+    "peak_lower_bound": "celeritas_core.simulation.memory",
     # files
-    "load_graph": "celeritas_core.formats",
-    "save_graph": "celeritas_core.formats",
-    "load_cluster": "celeritas_core.formats",
-    "save_cluster": "celeritas_core.formats",
-    "load_placement": "celeritas_core.formats",
-    "save_placement": "celeritas_core.formats",
+    "load_graph": "celeritas_core.readwrite.formats",
+    "save_graph": "celeritas_core.readwrite.formats",
+    "load_cluster": "celeritas_core.readwrite.formats",
+    "save_cluster": "celeritas_core.readwrite.formats",
+    "load_placement": "celeritas_core.readwrite.formats",
+    "save_placement": "celeritas_core.readwrite.formats",
     # orders, levels, critical path, bounds
-    "m_topo_order": "celeritas_core.orders",
-    "dfs_topo_order": "celeritas_core.orders",
-    "cpd_topo_order": "celeritas_core.orders",
-    "is_topological": "celeritas_core.orders",
-    "tlevel": "celeritas_core.levels",
-    "blevel": "celeritas_core.levels",
-    "cpath": "celeritas_core.levels",
-    "critical_path_length_us": "celeritas_core.levels",
-    "ccr": "celeritas_core.levels",
-    "lower_bound_us": "celeritas_core.bounds",
-    "single_device_time_us": "celeritas_core.bounds",
+    "m_topo_order": "celeritas_core.graphs.orders",
+    "dfs_topo_order": "celeritas_core.graphs.orders",
+    "cpd_topo_order": "celeritas_core.graphs.orders",
+    "is_topological": "celeritas_core.graphs.orders",
+    "tlevel": "celeritas_core.graphs.levels",
+    "blevel": "celeritas_core.graphs.levels",
+    "cpath": "celeritas_core.graphs.levels",
+    "critical_path_length_us": "celeritas_core.graphs.levels",
+    "ccr": "celeritas_core.graphs.levels",
+    "lower_bound_us": "celeritas_core.simulation.bounds",
+    "single_device_time_us": "celeritas_core.simulation.bounds",
     # costs from profiles (Standard Evaluation)
-    "fit_costs": "celeritas_core.regression",
-    "relative_deviation": "celeritas_core.regression",
+    "fit_costs": "celeritas_core.statistics.regression",
+    "relative_deviation": "celeritas_core.statistics.regression",
     # graph generators
-    "training_step_graph": "celeritas_core.synthetic",
-    "paper_shaped_graph": "celeritas_core.synthetic",
-    "small_training_graph": "celeritas_core.synthetic",
-    "benchmark_instances": "celeritas_core.families",
-    "inception_graph": "celeritas_core.families",
-    "towers_graph": "celeritas_core.families",
-    "layered_dag": "celeritas_core.families",
+    "training_step_graph": "celeritas_core.generators.synthetic",
+    "paper_shaped_graph": "celeritas_core.generators.synthetic",
+    "small_training_graph": "celeritas_core.generators.synthetic",
+    "benchmark_instances": "celeritas_core.generators.families",
+    "inception_graph": "celeritas_core.generators.families",
+    "towers_graph": "celeritas_core.generators.families",
+    "layered_dag": "celeritas_core.generators.families",
     # sizes and durations
-    "parse_size": "celeritas_core.units",
-    "format_bytes": "celeritas_core.units",
-    "format_us": "celeritas_core.units",
-    "format_change": "celeritas_core.units",
+    "parse_size": "celeritas_core.readwrite.units",
+    "format_bytes": "celeritas_core.readwrite.units",
+    "format_us": "celeritas_core.readwrite.units",
+    "format_change": "celeritas_core.readwrite.units",
 }
 
 #: The public API, sorted (grouped by topic in :data:`_LAZY`).

@@ -1,7 +1,8 @@
 """The engine's default settings that the ``celeritas`` command shows in its help, in a module
 that imports nothing: ``celeritas --help`` builds its parser without loading numpy or the engine
 (tests/cli/test_startup.py). The modules that use them import them from here
-(:mod:`celeritas_core.cluster`, :mod:`celeritas_core.fusion`, :mod:`celeritas_core.simulator`).
+(:mod:`celeritas_core.graphs.cluster`, :mod:`celeritas_core.placers.fusion`,
+:mod:`celeritas_core.simulation.simulator`).
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph
-from celeritas_core.memory import memory_profile
-from celeritas_core.placement import Placement
-from celeritas_core.safe_io import write_atomic
-from celeritas_core.simulator import simulate
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.placement import Placement
+from celeritas_core.readwrite.safe_io import write_atomic
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
 
 
 def _pyplot() -> Any:

@@ -22,7 +22,7 @@ decreasing): k and b are clipped at ≥ 0, and ``r2`` says how well a line expla
 transfer: a slope above 0 (a copy takes longer the more bytes it moves) and ``r2`` of at least
 :data:`MIN_R2`. Otherwise the calibration measured nothing useful (on logical CPU devices it never
 does: t = 0 µs/B · bytes + ~100 µs, R² 0.000) and the documented default model of
-:mod:`celeritas_core.cluster` (1e-4 µs/B, 25 µs) is used instead, with the reason.
+:mod:`celeritas_core.graphs.cluster` (1e-4 µs/B, 25 µs) is used instead, with the reason.
 
 **With a link topology** (:func:`calibrate_topology`) every class of pair is measured: each link
 some pair of devices uses (inside an island, between islands, between nodes) is timed on one
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.topology import Link, Topology
+from celeritas_core.graphs.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.graphs.topology import Link, Topology
 from celeritas_tf.tf import session_config, step_device, tensorflow
 
 KIB = 1024
@@ -254,7 +254,8 @@ def rejection(calibration: CommCalibration, min_r2: float = MIN_R2) -> str | Non
 
 def choose_transfer_model(calibration: CommCalibration, min_r2: float = MIN_R2) -> TransferChoice:
     """The fit of ``calibration`` when it can be used (:func:`rejection`), else the default model
-    (:data:`~celeritas_core.cluster.DEFAULT_SLOPE_US_PER_BYTE`, ``DEFAULT_INTERCEPT_US``) with the reason."""
+    (:data:`~celeritas_core.graphs.cluster.DEFAULT_SLOPE_US_PER_BYTE`, ``DEFAULT_INTERCEPT_US``) with the
+    reason."""
     reason = rejection(calibration, min_r2)
     if reason is None:
         return TransferChoice(float(calibration.slope_us_per_byte), float(calibration.intercept_us),

@@ -1,9 +1,10 @@
 """Standard Evaluation (the paper's two steps) and validation of a placement on real devices.
 
 1. :func:`profile_small_batches`: trace the step at small batch sizes on one device;
-   :func:`celeritas_core.regression.fit_costs` fits per-op lines and predicts the large batch.
+   :func:`celeritas_core.statistics.regression.fit_costs` fits per-op lines and predicts the large batch.
    Beyond the paper (options, off by default): more traced steps while the per-op times are
-   noisy, a profile batch closer to the target, a per-op time model (:mod:`celeritas_core.estimation`).
+   noisy, a profile batch closer to the target, a per-op time model
+   (:mod:`celeritas_core.statistics.estimation`).
 2. :func:`remeasure`: place the large-batch graph (predicted costs) sequentially in DFS or
    CPD-TOPO order, filling each device to its memory (best effort when all are full), run it
    across the devices with full tracing and re-measure every op: the measured graph feeds the
@@ -24,20 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.estimation import spanning_batch, traced_steps_needed, weighted_median_error
-from celeritas_core.format_tags import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT
-from celeritas_core.formats import check_profile_document, read_output_aliases
-from celeritas_core.graph import Graph
-from celeritas_core.levels import cpath, edge_comm_us
-from celeritas_core.memory import memory_profile, one_device_peak_bytes
-from celeritas_core.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
-from celeritas_core.orders import cpd_topo_order, dfs_topo_order
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import anchored_memory, apply_colocation, colocation_anchor
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import cpath, edge_comm_us
+from celeritas_core.graphs.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
+from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, fit_costs, relative_deviation
-from celeritas_core.simulator import simulate
+from celeritas_core.readwrite.format_tags import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT
+from celeritas_core.readwrite.formats import check_profile_document, read_output_aliases
+from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes
+from celeritas_core.simulation.simulator import simulate
+from celeritas_core.statistics.estimation import spanning_batch, traced_steps_needed, weighted_median_error
+from celeritas_core.statistics.regression import CostFits, Deviation, fit_costs, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
 from celeritas_tf.profile import (
@@ -84,9 +85,9 @@ class ProfilePlan:
 
     ``max_traced_steps`` above ``traced_steps``: trace more while the time-weighted standard
     error of the per-op medians exceeds ``noise_target`` (0.05 = 5 %), at most that many in all
-    (:func:`celeritas_core.estimation.traced_steps_needed`). ``span_target`` (the batch to be
+    (:func:`celeritas_core.statistics.estimation.traced_steps_needed`). ``span_target`` (the batch to be
     predicted) with ``device_bytes`` (one device's memory): also profile the batch
-    :func:`celeritas_core.estimation.spanning_batch` picks, the largest doubling of the largest
+    :func:`celeritas_core.statistics.estimation.spanning_batch` picks, the largest doubling of the largest
     batch up to half the target whose predicted one-device peak fits the device."""
 
     traced_steps: int = 3
@@ -137,7 +138,8 @@ def spanning_trace(model: ModelSpec, traces: Sequence[StepTrace], plan: ProfileP
                    progress: Progress | None = None) -> StepTrace | None:
     """The profile of the batch :func:`spanning_batch` adds to ``traces`` towards
     ``plan.span_target`` (None when no batch qualifies): predicted one-device peaks replay the
-    graph the memory fits of ``traces`` predict (the liveness model of ``celeritas_core.memory``)."""
+    graph the memory fits of ``traces`` predict (the liveness model of
+    ``celeritas_core.simulation.memory``)."""
     if plan.device_bytes is None or not plan.device_bytes > 0:
         raise CeleritasInputError("--span-target needs --device-memory, one device's memory")
     largest = max(traces, key=lambda t: t.batch_size)
@@ -178,7 +180,7 @@ def fits_from_profile(doc: Any, source: str | None = None, *, time_model: str = 
     once, by :func:`profile_rows`), carrying the output aliases of its largest batch ({} for a
     profile written before they were recorded) and the op keys (:func:`profile_op_keys`).
     ``time_model="choose"``: each op's time model by leave-one-out error
-    (:func:`celeritas_core.regression.fit_costs`).
+    (:func:`celeritas_core.statistics.regression.fit_costs`).
 
     An op's point at a batch size where its key is not its key at the largest batch it was
     profiled at is left out of its fit: TensorFlow built another op of that name there (e.g. a
@@ -213,7 +215,7 @@ def _same_ops(costs: Mapping[str, float], keys: Mapping[str, str], reference: Ma
 
 def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[str, float], dict[str, float]]]:
     """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
-    strictly (:func:`celeritas_core.formats.check_profile_document`: at least two profiles,
+    strictly (:func:`celeritas_core.readwrite.formats.check_profile_document`: at least two profiles,
     distinct integer batch sizes, finite costs within the documented limits)."""
     check_profile_document(doc, source)
     return [(p["batch_size"], {str(n): float(v) for n, v in p["time_us"].items()},

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.graph import Graph, Liveness
+from celeritas_core.graphs.graph import Graph, Liveness
 from celeritas_tf.identity import step_digest
 from celeritas_tf.step import TrainingStep
 

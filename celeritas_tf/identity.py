@@ -1,4 +1,4 @@
-"""Structure keys of a training step's ops (see :mod:`celeritas_core.opkeys` for why).
+"""Structure keys of a training step's ops (see :mod:`celeritas_core.graphs.opkeys` for why).
 
 An op's key hashes its type, its data inputs (``producer:slot``, in order), its control inputs
 (sorted) and its attributes except those that vary with the batch size or the process: shapes
@@ -26,7 +26,7 @@ import json
 import sys
 from typing import Any
 
-from celeritas_core.opkeys import keys_digest, structure_key
+from celeritas_core.graphs.opkeys import keys_digest, structure_key
 from celeritas_tf.models import get_model
 from celeritas_tf.step import TrainingStep, build_training_step
 
@@ -72,7 +72,7 @@ def step_sizes(graph_def: Any) -> str:
 
 
 def op_key(node: Any, sizes: str = "") -> str:
-    """An op's structure key (:data:`celeritas_core.opkeys.KEY_HEX` hex digits) from its NodeDef
+    """An op's structure key (:data:`celeritas_core.graphs.opkeys.KEY_HEX` hex digits) from its NodeDef
     and its step's :func:`step_sizes`."""
     return structure_key(f"{sizes}\n\n{op_structure(node)}")
 
@@ -85,7 +85,7 @@ def step_op_keys(step: TrainingStep) -> dict[str, str]:
 
 
 def step_digest(step: TrainingStep) -> str:
-    """The digest of the step's keys (:func:`celeritas_core.opkeys.keys_digest`)."""
+    """The digest of the step's keys (:func:`celeritas_core.graphs.opkeys.keys_digest`)."""
     return keys_digest(step_op_keys(step))
 
 

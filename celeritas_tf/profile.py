@@ -98,7 +98,7 @@ def trace_step(
 ) -> StepTrace:
     """Run ``warmup_steps`` untraced then ``traced_steps`` fully traced steps of ``step`` on
     ``num_devices`` logical CPU devices, ops placed by ``assignment`` (all on device 0 when None).
-    ``more_steps`` (e.g. :func:`celeritas_core.estimation.traced_steps_needed`) gets the per-op
+    ``more_steps`` (e.g. :func:`celeritas_core.statistics.estimation.traced_steps_needed`) gets the per-op
     times (µs) of the steps traced so far and returns how many traced steps to have in all; one
     more is traced while it asks for more, so the count depends on the figures, never on time."""
     tf = tensorflow()

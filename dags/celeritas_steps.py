@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import mask_secret
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import install_log_redaction, redact
+from celeritas_core.readwrite.redact import install_log_redaction, redact
 from tasks.contracts import Job, PublishResult
 from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV
 from tasks.steps import BY_NAME, STEPS, Step

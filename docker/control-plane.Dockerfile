@@ -24,10 +24,10 @@ COPY celeritas_tf ./celeritas_tf
 COPY tasks ./tasks
 # the package alone: its dependencies are the pinned set above (pip check proves it is complete)
 RUN pip install --no-deps --no-build-isolation . && pip check
-# the compiled loops into the package's prebuilt cache (celeritas_core/_jitcache), read-only at run
+# the compiled loops into the package's prebuilt cache (celeritas_core/compiled/_jitcache), read-only at run
 # time: no user waits ~30 s for Numba. NUMBA_CPU_NAME=generic (here and at run time) makes code any
 # x86-64 CPU loads, so an image built on one machine runs precompiled on another.
-RUN python -m celeritas_core.precompile
+RUN python -m celeritas_core.compiled.precompile
 
 FROM build-control-plane AS build-cpu-worker
 RUN pip install -c constraints.txt -r docker/requirements-cpu-worker.txt && pip check

@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from celeritas_core.formats import save_graph
-from celeritas_core.synthetic import small_training_graph
+from celeritas_core.generators.synthetic import small_training_graph
+from celeritas_core.readwrite.formats import save_graph
 
 GRAPHS_DIR = Path(__file__).resolve().parent / "graphs"
 

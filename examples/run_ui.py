@@ -161,7 +161,7 @@ def _report(args: argparse.Namespace, env: dict[str, str], logs: Path,
             procs: list[subprocess.Popen[bytes]], stopping: Callable[[], bool]) -> None:
     """Wait until both UIs answer, print their URLs and the admin password file, then wait for the
     end (Ctrl-C, SIGTERM, ``--timeout``, or a UI that exits)."""
-    from celeritas_core.redact import redact
+    from celeritas_core.readwrite.redact import redact
     from tasks.tracking import TRAINING_VIEW
 
     airflow_url = f"http://127.0.0.1:{args.airflow_port}"

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import cluster_to_json
-from celeritas_core.topology import parse_preset
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.topology import parse_preset
+from celeritas_core.readwrite.formats import cluster_to_json
 from celeritas_tf import calibrate
 from celeritas_tf.calibrate import MIN_R2, calibration_record, choose_transfer_model
 from tasks import storage, tracking

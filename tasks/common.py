@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import cluster_from_json, graph_from_bytes
-from celeritas_core.topology import parse_preset
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.topology import parse_preset
+from celeritas_core.readwrite.formats import cluster_from_json, graph_from_bytes
 from celeritas_tf.models import get_model
 from tasks import storage, tracking
 from tasks.contracts import CalibrationResult, ClusterSpec, ResolvedModel

@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.format_tags import PUBLISH_FORMAT
+from celeritas_core.readwrite.format_tags import PUBLISH_FORMAT
 from tasks.params import PipelineParams
 from tasks.report import format_table, mib, number, percent
 
@@ -327,7 +327,8 @@ class PublishResult(Contract):
     ``step_time_s`` (median, s) and ``challenger_placement_uri`` are the run's best; the
     ``champion_*`` fields and ``placement_uri`` describe production *after* the decision (None
     when a kept configuration has no champion); ``comparison`` holds the statistical test
-    (:class:`celeritas_core.ab_test.StepTimeComparison`, empty without a champion to compare).
+    (:class:`celeritas_core.statistics.step_time_comparison.StepTimeComparison`, empty without a champion to
+    compare).
     :meth:`document` is ``publish.json``."""
 
     model: str

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from celeritas_core.formats import fits_to_json
+from celeritas_core.readwrite.formats import fits_to_json
 from celeritas_tf.evaluation import fits_from_profile
 from tasks import storage, tracking
 from tasks.common import artifact

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from celeritas_core.format_tags import FUSION_FORMAT
-from celeritas_core.formats import graph_to_json
-from celeritas_core.fusion import optimal_operation_fusion
-from celeritas_core.levels import ccr
+from celeritas_core.graphs.levels import ccr
+from celeritas_core.placers.fusion import optimal_operation_fusion
+from celeritas_core.readwrite.format_tags import FUSION_FORMAT
+from celeritas_core.readwrite.formats import graph_to_json
 from tasks import storage, tracking
 from tasks.common import artifact, load_graph_uri, run_cluster
 from tasks.contracts import CalibrationResult, FuseResult, Job, RemeasureResult

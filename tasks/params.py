@@ -23,8 +23,8 @@ from typing import Any
 
 from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.limits import MAX_BYTES
-from celeritas_core.units import parse_size
+from celeritas_core.readwrite.limits import MAX_BYTES
+from celeritas_core.readwrite.units import parse_size
 from tasks.policy import check_model, check_run_dir
 
 #: The DAG whose trigger form these fields are (dags/celeritas_placement.py).
@@ -34,7 +34,7 @@ GPU_POOL_ENV, DEFAULT_GPU_POOL = "CELERITAS_GPU_POOL", "gpu"
 #: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
 #: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
 NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}
-#: The largest batch size (:data:`celeritas_core.limits.MAX_BATCH_SIZE`; not imported: this module
+#: The largest batch size (:data:`celeritas_core.readwrite.limits.MAX_BATCH_SIZE`; not imported: this module
 #: must stay cheap to import, and a test checks the two agree).
 MAX_BATCH_SIZE = 1_000_000
 #: The largest exploration range R (the celeritas placer's own maximum).
@@ -335,7 +335,7 @@ def _check_topology(text: str | None, devices: int) -> None:
     if text is None:
         return
     # lazy: numpy, not at DAG parse time (the DAG processor imports this module often)
-    from celeritas_core.topology import parse_preset
+    from celeritas_core.graphs.topology import parse_preset
 
     title = FIELDS["topology"]["title"]
     preset = parse_preset(text, f"parameter 'topology': {title}")

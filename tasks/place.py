@@ -5,10 +5,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from celeritas_core.compare import compare_placers
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import compare_to_json, save_placement
+from celeritas_core.placers.compare import compare_placers
 from celeritas_core.plots import gantt_chart, memory_chart
+from celeritas_core.readwrite.formats import compare_to_json, save_placement
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri, load_graph_uri, log_documents, placement_uri, run_cluster
 from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult

@@ -13,7 +13,7 @@ from typing import Any
 
 from celeritas_core.defaults import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import redact
+from celeritas_core.readwrite.redact import redact
 from celeritas_tf.models import ZOO
 from tasks import storage, tracking
 from tasks.common import artifact

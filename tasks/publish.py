@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from celeritas_core.ab_test import StepTimeComparison, compare_step_times
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.format_tags import VALIDATION_SUMMARY_FORMAT
+from celeritas_core.readwrite.format_tags import VALIDATION_SUMMARY_FORMAT
+from celeritas_core.statistics.step_time_comparison import StepTimeComparison, compare_step_times
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri
 from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan
@@ -31,7 +31,8 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
 
     The best challenger is the validated placement with the lowest median step time. Without a
     champion (or with one that cannot run any more) it is promoted; otherwise
-    :func:`~celeritas_core.ab_test.compare_step_times` on its steps and the champion's steps from
+    :func:`~celeritas_core.statistics.step_time_comparison.compare_step_times` on its steps and the
+    champion's steps from
     the same task decides, at level ``ALPHA`` split over the challengers that were compared. A
     promotion goes through only if the champion is still the one measured (compare-and-set).
     Writes ``validation.json`` and ``publish.json``; records the decision, reason and figures on

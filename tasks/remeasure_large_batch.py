@@ -6,8 +6,8 @@ import logging
 import tempfile
 from pathlib import Path
 
-from celeritas_core.formats import fits_from_json, fits_to_json, graph_to_json
 from celeritas_core.plots import deviation_cdf_chart
+from celeritas_core.readwrite.formats import fits_from_json, fits_to_json, graph_to_json
 from celeritas_tf.evaluation import accuracy_document, remeasure
 from tasks import storage, tracking
 from tasks.common import artifact, load_model, log_documents, run_cluster

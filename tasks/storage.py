@@ -4,11 +4,11 @@ Every pipeline task reads and writes its artifacts under one *run directory* URI
 path (``runs/2024-06-01``, ``/data/run``, ``file:///data/run``) or ``s3://bucket/prefix``. The
 functions here take such URIs and hide the difference:
 
-* local files go through the project's one hardened I/O layer, :mod:`celeritas_core.safe_io`:
+* local files go through the project's one hardened I/O layer, :mod:`celeritas_core.readwrite.safe_io`:
   a write is staged in a temporary file in the same directory, fsynced and renamed into place
-  (:class:`~celeritas_core.safe_io.OutputSet`, a set of one, so it lands at once even inside
+  (:class:`~celeritas_core.readwrite.safe_io.OutputSet`, a set of one, so it lands at once even inside
   ``staged_outputs``), and only ever replaces a regular file; a read
-  (:func:`~celeritas_core.safe_io.read_input_bytes`) refuses FIFOs, devices and files above the
+  (:func:`~celeritas_core.readwrite.safe_io.read_input_bytes`) refuses FIFOs, devices and files above the
   input limit. An S3 object is written with one ``PutObject`` (readers never see a partial
   object). JSON is serialized fully before anything is written, so a document that cannot be
   serialized leaves the destination untouched.
@@ -46,7 +46,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.safe_io import OutputSet, read_input_bytes
+from celeritas_core.readwrite.safe_io import OutputSet, read_input_bytes
 
 ENDPOINT_ENV = "CELERITAS_S3_ENDPOINT_URL"
 CONNECT_TIMEOUT_S = 3.0
@@ -320,13 +320,14 @@ def _local_errors(uri: str) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------- writing
 def _write_local_atomic(path: Path, fill: Callable[[IO[bytes]], object]) -> None:
-    """Write ``path`` through ``fill(fh)`` atomically (:class:`celeritas_core.safe_io.OutputSet`)."""
+    """Write ``path`` through ``fill(fh)`` atomically
+    (:class:`celeritas_core.readwrite.safe_io.OutputSet`)."""
     with OutputSet() as outputs:
         outputs.add(path, fill, binary=True)
 
 
 def _staging(name: str) -> bool:
-    """Whether a file name is one of :class:`~celeritas_core.safe_io.OutputSet`'s temporary
+    """Whether a file name is one of :class:`~celeritas_core.readwrite.safe_io.OutputSet`'s temporary
     files (``.NAME.XXXX.tmp``, or ``.NAME.XXXX.bak`` while a commit runs): a write in flight."""
     return name.startswith(".") and name.endswith((".tmp", ".bak"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import placement_op_keys_digest
+from celeritas_core.readwrite.formats import placement_op_keys_digest
 from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate_interleaved
 from tasks import storage, tracking
 from tasks.common import load_model, validation_uri

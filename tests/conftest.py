@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from celeritas_core import jit
-from celeritas_core.graph import Graph
+from celeritas_core.compiled import jit
+from celeritas_core.graphs.graph import Graph
 
 # Test modules import TensorFlow (pytest.importorskip) before celeritas_tf can turn its oneDNN
 # rewrites off; on CPUs with AVX-512 VNNI TensorFlow turns them on, and profiled memory changes.
@@ -56,7 +56,7 @@ def make_graph(
 @pytest.fixture
 def compiled_loops() -> None:
     """Load Numba, so that every compiled loop runs compiled however small its input (until
-    Numba loads, small calls run as Python: celeritas_core.jit). A no-op without Numba."""
+    Numba loads, small calls run as Python: celeritas_core.compiled.jit). A no-op without Numba."""
     jit.load_numba()
     assert jit.numba_loaded() or not jit.ENABLED
 

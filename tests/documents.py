@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celeritas_core.format_tags import CLUSTER_FORMAT, GRAPH_FORMAT, PLACEMENT_FORMAT
+from celeritas_core.readwrite.format_tags import CLUSTER_FORMAT, GRAPH_FORMAT, PLACEMENT_FORMAT
 
 Doc = dict[str, Any]
 

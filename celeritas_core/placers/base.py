@@ -19,20 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core import jit
-from celeritas_core.bounds import lower_bound_us, single_device_time_us
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
+from celeritas_core.compiled import jit
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
-from celeritas_core.memory import (
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.placement import Placement, PlacementEvaluation
+from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
+from celeritas_core.simulation.memory import (
     memory_profile,
     one_device_peak_bytes,
     peak_lower_bound,
     planning_memory_bytes,
 )
-from celeritas_core.placement import Placement, PlacementEvaluation
-from celeritas_core.simulator import DOCUMENTED_DISPATCH, simulate
+from celeritas_core.simulation.simulator import DOCUMENTED_DISPATCH, simulate
 
 
 @dataclass
@@ -224,12 +224,12 @@ def place(
 ) -> Placement:
     """Run placer ``placer`` on ``graph`` over ``cluster`` and return an evaluated Placement.
 
-    The placer plans with :func:`~celeritas_core.memory.planning_memory_bytes` (liveness-aware
+    The placer plans with :func:`~celeritas_core.simulation.memory.planning_memory_bytes` (liveness-aware
     when the graph has liveness fields) on devices that keep ``headroom`` (a fraction) of their
     memory free; the evaluation checks the replayed peak against the full capacity.
     ``placement_seconds`` counts the planning bytes and the placer (wall clock), not the simulation
     that fills ``predicted_step_time_us``, nor importing Numba (before the clock starts) and
-    loading or compiling the compiled loops (:func:`~celeritas_core.jit.compile_clock`).
+    loading or compiling the compiled loops (:func:`~celeritas_core.compiled.jit.compile_clock`).
 
     Parameters
     ----------
@@ -324,10 +324,10 @@ def place(
 
 def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
                        dispatch: str = DOCUMENTED_DISPATCH) -> Placement:
-    """``placement`` with its :class:`~celeritas_core.placement.PlacementEvaluation` on ``cluster``:
+    """``placement`` with its :class:`~celeritas_core.graphs.placement.PlacementEvaluation` on ``cluster``:
     simulated step time, memory sums and replayed peaks, OOM, and the reference times (a new
     object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
-    ready ops in the replay (:func:`~celeritas_core.simulator.dispatch_order`; default the
+    ready ops in the replay (:func:`~celeritas_core.simulation.simulator.dispatch_order`; default the
     documented ``"rank"``, the one every placer is scored with); the peaks follow that replay.
 
     Parameters
@@ -340,12 +340,12 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
         A placement of ``graph``, evaluated or not.
     dispatch : str, optional
         ``"rank"`` (default), ``"fifo"`` or ``"random:N"``
-        (:func:`~celeritas_core.simulator.check_dispatch`).
+        (:func:`~celeritas_core.simulation.simulator.check_dispatch`).
 
     Returns
     -------
     Placement
-        A copy carrying a :class:`~celeritas_core.placement.PlacementEvaluation`; its
+        A copy carrying a :class:`~celeritas_core.graphs.placement.PlacementEvaluation`; its
         ``devices`` are ``cluster``'s names.
 
     Raises

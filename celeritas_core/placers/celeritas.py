@@ -1,12 +1,12 @@
 """The fusion-based placers: Order-Place and Celeritas's Adjusting Placement (paper, Algorithm 2),
 and the default ``celeritas`` placer built on them.
 
-Both fuse the graph first (:func:`celeritas_core.fusion.optimal_operation_fusion`), place the
+Both fuse the graph first (:func:`celeritas_core.placers.fusion.optimal_operation_fusion`), place the
 coarse graph in its CPD-TOPO order, map clusters back to ops and move co-location group members
 to their anchor's device; on graphs with liveness fields their capacity checks are liveness-aware
-(:class:`~celeritas_core.live_estimate.GroupRoom`). The ``celeritas`` placer (``refine``) adds the
+(:class:`~celeritas_core.simulation.live_estimate.GroupRoom`). The ``celeritas`` placer (``refine``) adds the
 candidates, repair and robust search of docs/algorithms.md, "Parallel work, pipeline stages,
-repair and a robust search", under work budgets (:class:`~celeritas_core.budget.StageBudget`).
+repair and a robust search", under work budgets (:class:`~celeritas_core.placers.budget.StageBudget`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from celeritas_core.budget import StageBudget
-from celeritas_core.cluster import Cluster
-from celeritas_core.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
-from celeritas_core.graph import Graph
-from celeritas_core.levels import cpath, edge_comm_us
-from celeritas_core.live_estimate import GroupRoom
-from celeritas_core.local_search import (
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import cpath, edge_comm_us
+from celeritas_core.graphs.orders import cpd_topo_order
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, get_placer, param, register_placer
+from celeritas_core.placers.budget import StageBudget
+from celeritas_core.placers.fusion import DEFAULT_MEMORY_FRACTION, DEFAULT_R, Fusion, optimal_operation_fusion
+from celeritas_core.placers.local_search import (
     ROBUST_DISPATCH,
     Candidate,
     CandidatePool,
@@ -34,9 +35,8 @@ from celeritas_core.local_search import (
     peak_memory_repair,
     robust_step_us,
 )
-from celeritas_core.memory import peak_lower_bound
-from celeritas_core.orders import cpd_topo_order
-from celeritas_core.partition import (
+from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
+from celeritas_core.placers.partition import (
     connectivity_refine,
     fm_refine,
     parts_needed,
@@ -45,11 +45,11 @@ from celeritas_core.partition import (
     tensor_nets,
     undirected_weights,
 )
-from celeritas_core.placers.base import PlacerOutput, PlacerSpec, get_placer, param, register_placer
-from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
 from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates
-from celeritas_core.simulator import SimulationResult, simulate
-from celeritas_core.timeline import DeviceTimeline
+from celeritas_core.simulation.live_estimate import GroupRoom
+from celeritas_core.simulation.memory import peak_lower_bound
+from celeritas_core.simulation.simulator import SimulationResult, simulate
+from celeritas_core.simulation.timeline import DeviceTimeline
 
 
 def order_place(graph: Graph, cluster: Cluster, order: np.ndarray,
@@ -140,7 +140,7 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
 def fusion_room(graph: Graph, cluster: Cluster, fusion: Fusion) -> GroupRoom:
     """What each device holds as fusion's clusters are placed on it: liveness-aware when ``graph``
     has liveness fields (each cluster with its co-location groups' ops), else the coarse graph's
-    summed memory (:class:`~celeritas_core.live_estimate.GroupRoom`)."""
+    summed memory (:class:`~celeritas_core.simulation.live_estimate.GroupRoom`)."""
     return GroupRoom.for_groups(graph, cluster, fusion.cluster_of[fusion.anchor], fusion.num_clusters,
                                 fusion.coarse.memory_bytes)
 
@@ -157,7 +157,7 @@ def communication_refinement(graph: Graph, fusion: Fusion, cluster: Cluster, ord
     seeds are replayed on the ops too, since the coarse replay only approximates it). The fastest
     candidate in ``pool`` so far (Adjusting Placement's among them) is then refined on the op
     graph, where co-location groups move as one unit and each tensor is a net whose cost is one
-    transfer per extra device (:func:`~celeritas_core.partition.connectivity_refine`; ``op_nets``
+    transfer per extra device (:func:`~celeritas_core.placers.partition.connectivity_refine`; ``op_nets``
     as :func:`refine_best_on_ops` takes them). Offers ``min-cut/SEED/DEVICES`` and ``NAME+refined``.
     """
     if fusion.coarse.num_nodes < 2 or cluster.num_devices < 2:
@@ -192,7 +192,7 @@ class OpNets:
 
 def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool: CandidatePool,
                        op_nets: OpNets | None = None) -> None:
-    """Offer ``pool.best`` improved by :func:`~celeritas_core.partition.connectivity_refine` on the
+    """Offer ``pool.best`` improved by :func:`~celeritas_core.placers.partition.connectivity_refine` on the
     ops (co-location groups contracted to their ``anchor``, tensors as nets: ``op_nets``, built
     here when not given), unless it already is."""
     winner = pool.best
@@ -210,7 +210,7 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
 #: (4-25k ops) and the 36k-op transformer-shaped step (HEFT's insertion search is superlinear there:
 #: 51, against about 2 on the real steps; SCT's LP grows with the graph: 13-82 on the ops). The
 #: placer's work budget (``work_seconds``) admits a stage when its estimate fits in what is left
-#: (:class:`~celeritas_core.budget.StageBudget`): a property of the graph's size, never of the
+#: (:class:`~celeritas_core.placers.budget.StageBudget`): a property of the graph's size, never of the
 #: machine's speed or load.
 STAGE_US_PER_ITEM: dict[str, float] = {
     "multilevel": 1.7, "heft": 51.0, "etf/fused": 4.6, "sct/fused": 30.0, "etf": 10.3, "sct": 82.0,
@@ -511,7 +511,7 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
 
 
 #: How many of the pool's best candidates are ranked again by their robust step over the dispatch
-#: orders (:data:`~celeritas_core.local_search.ROBUST_DISPATCH`) before the search starts.
+#: orders (:data:`~celeritas_core.placers.local_search.ROBUST_DISPATCH`) before the search starts.
 ROBUST_FINALISTS = 3
 
 
@@ -519,8 +519,8 @@ def robust_start(graph: Graph, cluster: Cluster,
                  pool: CandidatePool) -> tuple[Candidate, SimulationResult | None]:
     """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
     then fastest) and its one-device candidates, the one with the shortest robust step
-    (:func:`~celeritas_core.local_search.robust_step_us` over
-    :data:`~celeritas_core.local_search.ROBUST_DISPATCH`), with its documented replay. A one-device
+    (:func:`~celeritas_core.placers.local_search.robust_step_us` over
+    :data:`~celeritas_core.placers.local_search.ROBUST_DISPATCH`), with its documented replay. A one-device
     candidate's robust step is its documented step, so the result is never slower than it."""
     ranked = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
     one_device = [c for c in ranked[ROBUST_FINALISTS:] if np.all(c.assignment == c.assignment[0])]

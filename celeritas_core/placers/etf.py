@@ -5,7 +5,7 @@ Both share :func:`list_schedule`. Units: µs and bytes.
 
 **Fusion** (parameter ``fusion``, default 1, Baechi's recommended ``--placer_type=fusion
 --grouper=coplace``): the placers first build Baechi's co-placement groups and fuse ops inside them
-(:mod:`celeritas_core.grouping`), schedule the fused graph, whose nodes of one group share a device
+(:mod:`celeritas_core.placers.grouping`), schedule the fused graph, whose nodes of one group share a device
 through co-location, and map the fused nodes' devices back to their ops. ``fusion=0`` schedules the
 op graph itself. The description below is in terms of the scheduled graph's nodes ("ops").
 
@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph
-from celeritas_core.grouping import FusedGraph, baechi_fusion
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
+from celeritas_core.placers.grouping import FusedGraph, baechi_fusion
 from celeritas_core.placers.sct_lp import solve_favourite_children
 
 _DEAD = -2.0  # (op, device) not a candidate

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph
-from celeritas_core.grouping import baechi_fusion
-from celeritas_core.levels import blevel, edge_comm_us
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import blevel, edge_comm_us
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
-from celeritas_core.timeline import DeviceTimeline
+from celeritas_core.placers.grouping import baechi_fusion
+from celeritas_core.simulation.timeline import DeviceTimeline
 
 
 @dataclass(frozen=True, eq=False)

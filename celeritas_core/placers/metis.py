@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import placement_units
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import placement_units
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 
 #: METIS weights are integers: vertex and edge weights are each scaled so that their total is

@@ -70,13 +70,13 @@ from scipy import sparse
 if TYPE_CHECKING:  # scipy.optimize (0.15 s) loads when a MILP is built: not for every placement
     from scipy.optimize import Bounds, LinearConstraint
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
-from celeritas_core.levels import blevel, tlevel
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import blevel, tlevel
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.etf import list_schedule
-from celeritas_core.simulator import simulate
+from celeritas_core.simulation.simulator import simulate
 
 #: Clusters with more devices than this are refused.
 MAX_DEVICES = 8

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
 
 #: LPs with more constraint-matrix nonzeros than this are not attempted (no favourites instead).
 MAX_LP_NONZEROS = 20_000_000

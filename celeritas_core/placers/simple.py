@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
-from celeritas_core.graph import Graph
-from celeritas_core.orders import m_topo_order
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import anchored_memory, apply_colocation, colocation_anchor
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.orders import m_topo_order
 from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
 
 

@@ -8,9 +8,9 @@ devices. What decides whether such a split fits is the liveness-aware peak of ea
 summed bytes: the first stages hold their activations longest.
 
 1. **Pipeline order** (:func:`pipeline_sequences`). Placement units (co-location groups contracted,
-   :func:`~celeritas_core.colocation.placement_units`) are ordered by a *layer coordinate* derived
+   :func:`~celeritas_core.graphs.colocation.placement_units`) are ordered by a *layer coordinate* derived
    from the graph's structure alone (no op names): the *turning point*
-   (:func:`~celeritas_core.paths.turning_point`, the loss of a training step) splits the ops; the
+   (:func:`~celeritas_core.graphs.paths.turning_point`, the loss of a training step) splits the ops; the
    forward ops are its ancestors, each at its as-late-as-possible position before it
    (so a variable read sits with the layer that uses it). Every other op takes the latest forward
    position among the computed (not source) forward tensors it reads, the activation whose
@@ -18,9 +18,9 @@ summed bytes: the first stages hold their activations longest.
    gradient it refines); a co-location group takes its members' latest. A graph without such pairs
    (no forward tensor read after the turning point: inference) gets no paired order. A second
    order is the plain topological one (an inference pipeline).
-2. **Stage memory** (:class:`~celeritas_core.live_estimate.SequenceMemory`). The graph is
+2. **Stage memory** (:class:`~celeritas_core.simulation.live_estimate.SequenceMemory`). The graph is
    replayed once on one device and every buffer is split among the ops that keep it live
-   (:func:`~celeritas_core.memory.owned_intervals`); a stage's estimated peak is the peak over time
+   (:func:`~celeritas_core.simulation.memory.owned_intervals`); a stage's estimated peak is the peak over time
    of the sum of its units' pieces plus their persistent bytes. Sliding a window along the
    pipeline order with a segment tree over time gives, for every start, the longest run of units
    whose estimated peak fits a device: O((ops + edges) log ops) per device capacity.
@@ -47,16 +47,16 @@ from functools import partial
 
 import numpy as np
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import placement_units
-from celeritas_core.graph import Graph
-from celeritas_core.jit import jit
-from celeritas_core.live_estimate import SequenceMemory
-from celeritas_core.local_search import CandidatePool
-from celeritas_core.memory import memory_profile
-from celeritas_core.paths import ancestors, turning_point
+from celeritas_core.compiled.jit import jit
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import placement_units
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.paths import ancestors, turning_point
 from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
-from celeritas_core.simulator import simulate
+from celeritas_core.placers.local_search import CandidatePool
+from celeritas_core.simulation.live_estimate import SequenceMemory
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
 
 #: Rounds of "replay, lower the capacity of the stages that overflowed, cut again" per K.
 CALIBRATION_ROUNDS = 6
@@ -102,7 +102,7 @@ def pipeline_sequences(graph: Graph) -> list[UnitSequence]:
 
     Examples
     --------
-    >>> from celeritas_core.synthetic import small_training_graph
+    >>> from celeritas_core.generators.synthetic import small_training_graph
     >>> [s.name for s in pipeline_sequences(small_training_graph(0))]
     ['paired', 'topo']
     """
@@ -196,7 +196,7 @@ def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
     """The cuts ``0 < c_1 < … < c_{K-1} < units`` minimising ``Σ cost[c_k]`` such that stage ``k``
     (positions ``c_k..c_{k+1}-1``) ends by ``ends[k, c_k]``; None when no split fits.
 
-    ``ends`` is K × units (:meth:`~celeritas_core.live_estimate.SequenceMemory.window_ends` for
+    ``ends`` is K × units (:meth:`~celeritas_core.simulation.live_estimate.SequenceMemory.window_ends` for
     stage k's device), ``cost`` has units + 1 entries (:func:`boundary_costs`).
 
     Examples

@@ -14,7 +14,7 @@ from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import redact
+from celeritas_core.readwrite.redact import redact
 from tasks.tracking.lock import _registry_lock
 from tasks.tracking.store import (
     EXPERIMENT,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import redact
+from celeritas_core.readwrite.redact import redact
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

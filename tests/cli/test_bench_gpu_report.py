@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from celeritas_core.formats import write_json_atomic
-from celeritas_core.units import format_bytes, format_us
+from celeritas_core.readwrite.formats import write_json_atomic
+from celeritas_core.readwrite.units import format_bytes, format_us
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"

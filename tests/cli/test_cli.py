@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import load_placement, save_cluster, save_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.readwrite.formats import load_placement, save_cluster, save_graph
 from tests.conftest import make_graph
 
 
@@ -61,7 +61,7 @@ def test_place_then_simulate_round_trip(graph_file, tmp_path, capsys):
     placed = json.loads(out_file.read_text())
     code, out, _ = _run(["simulate", str(graph_file), str(out_file), "--cluster", str(cluster_file)], capsys)
     assert code == 0
-    from celeritas_core.units import format_us
+    from celeritas_core.readwrite.units import format_us
     assert format_us(placed["predicted_step_time_us"]) in out
     code, out, _ = _run(["simulate", str(graph_file), str(out_file)], capsys)  # devices from the file
     assert code == 0 and "gpu:2" in out
@@ -143,9 +143,9 @@ def test_simulate_rejects_a_placement_of_another_graph(graph_file, tmp_path, cap
 @pytest.fixture
 def step_files(tmp_path: Path) -> tuple[Path, Path, Path]:
     """A 407-op training step, a 3-device cluster and its HEFT placement (the orders' steps differ)."""
-    from celeritas_core.formats import save_placement
+    from celeritas_core.generators.synthetic import small_training_graph
     from celeritas_core.placers import place
-    from celeritas_core.synthetic import small_training_graph
+    from celeritas_core.readwrite.formats import save_placement
 
     graph, cluster = small_training_graph(3), Cluster.homogeneous(3, 2**40)
     paths = tmp_path / "step.json", tmp_path / "c.json", tmp_path / "heft.json"
@@ -157,8 +157,8 @@ def step_files(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def _steps_by_order(graph_path: Path, cluster_path: Path, placement_path: Path,
                     names: tuple[str, ...]) -> dict[str, float]:
-    from celeritas_core.formats import load_cluster, load_graph
-    from celeritas_core.simulator import simulate
+    from celeritas_core.readwrite.formats import load_cluster, load_graph
+    from celeritas_core.simulation.simulator import simulate
 
     graph, cluster = load_graph(graph_path), load_cluster(cluster_path)
     assignment = load_placement(placement_path, graph, cluster).assignment
@@ -166,7 +166,7 @@ def _steps_by_order(graph_path: Path, cluster_path: Path, placement_path: Path,
 
 
 def test_simulate_dispatch_replays_under_the_named_order(step_files, capsys):
-    from celeritas_core.units import format_us
+    from celeritas_core.readwrite.units import format_us
 
     graph, cluster, placement = step_files
     steps = _steps_by_order(graph, cluster, placement, ("rank", "random:2"))
@@ -182,8 +182,8 @@ def test_simulate_dispatch_replays_under_the_named_order(step_files, capsys):
 
 
 def test_simulate_dispatch_all_prints_every_order_and_the_median(step_files, capsys):
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
-    from celeritas_core.units import format_change, format_us
+    from celeritas_core.readwrite.units import format_change, format_us
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH
 
     graph, cluster, placement = step_files
     steps = _steps_by_order(graph, cluster, placement, ("rank", *ALTERNATIVE_DISPATCH))
@@ -206,10 +206,10 @@ def test_simulate_dispatch_all_prints_every_order_and_the_median(step_files, cap
 
 
 def test_simulate_dispatch_all_on_one_device_shows_one_step(step_files, tmp_path, capsys):
-    from celeritas_core.formats import load_graph, save_placement
     from celeritas_core.placers import place
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
-    from celeritas_core.units import format_us
+    from celeritas_core.readwrite.formats import load_graph, save_placement
+    from celeritas_core.readwrite.units import format_us
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH
 
     graph_path, cluster_path, _ = step_files
     graph = load_graph(graph_path)
@@ -289,7 +289,7 @@ def test_loaded_placement_matches_written(graph_file, tmp_path, capsys):
     out_file = tmp_path / "p.json"
     assert _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB", "--out",
                  str(out_file)], capsys)[0] == 0
-    from celeritas_core.formats import load_graph
+    from celeritas_core.readwrite.formats import load_graph
     graph = load_graph(graph_file)
     loaded = load_placement(out_file, graph)
     doc = json.loads(out_file.read_text())

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
-from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import save_graph
+from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.placers import PLACERS
+from celeritas_core.placers.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
+from celeritas_core.readwrite.formats import save_graph
 from tests.conftest import make_graph
 
 
@@ -170,13 +170,13 @@ def test_cli_compare_bad_graph_names_the_file(tmp_path, capsys):
 # ---------------------------------------------------------------------------- other dispatch orders
 def _training_step():
     """A 407-op training step: on 3 devices the dispatch orders' steps differ."""
-    from celeritas_core.synthetic import small_training_graph
+    from celeritas_core.generators.synthetic import small_training_graph
 
     return small_training_graph(3)
 
 
 def test_every_placement_is_replayed_under_the_other_orders():
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate
 
     g = _training_step()
     cluster = Cluster.homogeneous(3, 2**40)
@@ -219,7 +219,7 @@ def _compare_cli(tmp_path: Path, capsys, devices: str, placers: str) -> tuple[st
     (0.9994, "-0.1%"), (2.0, "+100.0%"), (float("inf"), "-"), (float("nan"), "-"),
 ])
 def test_the_other_orders_cell_is_a_signed_change_without_negative_zero(ratio, text):
-    from celeritas_core.units import format_change
+    from celeritas_core.readwrite.units import format_change
 
     assert format_change(ratio) == text
 
@@ -230,8 +230,8 @@ def _other_orders_cell(line: str) -> str:
 
 
 def test_cli_compare_reports_the_other_orders_in_table_json_and_csv(tmp_path, capsys):
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
-    from celeritas_core.units import format_change
+    from celeritas_core.readwrite.units import format_change
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH
 
     out, doc, rows = _compare_cli(tmp_path, capsys, "3", "single,heft,m-topo")
     assert doc["dispatch"] == "rank" and doc["other_orders"] == list(ALTERNATIVE_DISPATCH)
@@ -261,8 +261,8 @@ def test_cli_compare_on_one_device_shows_no_change_under_other_orders(tmp_path, 
 
 
 def test_docs_name_every_compare_field_and_column():
-    from celeritas_core.compare import CSV_COLUMNS
-    from celeritas_core.formats import compare_to_json
+    from celeritas_core.placers.compare import CSV_COLUMNS
+    from celeritas_core.readwrite.formats import compare_to_json
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
     section = text[text.index("## `celeritas-compare/1`"):text.index("## TensorFlow adapter formats")]

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.columnar import graph_arrays
-from celeritas_core.formats import graph_from_json, load_graph, save_graph
+from celeritas_core.readwrite.columnar import graph_arrays
+from celeritas_core.readwrite.formats import graph_from_json, load_graph, save_graph
 from tests.core.test_columnar import archive, assert_identical
 from tests.documents import graph_doc_with_liveness
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import celeritas_core.placers.etf  # noqa: F401  (registers m-etf and m-sct)
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.graph import Graph
-from celeritas_core.levels import critical_path_length_us
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import critical_path_length_us
 from celeritas_core.placers import place, sct_lp
 from celeritas_core.placers.etf import list_schedule
 from celeritas_core.placers.sct_lp import collapse_pairs, round_favourites, solve_favourite_children
@@ -319,7 +319,7 @@ def test_random_dags_are_fully_placed_and_above_the_lower_bound(seed, placer):
 def test_groups_stay_whole_when_best_effort_overfills_devices(rng):
     # Memory far too small: every op is best effort and free memory goes negative; members of a
     # group placed earlier must still follow it (a regression found on a real TensorFlow graph).
-    from celeritas_core.colocation import colocation_respected
+    from celeritas_core.graphs.colocation import colocation_respected
 
     for _ in range(20):
         n = int(rng.integers(8, 40))

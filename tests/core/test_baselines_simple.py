@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import celeritas_core.placers.simple  # noqa: F401  (registers single and m-topo)
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers import place
 from celeritas_core.placers.metis import WEIGHT_SCALE, map_parts_to_devices, metis_weights, unit_graph
 from tests.conftest import make_graph

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from celeritas_core import families
-from celeritas_core.cluster import Cluster
-from celeritas_core.local_search import CandidatePool
-from celeritas_core.simulator import simulate
+from celeritas_core.generators import families
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.placers.local_search import CandidatePool
+from celeritas_core.simulation.simulator import simulate
 
 
 def test_best_replay_is_the_replay_of_the_best_candidate():

@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from celeritas_core import columnar, families, formats
-from celeritas_core.columnar import graph_arrays, npz_bytes
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.format_tags import GRAPH_COLUMNS_FORMAT
-from celeritas_core.formats import graph_from_json, graph_to_json, load_graph, save_graph
-from celeritas_core.graph import Graph, Liveness
-from celeritas_core.synthetic import paper_shaped_graph
+from celeritas_core.generators import families
+from celeritas_core.generators.synthetic import paper_shaped_graph
+from celeritas_core.graphs.graph import Graph, Liveness
+from celeritas_core.readwrite import columnar, formats
+from celeritas_core.readwrite.columnar import graph_arrays, npz_bytes
+from celeritas_core.readwrite.format_tags import GRAPH_COLUMNS_FORMAT
+from celeritas_core.readwrite.formats import graph_from_json, graph_to_json, load_graph, save_graph
 from tests.documents import graph_doc, graph_doc_with_liveness
 
 Arrays = dict[str, Any]
@@ -441,8 +442,8 @@ def test_docs_describe_every_member_with_its_dtype() -> None:
 
 
 def test_a_graph_json_too_large_to_read_back_is_refused_and_nothing_written(tmp_path, monkeypatch):
-    import celeritas_core.formats as formats
-    from celeritas_core.families import layered_dag
+    import celeritas_core.readwrite.formats as formats
+    from celeritas_core.generators.families import layered_dag
 
     graph = layered_dag(seed=1, tasks=200, ccr=1.0)
     monkeypatch.setattr(formats, "MAX_INPUT_FILE_BYTES", 4096)

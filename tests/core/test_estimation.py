@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.estimation import (
+from celeritas_core.readwrite.formats import fits_from_json, fits_to_json
+from celeritas_core.statistics.estimation import (
     TIME_MODELS,
     choose_time_models,
     spanning_batch,
     traced_steps_needed,
     weighted_median_error,
 )
-from celeritas_core.formats import fits_from_json, fits_to_json
-from celeritas_core.regression import fit_costs
+from celeritas_core.statistics.regression import fit_costs
 
 BATCHES = (2, 4, 8, 16)
 #: Ops whose right model is known: a fixed cost until the work grows past it, a power law, a line.
@@ -75,7 +75,7 @@ def test_power_exponent_is_held_between_0_and_1():
     y = np.array([[b**2.0] for b in BATCHES])  # faster than the work: an exponent of 1 at most
     models = choose_time_models(["x"], BATCHES, y)
     power = TIME_MODELS.index("power")
-    from celeritas_core.estimation import fit_model
+    from celeritas_core.statistics.estimation import fit_model
 
     assert fit_model("power", np.array(BATCHES, float), y)[0, 1] == pytest.approx(1.0)
     assert models.loo_error[0, power] > 0

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.families import (
+from celeritas_core.generators.families import (
     CHEAP_CCR,
     FAMILIES,
     LAYERED_CCRS,
@@ -34,12 +33,13 @@ from celeritas_core.families import (
     scale_to_ccr,
     towers_graph,
 )
-from celeritas_core.formats import load_graph
-from celeritas_core.graph import Graph
-from celeritas_core.levels import ccr
-from celeritas_core.memory import one_device_peak_bytes
-from celeritas_core.simulator import ALTERNATIVE_DISPATCH
-from celeritas_core.synthetic import small_training_graph
+from celeritas_core.generators.synthetic import small_training_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import ccr
+from celeritas_core.readwrite.formats import load_graph
+from celeritas_core.simulation.memory import one_device_peak_bytes
+from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH
 
 ROOT = Path(__file__).resolve().parents[2]
 

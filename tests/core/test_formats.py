@@ -16,12 +16,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from celeritas_core import formats
-from celeritas_core.bounds import lower_bound_us, single_device_time_us
-from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.format_tags import CLUSTER_FORMAT, CLUSTER_FORMAT_V2, GRAPH_FORMAT, PLACEMENT_FORMAT
-from celeritas_core.formats import (
+from celeritas_core.graphs.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.placement import Placement, PlacementEvaluation
+from celeritas_core.readwrite import formats
+from celeritas_core.readwrite.format_tags import (
+    CLUSTER_FORMAT,
+    CLUSTER_FORMAT_V2,
+    GRAPH_FORMAT,
+    PLACEMENT_FORMAT,
+)
+from celeritas_core.readwrite.formats import (
     cluster_from_json,
     cluster_to_json,
     graph_from_json,
@@ -37,9 +43,8 @@ from celeritas_core.formats import (
     save_placement,
     write_json_atomic,
 )
-from celeritas_core.graph import Graph
-from celeritas_core.placement import Placement, PlacementEvaluation
-from celeritas_core.units import parse_size
+from celeritas_core.readwrite.units import parse_size
+from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
 from tests.documents import cluster_doc, graph_doc, placement_doc
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
@@ -825,7 +830,7 @@ def test_docs_examples_load_with_the_readers(tmp_path: Path) -> None:
 
 
 def test_docs_topology_example_is_what_the_preset_writes() -> None:
-    from celeritas_core.topology import parse_preset
+    from celeritas_core.graphs.topology import parse_preset
 
     shown = _doc_examples()[CLUSTER_FORMAT_V2]
     devices = Cluster.homogeneous(4, 80 * 2**30)
@@ -908,7 +913,7 @@ def test_cli_prints_one_line_error_exit_2_and_writes_nothing(
 
 # ---------------------------------------------------------------------------- the hardened I/O layer
 def test_inputs_must_be_regular_files(tmp_path: Path, graph: Graph) -> None:
-    from celeritas_core.safe_io import read_input_bytes
+    from celeritas_core.readwrite.safe_io import read_input_bytes
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # reading it would block forever: it must be refused before it is opened
@@ -924,8 +929,8 @@ def test_inputs_must_be_regular_files(tmp_path: Path, graph: Graph) -> None:
 
 
 def test_input_size_limit(tmp_path: Path) -> None:
-    from celeritas_core.limits import MAX_INPUT_FILE_BYTES
-    from celeritas_core.safe_io import read_input_bytes
+    from celeritas_core.readwrite.limits import MAX_INPUT_FILE_BYTES
+    from celeritas_core.readwrite.safe_io import read_input_bytes
 
     assert MAX_INPUT_FILE_BYTES == 2 * 2**30
     path = _write_text(tmp_path / "g.json", json.dumps(graph_doc()))
@@ -945,7 +950,7 @@ def test_utf16_input_is_not_json(tmp_path: Path) -> None:
 
 
 def test_outputs_only_replace_regular_files(tmp_path: Path, graph: Graph) -> None:
-    from celeritas_core.safe_io import check_output_path
+    from celeritas_core.readwrite.safe_io import check_output_path
 
     source = save_graph(graph, tmp_path / "in.json")
     fifo = tmp_path / "fifo"
@@ -974,7 +979,7 @@ def test_outputs_only_replace_regular_files(tmp_path: Path, graph: Graph) -> Non
 
 
 def test_output_set_writes_all_or_nothing(tmp_path: Path) -> None:
-    from celeritas_core.safe_io import OutputSet, staged_outputs
+    from celeritas_core.readwrite.safe_io import OutputSet, staged_outputs
 
     old = _write_text(tmp_path / "a.json", "old a\n")
     with pytest.raises(RuntimeError, match="plot failed"), staged_outputs():
@@ -1005,7 +1010,7 @@ def test_output_set_writes_all_or_nothing(tmp_path: Path) -> None:
 
 def test_output_set_restores_previous_files_when_a_rename_fails(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from celeritas_core import safe_io
+    from celeritas_core.readwrite import safe_io
 
     first = _write_text(tmp_path / "first.json", "old first\n")
     outputs = safe_io.OutputSet()
@@ -1077,7 +1082,7 @@ def test_cli_refuses_outputs_before_computing(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_values_at_the_limits_load(tmp_path: Path) -> None:
-    from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_TIME_US
+    from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES, MAX_TIME_US
 
     doc = graph_doc()
     doc["nodes"] = [dict(n, time_us=0, memory_bytes=0) for n in doc["nodes"]]
@@ -1110,7 +1115,7 @@ def test_cluster_build_checks_limits_and_types() -> None:
 
 
 def test_docs_list_every_limit() -> None:
-    from celeritas_core import limits
+    from celeritas_core.readwrite import limits
 
     text = DOCS.read_text(encoding="utf-8")
     section = text[text.index("## Limits"):]

@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.fusion import coarse_graph, optimal_breakpoints, optimal_operation_fusion
-from celeritas_core.levels import ccr
-from celeritas_core.orders import is_topological
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.levels import ccr
+from celeritas_core.graphs.orders import is_topological
+from celeritas_core.placers.fusion import coarse_graph, optimal_breakpoints, optimal_operation_fusion
 from tests.conftest import make_graph
 
 

@@ -1,4 +1,4 @@
-"""Baechi's co-placement grouping and operator fusion (celeritas_core.grouping) on hand-made and
+"""Baechi's co-placement grouping and operator fusion (celeritas_core.placers.grouping) on hand-made and
 random graphs: the rules, acyclicity, co-location and the way back to the ops."""
 
 from __future__ import annotations
@@ -6,18 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.graph import Graph
-from celeritas_core.grouping import (
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.placers import place
+from celeritas_core.placers.etf import list_schedule
+from celeritas_core.placers.grouping import (
     baechi_fusion,
     contract_groups,
     coplacement_groups,
     distinct_pairs,
     fuse_groups,
 )
-from celeritas_core.placers import place
-from celeritas_core.placers.etf import list_schedule
 from tests.conftest import make_graph
 
 

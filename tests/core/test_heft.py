@@ -8,12 +8,12 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from celeritas_core.bounds import lower_bound_us
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.graph import Graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers import place
 from celeritas_core.placers.heft import heft_order, heft_schedule, upward_rank
+from celeritas_core.simulation.bounds import lower_bound_us
 from tests.conftest import make_graph
 
 

@@ -1,4 +1,4 @@
-"""The compiled hot loops (celeritas_core.jit): Numba is in use, and each compiled loop returns
+"""The compiled hot loops (celeritas_core.compiled.jit): Numba is in use, and each compiled loop returns
 exactly what the same function returns run as Python."""
 
 from __future__ import annotations
@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celeritas_core import dagloops, families, jit
-from celeritas_core.cluster import Cluster
-from celeritas_core.fusion import _segment_dp, optimal_breakpoints
-from celeritas_core.levels import cpath, edge_comm_us
-from celeritas_core.orders import cpd_topo_order
+from celeritas_core.compiled import jit
+from celeritas_core.generators import families
+from celeritas_core.graphs import dagloops
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.levels import cpath, edge_comm_us
+from celeritas_core.graphs.orders import cpd_topo_order
+from celeritas_core.placers.fusion import _segment_dp, optimal_breakpoints
 
 # the compiled side of each comparison must run compiled, however small its input
 pytestmark = pytest.mark.usefixtures("compiled_loops")
@@ -61,7 +63,7 @@ def test_fusion_dp_compiled_equals_python(R, cap, monkeypatch):
     order = cpd_topo_order(graph, comm, cpath=cpath(graph, comm))
     memory = np.random.default_rng(0).uniform(0, 1e5, graph.num_nodes)
     compiled = optimal_breakpoints(graph, order, comm, memory, R=R, memory_cap=cap)
-    monkeypatch.setattr("celeritas_core.fusion._segment_dp", _python(_segment_dp))
+    monkeypatch.setattr("celeritas_core.placers.fusion._segment_dp", _python(_segment_dp))
     interpreted = optimal_breakpoints(graph, order, comm, memory, R=R, memory_cap=cap)
     np.testing.assert_array_equal(compiled[0], interpreted[0])
     assert compiled[1] == interpreted[1]

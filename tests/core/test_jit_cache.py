@@ -1,5 +1,5 @@
 """When the compiled loops run compiled, where their machine code is cached, and that compiling
-is not counted as placement time (celeritas_core/jit.py, celeritas_core/jitcache.py). The
+is not counted as placement time (celeritas_core/compiled/jit.py, celeritas_core/compiled/jitcache.py). The
 read-only install as another user: tests/deploy/test_readonly_install.py."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from celeritas_core import jit
-from celeritas_core.cluster import Cluster
+from celeritas_core.compiled import jit
+from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.placers import PLACERS, get_placer, place
 from tests.conftest import make_graph
 
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(not jit.ENABLED, reason="Numba is off: every loo
 SCRIPT = """
 import json, sys
 import numpy as np
-from celeritas_core import dagloops, jit
+from celeritas_core.graphs import dagloops
+from celeritas_core.compiled import jit
 
 def chain(n):
     ptr = np.arange(n + 1, dtype=np.int64); ptr[-1] = n - 1
@@ -135,7 +136,7 @@ def _outside(x: float) -> float:
 
 
 def _layered(*layers: _Layer) -> Any:
-    from celeritas_core.jitcache import LayeredCache
+    from celeritas_core.compiled.jitcache import LayeredCache
 
     cache = LayeredCache(_outside)
     cache._layers = list(layers)
@@ -159,8 +160,8 @@ def test_saves_to_the_first_writable_layer_or_keeps_the_code_in_memory() -> None
 
 
 def test_the_prebuilt_layer_is_inside_the_package_whether_or_not_it_is_writable() -> None:
-    from celeritas_core import dagloops
-    from celeritas_core.jitcache import LayeredCache, PrebuiltLocator
+    from celeritas_core.compiled.jitcache import LayeredCache, PrebuiltLocator
+    from celeritas_core.graphs import dagloops
 
     cache = LayeredCache(dagloops.stack_order.py_func)
     assert Path(cache.cache_path) == jit.CACHE_DIR

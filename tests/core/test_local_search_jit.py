@@ -8,11 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from celeritas_core import jit, local_search
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph
-from celeritas_core.local_search import critical_chain
-from celeritas_core.simulator import SimulationResult, simulate
+from celeritas_core.compiled import jit
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.placers import local_search
+from celeritas_core.placers.local_search import critical_chain
+from celeritas_core.simulation.simulator import SimulationResult, simulate
 from tests.core.test_simulator_jit import random_assignment, random_cluster, random_graph
 
 

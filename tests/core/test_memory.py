@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import graph_from_json, graph_to_json, placement_to_json
-from celeritas_core.graph import Graph, Liveness
-from celeritas_core.memory import memory_profile
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph, Liveness
 from celeritas_core.placers import place
-from celeritas_core.simulator import simulate
+from celeritas_core.readwrite.formats import graph_from_json, graph_to_json, placement_to_json
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
 from tests.core.test_properties import SETTINGS
 
 X = 100.0
@@ -152,7 +152,7 @@ def test_peak_never_exceeds_sum_plus_received_copies(graph, seed):
 
 
 def test_planning_bytes_add_up_to_the_one_device_peak():
-    from celeritas_core.memory import planning_memory_bytes
+    from celeritas_core.simulation.memory import planning_memory_bytes
 
     names = [f"x{i}" for i in range(6)]
     g = _live_graph(names, list(itertools.pairwise(names)), persistent={"x0": 50.0})
@@ -199,13 +199,13 @@ def _excess(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> float:
 
 
 def _repair(graph: Graph, cluster: Cluster, start, *, budget: int = 10**6, stats: dict | None = None):
-    from celeritas_core.local_search import peak_memory_repair
+    from celeritas_core.placers.local_search import peak_memory_repair
 
     return peak_memory_repair(graph, cluster, start, budget=budget, stats=stats)
 
 
 def test_live_bytes_by_op_charges_what_is_live_at_an_instant():
-    from celeritas_core.memory import live_bytes_by_op
+    from celeritas_core.simulation.memory import live_bytes_by_op
 
     g = _live_graph(["a", "b", "c"], [("a", "b"), ("a", "c"), ("b", "c")])
     cluster = Cluster.homogeneous(2, 1e12, slope_us_per_byte=0.0, intercept_us=5.0)
@@ -221,7 +221,7 @@ def test_live_bytes_by_op_charges_what_is_live_at_an_instant():
 
 
 def test_peak_memory_repair_strictly_lowers_the_excess():
-    from celeritas_core.local_search import CandidatePool
+    from celeritas_core.placers.local_search import CandidatePool
 
     g, cluster = _two_branches(), _tight()
     pool = CandidatePool(g, cluster)
@@ -242,7 +242,7 @@ def test_peak_memory_repair_strictly_lowers_the_excess():
 
 
 def test_peak_memory_repair_keeps_no_move_that_does_not_lower_the_excess():
-    from celeritas_core.local_search import CandidatePool
+    from celeritas_core.placers.local_search import CandidatePool
 
     names = [f"x{i}" for i in range(6)]
     g = _live_graph(names, list(itertools.pairwise(names)), persistent={"x2": 10 * X})  # x2 alone: 11X
@@ -258,7 +258,7 @@ def test_peak_memory_repair_keeps_no_move_that_does_not_lower_the_excess():
 def test_critical_path_search_keeps_a_fitting_placement_fitting_by_peak():
     import time
 
-    from celeritas_core.local_search import CandidatePool, critical_path_search
+    from celeritas_core.placers.local_search import CandidatePool, critical_path_search
 
     g, cluster = _two_branches(), _tight()
     pool = CandidatePool(g, cluster)
@@ -282,8 +282,8 @@ def test_celeritas_fits_where_the_summed_bytes_placers_overflow():
 
 
 def test_memory_repair_repairs_every_start_that_could_still_win():
-    from celeritas_core.local_search import CandidatePool
     from celeritas_core.placers.celeritas import memory_repair
+    from celeritas_core.placers.local_search import CandidatePool
 
     g, cluster = _two_branches(), _tight()
     pool = CandidatePool(g, cluster)

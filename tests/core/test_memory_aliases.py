@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import graph_from_json, graph_to_json
-from celeritas_core.graph import Graph, Liveness
-from celeritas_core.memory import memory_profile
-from celeritas_core.simulator import simulate
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph, Liveness
+from celeritas_core.readwrite.formats import graph_from_json, graph_to_json
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
 
 X = 100.0
 

@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.formats import save_graph
-from celeritas_core.local_search import CandidatePool, excess_bytes, peak_memory_repair
-from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
+from celeritas_core.generators.synthetic import small_training_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
 from celeritas_core.placers import place
-from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate
-from celeritas_core.synthetic import small_training_graph
+from celeritas_core.placers.local_search import CandidatePool, excess_bytes, peak_memory_repair
+from celeritas_core.readwrite.formats import save_graph
+from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
+from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate
 from tests.core.test_stages import training_step
 
 ORDERS = ("rank", *ALTERNATIVE_DISPATCH)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import (
+from celeritas_core.graphs.opkeys import KeyedFits, fits_op_keys, keys_digest, match_op_keys, with_op_keys
+from celeritas_core.graphs.placement import Placement
+from celeritas_core.readwrite.formats import (
     check_profile_document,
     fits_from_json,
     fits_to_json,
@@ -17,9 +19,7 @@ from celeritas_core.formats import (
     placement_op_keys_digest,
     placement_to_json,
 )
-from celeritas_core.opkeys import KeyedFits, fits_op_keys, keys_digest, match_op_keys, with_op_keys
-from celeritas_core.placement import Placement
-from celeritas_core.regression import fit_costs
+from celeritas_core.statistics.regression import fit_costs
 from tests.conftest import make_graph
 
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import save_graph
-from celeritas_core.graph import Graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers import optimal, place
 from celeritas_core.placers.optimal import MILP_MODELS, channel_schedule, model_schedule
-from celeritas_core.simulator import simulate
+from celeritas_core.readwrite.formats import save_graph
+from celeritas_core.simulation.simulator import simulate
 from tests.conftest import make_graph
 
 FAST = {"time_limit": 20.0}

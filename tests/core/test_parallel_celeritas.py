@@ -8,18 +8,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import celeritas_core.placers.celeritas as celeritas_module
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.graph import Graph
-from celeritas_core.local_search import (
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.placers import place
+from celeritas_core.placers.local_search import (
     CandidatePool,
     critical_chain,
     critical_path_search,
     placement_units,
     robust_step_us,
 )
-from celeritas_core.placers import place
-from celeritas_core.simulator import simulate
+from celeritas_core.simulation.simulator import simulate
 from tests.conftest import make_graph
 from tests.core.test_properties import SETTINGS, clusters, dags
 
@@ -149,7 +149,7 @@ def test_celeritas_is_never_slower_than_its_best_candidates_robustly(graph, devi
 
 
 def test_pool_replays_an_assignment_once_and_ranks_fitting_placements_first(monkeypatch):
-    import celeritas_core.local_search as ls
+    import celeritas_core.placers.local_search as ls
 
     g = make_graph([("a", "b")], memory={"a": 10, "b": 10}, times={"a": 10, "b": 10})
     cluster = Cluster.homogeneous(2, 15.0, **FREE)

@@ -7,9 +7,10 @@ import itertools
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.partition import (
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.placers import place
+from celeritas_core.placers.partition import (
     connectivity_cost,
     connectivity_refine,
     cut_weight,
@@ -20,8 +21,7 @@ from celeritas_core.partition import (
     tensor_nets,
     undirected_weights,
 )
-from celeritas_core.placers import place
-from celeritas_core.simulator import simulate
+from celeritas_core.simulation.simulator import simulate
 from tests.conftest import make_graph
 
 
@@ -100,7 +100,7 @@ def _fan_out_graph():
     g = make_graph(edges)
     out = np.zeros(g.num_edges, dtype=np.int64)
     out[-1] = 1
-    from celeritas_core.graph import Graph
+    from celeritas_core.graphs.graph import Graph
 
     return Graph.from_arrays(name="fan", node_names=g.node_names, time_us=g.time_us,
                              memory_bytes=g.memory_bytes, edge_src=g.edge_src, edge_dst=g.edge_dst,
@@ -188,12 +188,12 @@ def test_refinement_keeps_the_step_of_adjusting_placement_when_it_is_best():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_refinement_is_never_slower_than_adjusting_placement(seed):
-    from celeritas_core.colocation import apply_colocation
-    from celeritas_core.fusion import optimal_operation_fusion
-    from celeritas_core.levels import cpath, edge_comm_us
-    from celeritas_core.local_search import CandidatePool
-    from celeritas_core.orders import cpd_topo_order
+    from celeritas_core.graphs.colocation import apply_colocation
+    from celeritas_core.graphs.levels import cpath, edge_comm_us
+    from celeritas_core.graphs.orders import cpd_topo_order
     from celeritas_core.placers.celeritas import adjusting_placement, communication_refinement
+    from celeritas_core.placers.fusion import optimal_operation_fusion
+    from celeritas_core.placers.local_search import CandidatePool
 
     rng = np.random.default_rng(seed)
     n = 40
@@ -226,10 +226,10 @@ def test_refinement_is_never_slower_than_adjusting_placement(seed):
 
 
 def _pure_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run :mod:`celeritas_core.partition` as plain Python: every Numba dispatcher in it (kernels
+    """Run :mod:`celeritas_core.placers.partition` as plain Python: every Numba dispatcher in it (kernels
     call each other through the module) replaced by its ``py_func``. Skipped without Numba."""
-    import celeritas_core.partition as partition
-    from celeritas_core import jit
+    import celeritas_core.placers.partition as partition
+    from celeritas_core.compiled import jit
 
     if not jit.ENABLED:
         pytest.skip("Numba is off (not installed, or CELERITAS_NO_JIT): there is only the Python path")
@@ -307,7 +307,7 @@ def test_compiled_connectivity_refine_matches_plain_python(rng, monkeypatch):
 
 @pytest.mark.usefixtures("compiled_loops")
 def test_compiled_sparse_fiedler_matches_plain_python(rng, monkeypatch):
-    from celeritas_core import partition
+    from celeritas_core.placers import partition
 
     g = _training_like(layers=130, act=1e6, small=1.0)  # 260 nodes: the sparse path
     w = undirected_weights(g, g.edge_bytes)
@@ -344,7 +344,7 @@ def test_connectivity_refine_never_worsens_nor_overfills_on_larger_random_nets(r
 
 
 def test_sparse_spectral_order_pairs_forward_and_backward_of_a_layer():
-    from celeritas_core.partition import SPECTRAL_DENSE_MAX_NODES
+    from celeritas_core.placers.partition import SPECTRAL_DENSE_MAX_NODES
 
     layers = 300
     g = _training_like(layers=layers, act=1e6, small=1.0)

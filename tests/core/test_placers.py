@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.compare import params_for
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import placement_to_json
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
 from celeritas_core.placers import PLACERS, get_placer, place
 from celeritas_core.placers.celeritas import adjusting_placement, order_place
-from celeritas_core.timeline import DeviceTimeline
+from celeritas_core.placers.compare import params_for
+from celeritas_core.readwrite.formats import placement_to_json
+from celeritas_core.simulation.timeline import DeviceTimeline
 from tests.conftest import make_graph
 
 
@@ -123,7 +123,7 @@ def test_placement_reports_figures_consistently(rng):
 
 def test_a_graph_without_op_times_places_and_reports_finite_figures(tmp_path):
     # static-cost graphs (``celeritas graph --costs static``) have time 0 everywhere
-    from celeritas_core.formats import save_placement
+    from celeritas_core.readwrite.formats import save_placement
 
     g = make_graph([("a", "b", 100.0), ("b", "c", 100.0)], default_time=0.0)
     cluster = Cluster.homogeneous(2, 10.0, slope_us_per_byte=0.0, intercept_us=0.0)

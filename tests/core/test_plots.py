@@ -6,10 +6,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.compare import compare_placers
-from celeritas_core.formats import graph_from_json
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.placers.compare import compare_placers
 from celeritas_core.plots import _pyplot, memory_chart, memory_figure
+from celeritas_core.readwrite.formats import graph_from_json
 from tests.documents import graph_doc
 
 

@@ -7,13 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.colocation import colocation_respected
-from celeritas_core.compare import params_for
-from celeritas_core.fusion import optimal_operation_fusion
-from celeritas_core.graph import Graph
-from celeritas_core.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.colocation import colocation_respected
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
 from celeritas_core.placers import PLACERS, place
+from celeritas_core.placers.compare import params_for
+from celeritas_core.placers.fusion import optimal_operation_fusion
 
 
 @st.composite

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import fits_from_json, fits_to_json
-from celeritas_core.regression import fit_costs, relative_deviation
+from celeritas_core.readwrite.formats import fits_from_json, fits_to_json
+from celeritas_core.statistics.regression import fit_costs, relative_deviation
 
 
 def _profiles(rng, noise: float = 0.0):

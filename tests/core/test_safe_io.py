@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.safe_io import check_output_path, write_atomic
+from celeritas_core.readwrite.safe_io import check_output_path, write_atomic
 
 
 @pytest.mark.parametrize("name", ["out/", "out/.", "..", "sub/out/"])

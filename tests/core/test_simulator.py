@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.graph import Graph
-from celeritas_core.simulator import SimulationResult, simulate
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.simulation.simulator import SimulationResult, simulate
 
 K = 0.01  # µs per byte
 B = 5.0  # µs per transfer
@@ -337,8 +337,8 @@ def test_replay_properties_on_random_dags(case: tuple[Graph, Cluster, np.ndarray
 
 # ---------------------------------------------------------------------------- dispatch orders
 def test_every_dispatch_order_is_a_seeded_topological_order() -> None:
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, dispatch_order
-    from celeritas_core.synthetic import small_training_graph
+    from celeritas_core.generators.synthetic import small_training_graph
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, dispatch_order
 
     graph = small_training_graph(3)
     orders = {}
@@ -373,14 +373,14 @@ def test_unknown_dispatch_order_is_one_line_error(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["rank", "fifo", "random:0", "random:7", "random:123456789"])
 def test_check_dispatch_accepts_every_documented_name(name: str) -> None:
-    from celeritas_core.simulator import check_dispatch
+    from celeritas_core.simulation.simulator import check_dispatch
 
     assert check_dispatch(name) == name
 
 
 @pytest.mark.parametrize("name", ["all", "", "RANK", "random:", "random:1234567890", "random: 1", "fifo:1"])
 def test_check_dispatch_refuses_other_names_in_one_line(name: str) -> None:
-    from celeritas_core.simulator import check_dispatch
+    from celeritas_core.simulation.simulator import check_dispatch
 
     with pytest.raises(CeleritasInputError, match="unknown dispatch order") as info:
         check_dispatch(name)
@@ -401,7 +401,7 @@ def test_dispatch_order_decides_which_transfer_takes_a_channel_first() -> None:
     # n0 on gpu:0 and n1 on gpu:2 finish together at 10, each sending 1000 B (15 µs) to gpu:1: the
     # finish events are processed in the order's rank, so the lower-ranked producer's transfer
     # takes gpu:1's receive channel first (10 -> 25) and the other waits (25 -> 40)
-    from celeritas_core.simulator import dispatch_order
+    from celeritas_core.simulation.simulator import dispatch_order
 
     g = graph_of([10, 10, 1, 1], [(0, 2, 1000), (1, 3, 1000)])
     firsts = set()
@@ -417,8 +417,8 @@ def test_dispatch_order_decides_which_transfer_takes_a_channel_first() -> None:
 
 def _heft_case() -> tuple[Graph, Cluster, np.ndarray]:
     """A 407-op training step placed by HEFT on 3 devices, where the orders' steps differ."""
+    from celeritas_core.generators.synthetic import small_training_graph
     from celeritas_core.placers import place
-    from celeritas_core.synthetic import small_training_graph
 
     graph = small_training_graph(3)
     cluster = Cluster.homogeneous(3, 2**40)
@@ -426,7 +426,7 @@ def _heft_case() -> tuple[Graph, Cluster, np.ndarray]:
 
 
 def test_dispatch_spread_is_the_replays_under_each_order() -> None:
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH, dispatch_spread
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, dispatch_spread
 
     graph, cluster, assignment = _heft_case()
     spread = dispatch_spread(graph, cluster, assignment)
@@ -444,7 +444,7 @@ def test_dispatch_spread_is_the_replays_under_each_order() -> None:
 
 
 def test_dispatch_spread_figures_by_hand() -> None:
-    from celeritas_core.simulator import DispatchSpread
+    from celeritas_core.simulation.simulator import DispatchSpread
 
     spread = DispatchSpread(10.0, (("a", 12.0), ("b", 9.0), ("c", 11.0), ("d", 11.5)))
     assert (spread.median_us, spread.min_us, spread.max_us) == (11.25, 9.0, 12.0)
@@ -454,7 +454,7 @@ def test_dispatch_spread_figures_by_hand() -> None:
 
 
 def test_dispatch_spread_refuses_bad_or_no_names_before_replaying() -> None:
-    from celeritas_core.simulator import dispatch_spread
+    from celeritas_core.simulation.simulator import dispatch_spread
 
     graph, cluster = graph_of([1.0], []), cluster_of(1)
     with pytest.raises(CeleritasInputError, match="unknown dispatch order 'lifo'"):
@@ -464,8 +464,8 @@ def test_dispatch_spread_refuses_bad_or_no_names_before_replaying() -> None:
 
 
 def test_on_one_device_every_order_gives_the_same_step() -> None:
-    from celeritas_core.simulator import dispatch_spread
-    from celeritas_core.synthetic import small_training_graph
+    from celeritas_core.generators.synthetic import small_training_graph
+    from celeritas_core.simulation.simulator import dispatch_spread
 
     graph = small_training_graph(3)
     for num_devices, device in ((1, 0), (3, 2)):  # a one-device cluster, and one device of three
@@ -481,7 +481,7 @@ def test_on_one_device_every_order_gives_the_same_step() -> None:
 @given(placed_dags())
 def test_one_device_step_is_the_same_under_every_order_on_random_dags(
         case: tuple[Graph, Cluster, np.ndarray]) -> None:
-    from celeritas_core.simulator import ALTERNATIVE_DISPATCH
+    from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH
 
     g, c, a = case
     one = np.full_like(a, a[0])

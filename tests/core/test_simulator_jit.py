@@ -11,12 +11,13 @@ import heapq
 import numpy as np
 import pytest
 
-from celeritas_core import jit, simulator
-from celeritas_core.cluster import Cluster
-from celeritas_core.families import layered_dag
-from celeritas_core.graph import Graph
-from celeritas_core.synthetic import training_step_graph
-from celeritas_core.topology import Link, NodeSpec, build_topology
+from celeritas_core.compiled import jit
+from celeritas_core.generators.families import layered_dag
+from celeritas_core.generators.synthetic import training_step_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.topology import Link, NodeSpec, build_topology
+from celeritas_core.simulation import simulator
 
 
 # ---------------------------------------------------------------------------- reference

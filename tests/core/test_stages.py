@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.graph import Graph, Liveness
-from celeritas_core.live_estimate import SequenceMemory
-from celeritas_core.memory import memory_profile, one_device_peak_bytes, owned_intervals
-from celeritas_core.paths import turning_point
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph, Liveness
+from celeritas_core.graphs.paths import turning_point
 from celeritas_core.placers import place
 from celeritas_core.placers.stages import (
     layer_coordinate,
     pipeline_sequences,
     split,
 )
-from celeritas_core.simulator import simulate
+from celeritas_core.simulation.live_estimate import SequenceMemory
+from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes, owned_intervals
+from celeritas_core.simulation.simulator import simulate
 
 MB = 1e6
 

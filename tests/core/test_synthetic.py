@@ -7,18 +7,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import load_graph, save_graph
-from celeritas_core.graph import Graph
-from celeritas_core.levels import ccr
-from celeritas_core.synthetic import (
+from celeritas_core.generators.synthetic import (
     PAPER_MODELS,
     PaperModel,
     paper_shaped_graph,
     small_training_graph,
     training_step_graph,
 )
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import ccr
+from celeritas_core.readwrite.formats import load_graph, save_graph
 
 MODELS = list(PAPER_MODELS)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "graphs" / "training_step_small.json"

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import load_graph, save_graph
-from celeritas_core.graph import Graph
-from celeritas_core.levels import ccr
-from celeritas_core.memory import memory_profile, one_device_peak_bytes
-from celeritas_core.simulator import simulate
-from celeritas_core.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
+from celeritas_core.generators.synthetic import paper_shaped_graph, small_training_graph, training_step_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.levels import ccr
+from celeritas_core.readwrite.formats import load_graph, save_graph
+from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes
+from celeritas_core.simulation.simulator import simulate
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "graphs" / "training_step_small.json"
 VIEWS = ("Identity", "Reshape", "ExpandDims")

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from celeritas_core import simulator
-from celeritas_core.cluster import Cluster
-from celeritas_core.fusion import coarse_graph
-from celeritas_core.graph import Graph, Liveness, TensorView
-from celeritas_core.grouping import baechi_fusion
-from celeritas_core.levels import edge_comm_us
-from celeritas_core.memory import memory_profile
-from celeritas_core.partition import tensor_nets
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph, Liveness, TensorView
+from celeritas_core.graphs.levels import edge_comm_us
 from celeritas_core.placers.etf import list_schedule
+from celeritas_core.placers.fusion import coarse_graph
+from celeritas_core.placers.grouping import baechi_fusion
 from celeritas_core.placers.metis import unit_graph
-from celeritas_core.simulator import simulate
+from celeritas_core.placers.partition import tensor_nets
+from celeritas_core.simulation import simulator
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
 
 HUGE = 2**62
 

@@ -12,18 +12,24 @@ import numpy as np
 import pytest
 
 from celeritas_cli.main import main
-from celeritas_core.bounds import lower_bound_us
-from celeritas_core.cluster import Cluster
 from celeritas_core.defaults import LINK_ALIASES, LINK_PRESETS
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.families import benchmark_instances, layered_dag
-from celeritas_core.format_tags import CLUSTER_FORMAT, CLUSTER_FORMAT_V2
-from celeritas_core.formats import cluster_from_json, cluster_to_json, load_cluster, load_graph, save_cluster
-from celeritas_core.graph import Graph
+from celeritas_core.generators.families import benchmark_instances, layered_dag
+from celeritas_core.generators.synthetic import training_step_graph
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.topology import Link, NodeSpec, build_topology, parse_preset
 from celeritas_core.placers import place
-from celeritas_core.simulator import simulate
-from celeritas_core.synthetic import training_step_graph
-from celeritas_core.topology import Link, NodeSpec, build_topology, parse_preset
+from celeritas_core.readwrite.format_tags import CLUSTER_FORMAT, CLUSTER_FORMAT_V2
+from celeritas_core.readwrite.formats import (
+    cluster_from_json,
+    cluster_to_json,
+    load_cluster,
+    load_graph,
+    save_cluster,
+)
+from celeritas_core.simulation.bounds import lower_bound_us
+from celeritas_core.simulation.simulator import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "graphs" / "training_step_small.json"

@@ -175,7 +175,7 @@ def test_every_package_of_the_project_is_copied_before_it_is_installed(name: str
 def test_images_ship_the_compiled_loops_for_any_cpu(name: str, alias: str) -> None:
     """The image's user cannot write the package, so the hot loops are compiled into its prebuilt
     cache when the image is built, after the package is installed; Numba keys that cache by CPU,
-    so build and run time both name the generic x86-64 CPU (celeritas_core/jit.py)."""
+    so build and run time both name the generic x86-64 CPU (celeritas_core/compiled/jit.py)."""
     chain = _chain(name, alias)
     venv = [args.split()[0].removeprefix("--from=") for args in _all(chain, "COPY")
             if args.startswith("--from=") and args.split()[-1] == "/opt/venv"]
@@ -183,6 +183,6 @@ def test_images_ship_the_compiled_loops_for_any_cpu(name: str, alias: str) -> No
     build = _chain(name, venv[0])
     runs = [part.strip() for args in _all(build, "RUN") for part in args.split("&&")]
     installed = max(i for i, part in enumerate(runs) if "pip install --no-deps" in part)
-    assert "python -m celeritas_core.precompile" in runs[installed + 1:], runs
+    assert "python -m celeritas_core.compiled.precompile" in runs[installed + 1:], runs
     assert _env(build).get("NUMBA_CPU_NAME") == "generic"
     assert _env(chain).get("NUMBA_CPU_NAME") == "generic"

@@ -1,6 +1,6 @@
 """The commands as a user who can write neither the installed code nor a home (``nobody``; a pod
 with a read-only root file system): they run, and they load the compiled loops from the cache
-the precompile step built at install time instead of compiling them (celeritas_core/jit.py).
+the precompile step built at install time instead of compiling them (celeritas_core/compiled/jit.py).
 
 The install is a copy of this checkout's packages, precompiled as root (as ``make setup`` and the
 images do), then made read-only (bench/readonly_install.py). Needs root, to run as ``nobody``.
@@ -40,7 +40,7 @@ DRIVER = """
 import contextlib, io, json, sys
 import celeritas_core
 from celeritas_cli.main import main
-from celeritas_core import jit
+from celeritas_core.compiled import jit
 codes = []
 for argv in json.loads(sys.argv[1]):
     with contextlib.redirect_stdout(io.StringIO()):
@@ -108,8 +108,8 @@ def test_the_first_placement_loads_every_loop_from_the_prebuilt_cache(
     assert run["numba"]
     stats = run["stats"]
     # the loops the placement called from Python (those they call are linked into their code)
-    assert {"celeritas_core.dagloops.stack_order", "celeritas_core.simulator._replay",
-            "celeritas_core.fusion._segment_dp"} <= set(stats)
+    assert {"celeritas_core.graphs.dagloops.stack_order", "celeritas_core.simulation.simulator._replay",
+            "celeritas_core.placers.fusion._segment_dp"} <= set(stats)
     assert all(s["loaded"] >= 1 for s in stats.values())  # each from the prebuilt cache ...
     assert {key: s["compiled"] for key, s in stats.items() if s["compiled"]} == {}  # ... none compiled
     assert all(Path(s["cache_path"]).is_relative_to(install.root) for s in stats.values())
@@ -126,7 +126,7 @@ def test_a_copy_of_the_install_elsewhere_loads_the_same_cache(install: readonly_
 
 def test_an_unreadable_cache_means_compiling_in_memory(install: readonly_install.Install) -> None:
     broken = _copy(install)
-    cache = broken.root / "celeritas_core" / "_jitcache"
+    cache = broken.root / "celeritas_core" / "compiled" / "_jitcache"
     data = sorted(cache.rglob("*.nbc"))
     assert data
     for path in data:  # valid indexes that point to garbage
@@ -142,6 +142,6 @@ def test_an_unreadable_cache_means_compiling_in_memory(install: readonly_install
     run = _drive(broken, [["info", str(big)]])
     assert run["codes"] == [0] and run["numba"]
     compiled = {key for key, s in run["stats"].items() if s["compiled"]}
-    assert "celeritas_core.dagloops.stack_order" in compiled
+    assert "celeritas_core.graphs.dagloops.stack_order" in compiled
     assert all(s["loaded"] == 0 for s in run["stats"].values())
     assert readonly_install.snapshot(broken.root) == before

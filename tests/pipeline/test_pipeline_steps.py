@@ -372,8 +372,8 @@ def test_calibrate_comm_uses_a_fit_only_when_it_measured_a_transfer(store, monke
 
 @needs_stack
 def test_calibrate_comm_with_a_topology_measures_each_class_and_writes_it(store, monkeypatch, caplog):
-    from celeritas_core.formats import cluster_from_json
-    from celeritas_core.topology import Link
+    from celeritas_core.graphs.topology import Link
+    from celeritas_core.readwrite.formats import cluster_from_json
     from celeritas_tf import calibrate
 
     pairs = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.redact import RedactingFilter, redact
+from celeritas_core.readwrite.redact import RedactingFilter, redact
 from tasks.params import resolve_params, schema
 from tasks.policy import check_model, check_run_dir, resolve_model
 
@@ -92,7 +92,7 @@ def test_every_number_field_has_finite_bounds() -> None:
 
 def test_the_schemas_batch_limit_is_the_cores() -> None:
     """params.py keeps its own copy (importing celeritas_core would import numpy at DAG parse time)."""
-    from celeritas_core.limits import MAX_BATCH_SIZE
+    from celeritas_core.readwrite.limits import MAX_BATCH_SIZE
     from tasks import params
 
     assert params.MAX_BATCH_SIZE == MAX_BATCH_SIZE

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import load_graph, save_graph
+from celeritas_core.readwrite.formats import load_graph, save_graph
 from tasks import storage
 from tasks.storage import ArtifactNotFound, StorageConfigError, TransientStorageError
 from tests.conftest import make_graph

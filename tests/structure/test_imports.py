@@ -114,9 +114,9 @@ def import_graph() -> nx.DiGraph:
 
 def test_the_product_is_found() -> None:
     graph = import_graph()
-    assert {"celeritas_core.formats", "celeritas_core.columnar", "celeritas_tf.models", "celeritas_tf.zoo",
-            "tasks.tracking.runs", "celeritas_steps"} <= set(graph)
-    assert graph.has_edge("celeritas_core.formats", "celeritas_core.columnar")
+    assert {"celeritas_core.readwrite.formats", "celeritas_core.readwrite.columnar", "celeritas_tf.models",
+            "celeritas_tf.zoo", "tasks.tracking.runs", "celeritas_steps"} <= set(graph)
+    assert graph.has_edge("celeritas_core.readwrite.formats", "celeritas_core.readwrite.columnar")
     assert graph.has_edge("celeritas_tf.models", "celeritas_tf.zoo")
     assert graph.has_edge("tasks.tracking.registry", "tasks.tracking.runs")
     assert graph.has_edge("celeritas_steps", "tasks.prepare")  # an import inside a function counts

@@ -15,10 +15,10 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import load_graph
-from celeritas_core.memory import one_device_peak_bytes
-from celeritas_core.simulator import ALTERNATIVE_DISPATCH, simulate
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.readwrite.formats import load_graph
+from celeritas_core.simulation.memory import one_device_peak_bytes
+from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # bench/ is a folder of scripts, not a package: bench_real imports its neighbours by module name

@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import fits_from_json, fits_to_json
-from celeritas_core.opkeys import fits_op_keys
+from celeritas_core.graphs.opkeys import fits_op_keys
+from celeritas_core.readwrite.formats import fits_from_json, fits_to_json
 from celeritas_tf.evaluation import check_structure, fits_from_profile, fitted_costs, profile_document
 from celeritas_tf.identity import step_digest, step_op_keys, step_structure
 from celeritas_tf.models import ZOO, get_model

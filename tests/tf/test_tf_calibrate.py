@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import load_cluster
+from celeritas_core.graphs.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
+from celeritas_core.readwrite.formats import load_cluster
 from celeritas_tf import calibrate
 from celeritas_tf.calibrate import (
     MIN_R2,
@@ -204,7 +204,7 @@ def test_cli_on_logical_cpu_devices_is_honest_about_what_it_measured(tmp_path, c
 
 # ---------------------------------------------------------------------------- each class of pair
 def _preset_topology(text: str):
-    from celeritas_core.topology import parse_preset
+    from celeritas_core.graphs.topology import parse_preset
 
     preset = parse_preset(text)
     return preset.topology([f"gpu:{i}" for i in range(preset.num_devices)])
@@ -221,7 +221,7 @@ def test_each_link_in_use_is_measured_on_its_first_pair():
 
 
 def test_a_link_keeps_its_preset_figures_when_its_fit_measured_nothing_useful(monkeypatch):
-    from celeritas_core.topology import Link
+    from celeritas_core.graphs.topology import Link
     from celeritas_tf.calibrate import calibrate_topology
 
     measured = []
@@ -297,7 +297,7 @@ def test_cli_topology_on_logical_cpu_devices_measures_each_class(tmp_path, capsy
     links = json.loads(out_file.read_text())["topology"]["links"]
     assert links["nvlink4"]["calibration"]["pair"] == ["gpu:0", "gpu:1"]
     assert links["ib-ndr"]["calibration"]["pair"] == ["gpu:0", "gpu:2"]
-    from celeritas_core.topology import Link
+    from celeritas_core.graphs.topology import Link
 
     for name, link in links.items():
         fit = link["calibration"]

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from celeritas_core.cluster import Cluster
-from celeritas_core.formats import fits_from_json, fits_to_json, graph_from_json, graph_to_json
-from celeritas_core.memory import one_device_peak_bytes
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.readwrite.formats import fits_from_json, fits_to_json, graph_from_json, graph_to_json
+from celeritas_core.simulation.memory import one_device_peak_bytes
 from celeritas_tf.evaluation import (
     fits_from_profile,
     peak_metrics,

@@ -13,11 +13,11 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from celeritas_cli.main import main
-from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import load_graph, save_placement
+from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.placers import place
-from celeritas_core.regression import fit_costs
+from celeritas_core.readwrite.formats import load_graph, save_placement
+from celeritas_core.statistics.regression import fit_costs
 from celeritas_tf.evaluation import (
     ProfilePlan,
     check_assignment,

@@ -114,7 +114,7 @@ def test_bad_knobs_are_input_errors(name: str, knobs: dict) -> None:
 
 
 def test_extracted_graphs_carry_liveness_fields(step2: TrainingStep) -> None:
-    from celeritas_core.memory import one_device_peak_bytes
+    from celeritas_core.simulation.memory import one_device_peak_bytes
     from celeritas_tf.extract import graph_from_step, variable_bytes
 
     graph = graph_from_step(step2)

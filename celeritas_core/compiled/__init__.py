@@ -1,0 +1,1 @@
+"""Compiled hot loops: the Numba wrapper, its two-layer cache and the precompile command."""

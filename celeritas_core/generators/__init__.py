@@ -1,0 +1,1 @@
+"""Benchmark generators: synthetic task graphs and paper-shaped training steps."""

@@ -1,0 +1,1 @@
+"""The graph model: graphs, op keys, clusters and their link topology, placements, orders."""

@@ -1,0 +1,1 @@
+"""Simulation and memory: the step-time simulator, per-device memory replay, bounds."""
