@@ -114,7 +114,8 @@ def make_install(*, precompile: bool = True, seed_cache: bool = False, base: str
                         ignore=shutil.ignore_patterns("__pycache__", "_jitcache", "*.pyc"))
     prebuilt = REPO / "celeritas_core" / "compiled" / "_jitcache"
     if seed_cache and prebuilt.is_dir():
-        shutil.copytree(prebuilt, root / "celeritas_core" / "compiled" / "_jitcache", copy_function=shutil.copy)
+        shutil.copytree(prebuilt, root / "celeritas_core" / "compiled" / "_jitcache",
+                        copy_function=shutil.copy)
     site_packages = sysconfig.get_paths()["purelib"]
     python = find_python(site_packages, user, root)
     home, out = dest / "home", dest / "out"
