@@ -217,11 +217,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
     import numpy as np
 
+    # lazy: as above
     from celeritas_core.graphs.cluster import Cluster
     from celeritas_core.graphs.levels import ccr
     from celeritas_core.readwrite.formats import load_graph
-
-    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.simulation.bounds import lower_bound_us
 
     check_cluster_flags(args)  # flags before any file is read, as in every command

@@ -164,6 +164,6 @@ def test_the_prebuilt_layer_is_inside_the_package_whether_or_not_it_is_writable(
     from celeritas_core.graphs import dagloops
 
     cache = LayeredCache(dagloops.stack_order.py_func)
-    assert Path(cache.cache_path) == jit.CACHE_DIR
+    assert Path(cache.cache_path) == jit.CACHE_DIR / "graphs"  # one folder per subpackage
     assert isinstance(cache.layers[0]._impl.locator, PrebuiltLocator)
     assert PrebuiltLocator.from_function(_outside, __file__) is None  # not a file of the package
