@@ -24,7 +24,7 @@ from celeritas_core.colocation import anchored_memory, apply_colocation, colocat
 from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 from celeritas_core.graph import Graph
 from celeritas_core.jit import jit
-from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.levels import cpath, planning_comm_us
 from celeritas_core.live_estimate import SequenceMemory
 from celeritas_core.orders import cpd_topo_order
 
@@ -242,11 +242,13 @@ def optimal_operation_fusion(
 
     ``R`` is the exploration range (ops per cluster at most); the memory cap is
     ``memory_fraction`` × the smallest device memory. Co-location groups are charged to their
-    anchor (first member in the order), so cluster memory matches where the group will live. On a
+    anchor (first member in the order), so cluster memory matches where the group will live. A cut
+    is priced by :func:`~celeritas_core.levels.planning_comm_us`: the flat model, or with a link
+    topology the fastest link (the one a paid fusion boundary most likely takes). On a
     graph with liveness fields the cap bounds a cluster's liveness-aware peak
     (:class:`~celeritas_core.live_estimate.SequenceMemory` along the order), not its summed bytes.
     """
-    comm = edge_comm_us(graph, cluster)
+    comm = planning_comm_us(graph, cluster)
     if order is None:
         order = cpd_topo_order(graph, comm, cpath=cpath(graph, comm))
     anchor = colocation_anchor(graph, order)
