@@ -88,6 +88,7 @@ def topology_preset(args: argparse.Namespace) -> TopologyPreset | None:
     """``--topology``'s preset, parsed (None when not given)."""
     if getattr(args, "topology", None) is None:
         return None
+    # lazy: numpy and the engine load only when a command runs (fast --help)
     from celeritas_core.topology import parse_preset
 
     return parse_preset(args.topology, "--topology")
@@ -113,6 +114,7 @@ def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None)
 def _devices_from_args(args: argparse.Namespace, fallback: Cluster | None,
                        preset: TopologyPreset | None) -> Cluster:
     """The devices (and flat transfer model) of ``--cluster`` or ``--devices/--device-memory``."""
+    # lazy: numpy and the engine load only when a command runs (fast --help)
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_cluster
 

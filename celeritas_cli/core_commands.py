@@ -24,6 +24,7 @@ from celeritas_core.defaults import (
 )
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
+from celeritas_core.safe_io import check_input_file, check_outputs, staged_outputs
 from celeritas_core.units import format_bytes, format_change, format_us
 
 if typing.TYPE_CHECKING:  # numpy and the engine load when a command runs (module docstring)
@@ -37,8 +38,10 @@ if typing.TYPE_CHECKING:  # numpy and the engine load when a command runs (modul
 def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str | None = None) -> str:
     """The one-screen report of ``place`` and ``simulate``; ``dispatch`` names the replay's
     dispatch order when it is not the documented one."""
-    import numpy as np  # lazy, see the module docstring
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    import numpy as np
 
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.levels import ccr
 
     lines = []
@@ -105,8 +108,8 @@ def _placing_inputs(args: argparse.Namespace,
     """``place`` and ``compare``: check ``--headroom``, the cluster flags, the graph file and the
     ``outputs`` (so a bad destination fails before any placer runs), then read the graph and the
     cluster. Returns them with the command's input files (which no output may replace)."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import load_graph
-    from celeritas_core.safe_io import check_input_file, check_outputs
 
     if not 0.0 <= args.headroom < 1.0:  # NaN fails too
         raise CeleritasInputError(f"--headroom: must be a fraction with 0 <= F < 1, got {args.headroom!r}")
@@ -118,6 +121,7 @@ def _placing_inputs(args: argparse.Namespace,
 
 
 def _cmd_place(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_placement
     from celeritas_core.placers import get_placer, place
 
@@ -139,6 +143,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_graph, placement_from_json, read_json
     from celeritas_core.placers import evaluate_placement
@@ -181,6 +186,7 @@ _ALL_DISPATCH = "all"
 
 def _check_dispatch_flag(value: str) -> str:
     """``--dispatch``'s value if it names an order or ``all``, else a one-line input error."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.simulator import check_dispatch
 
     if value == _ALL_DISPATCH:
@@ -208,8 +214,10 @@ def _dispatch_table(spread: DispatchSpread) -> str:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    import numpy as np  # lazy, see the module docstring
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    import numpy as np
 
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.bounds import lower_bound_us
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import load_graph
@@ -237,6 +245,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_placers(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.placers import PLACERS
 
     for spec in PLACERS.values():
@@ -287,9 +296,9 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
     from celeritas_core.formats import compare_to_json, write_json_atomic, write_text_atomic
-    from celeritas_core.safe_io import staged_outputs
 
     placers = parse_placer_list(args.placers) if args.placers is not None else list(DEFAULT_PLACERS)
     params = _parse_params(args.param)
@@ -316,6 +325,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         write_json_atomic(out_dir / "compare.json", compare_to_json(comparison), indent=1)
         write_text_atomic(out_dir / "compare.csv", comparison.to_csv())
         if not args.no_figures:
+            # lazy: numpy and the engine load only when a command runs (see the module docstring)
             from celeritas_core.plots import gantt_chart, memory_chart
 
             gantt_chart(graph, cluster, best, out_dir / "gantt.png")
@@ -327,8 +337,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import check_graph_limits, save_graph
-    from celeritas_core.safe_io import check_outputs
 
     start = time.perf_counter()
     check_outputs([args.out])
@@ -348,8 +358,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import graph_file_format, load_graph, save_graph
-    from celeritas_core.safe_io import check_input_file, check_outputs
 
     start = time.perf_counter()
     file_format = graph_file_format(args.out, args.format)
@@ -375,6 +385,7 @@ _GENERATE_OPTIONS = ("ops", "tasks", "ccr", "mean_predecessors", "modules", "tow
 
 def _generated_graph(args: argparse.Namespace) -> Graph:
     """Build the graph ``celeritas generate`` asked for; bad values are one-line input errors."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core import families
     from celeritas_core.synthetic import paper_shaped_graph
 

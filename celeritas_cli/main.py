@@ -92,6 +92,7 @@ def run(argv: Sequence[str] | None = None) -> typing.NoReturn:
 
 def _transient(exc: BaseException) -> bool:
     """Whether ``exc`` is the pipeline's transient storage or tracking error (already one line)."""
+    # lazy: the pipeline's modules load only to classify an error, not for every command
     from tasks.storage import TransientStorageError
     from tasks.tracking import TransientTrackingError
 

@@ -17,7 +17,7 @@ from typing import Any
 from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.redact import redact
-from tasks.params import FIELDS, value_type
+from tasks.params import FIELDS, resolve_params, value_type
 from tasks.report import format_table
 
 
@@ -55,10 +55,12 @@ def _convert(name: str, text: str) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run the whole pipeline once, printing each step, then where the results are."""
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
     from tasks.pipeline import run_pipeline
 
     given: dict[str, Any] = {}
     if args.params is not None:  # `--params ''` names no file: an error, not "no parameters"
+        # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
         from celeritas_core.formats import read_json
 
         doc = read_json(args.params)
@@ -69,19 +71,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             given[name] = _convert(name, value)
-    from tasks.params import resolve_params
 
     resolve_params(given)  # bad parameters fail here, before any step starts
     out = run_pipeline(given, job_id=args.job_id,
                        progress=lambda step: print(f"  {step}", file=sys.stderr, flush=True))
     prepared, decision = out.prepare, out.publish
-    print(f"model {prepared.params['model']}, configuration {decision.config_key}: best measured "
+    print(f"model {prepared.params.model}, configuration {decision.config_key}: best measured "
           f"{decision.placer} {decision.step_time_s * 1e3:.3f} ms per step (median); {decision.decision}: "
           f"{decision.reason}")
     if decision.champion_version is not None:
         print(f"champion: version {decision.champion_version} of "
               f"{prepared.configuration['registered_model']}, {decision.placement_uri}")
     print(f"artifacts: {prepared.run_dir}")
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
     from tasks import tracking
 
     print(f"MLflow run {prepared.parent_run_id} in {redact(tracking.tracking_uri(create=False))}")
@@ -90,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_runs_compare(args: argparse.Namespace) -> int:
     """Print the last runs of a model from MLflow."""
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
     from tasks import tracking
 
     if args.last < 1:
@@ -118,6 +121,7 @@ def _described(configuration: str) -> str:
 
 def cmd_production_show(args: argparse.Namespace) -> int:
     """Print the champion of every configuration of a model (MLflow Model Registry)."""
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
     from tasks import tracking
 
     found = tracking.champions(args.model)
@@ -138,6 +142,7 @@ def cmd_production_show(args: argparse.Namespace) -> int:
 
 def cmd_production_history(args: argparse.Namespace) -> int:
     """Print every publish decision about a model, oldest first."""
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
     from tasks import tracking
 
     decisions = tracking.decision_history(args.model)

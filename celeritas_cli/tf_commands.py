@@ -17,6 +17,7 @@ from celeritas_cli.cluster_args import TOPOLOGY_HELP, add_cluster_args, check_cl
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.limits import MAX_DEVICES
 from celeritas_core.safe_io import check_outputs, staged_outputs
+from celeritas_core.units import format_bytes, format_us
 
 
 def _say(message: str) -> None:
@@ -41,6 +42,7 @@ def _knobs(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _model(args: argparse.Namespace) -> Any:
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.models import get_model
 
     return get_model(args.model, paper=args.paper, **_knobs(args.set))
@@ -59,7 +61,7 @@ def _model_input(args: argparse.Namespace) -> str | None:
 
 def cmd_models(args: argparse.Namespace) -> int:
     """List the zoo: name, description, paper configuration and batch, small configuration."""
-    import celeritas_tf.zoo  # noqa: F401
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.models import ZOO
 
     for entry in ZOO.values():
@@ -75,6 +77,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     """Build the training step and write it as a celeritas-graph/1 with the chosen costs."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_graph
     from celeritas_tf.extract import graph_from_step, view_aliases
     from celeritas_tf.step import build_training_step
@@ -91,11 +94,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
     costs = None
     aliases = view_aliases(step)
     if source == "profile":
+        # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
         from celeritas_tf.profile import trace_costs, trace_step
 
         trace = trace_step(step, traced_steps=args.steps, progress=_say)
         costs, aliases = trace_costs(trace), trace.aliases
     elif source.startswith("analytical"):
+        # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
         from celeritas_tf.analytical import analytical_costs, parse_cost_source
 
         costs = analytical_costs(step.step_graph_def(), parse_cost_source(source))
@@ -108,34 +113,54 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Trace the step at several small batch sizes on one device; write celeritas-profile/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import write_json_atomic
-    from celeritas_tf.evaluation import profile_document, profile_small_batches
+    from celeritas_tf.evaluation import ProfilePlan, profile_document, profile_small_batches
 
     sizes = flags.batch_list(args.batch_sizes, "--batch-sizes")
-    flags.count(args.steps, "--steps")
+    plan = _profile_plan(args)
     inputs = [_model_input(args)]
     check_outputs([args.out], inputs=inputs)
     model = _model(args)
-    traces = profile_small_batches(model, sizes, traced_steps=args.steps, progress=_say)
+    traces = profile_small_batches(model, sizes, plan=ProfilePlan(**plan), progress=_say)
     write_json_atomic(args.out, profile_document(model, traces), inputs=inputs)
     print(f"wrote {args.out}: {model.name}, batch sizes {[t.batch_size for t in traces]}, "
-          f"{len(traces[0].time_us):,} traced ops")
+          f"{len(traces[0].time_us):,} traced ops, traced steps {[len(t.step_seconds) for t in traces]}")
     return 0
+
+
+def _profile_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The profile's plan (:class:`celeritas_tf.evaluation.ProfilePlan` fields) from its flags,
+    checked before TensorFlow loads."""
+    steps = flags.count(args.steps, "--steps")
+    plan: dict[str, Any] = {"traced_steps": steps}
+    if args.max_steps is not None:
+        plan["max_traced_steps"] = flags.count(args.max_steps, "--max-steps", low=steps)
+        plan["noise_target"] = flags.number(args.noise_target, "--noise-target", low=1e-6, high=1.0)
+    if args.span_target is not None:
+        plan["span_target"] = flags.batch(args.span_target, "--span-target")
+        if args.device_memory is None:
+            raise CeleritasInputError("--span-target needs --device-memory (one device's memory, e.g. 16GiB)")
+        plan["device_bytes"] = float(flags.size(args.device_memory, "--device-memory"))
+    return plan
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     """Fit per-op lines of time and memory against batch size; write celeritas-fits/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     import numpy as np
 
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import check_predicted_costs, fits_to_json, read_json, write_json_atomic
 
     batch = _check_batch(args.batch) if args.batch is not None else None
     inputs = [args.profiles]
     check_outputs([args.out], inputs=inputs)
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.evaluation import fits_from_profile
 
     # fits_from_profile checks the document strictly first (check_profile_document)
-    fits = fits_from_profile(read_json(args.profiles), args.profiles)
+    fits = fits_from_profile(read_json(args.profiles), args.profiles, time_model=args.time_model)
     out_doc = fits_to_json(fits)
     predicted = None
     if batch is not None:  # computed before anything is written: a bad --batch writes nothing
@@ -146,12 +171,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     time_r2 = float(np.nanmedian(fits.time_r2)) if np.isfinite(fits.time_r2).any() else float("nan")
     print(f"wrote {args.out}: {len(fits.names):,} ops fitted on batch sizes {list(fits.batch_sizes)}; "
           f"median R² memory {mem_r2:.3f}, time {time_r2:.3f}")
+    if fits.time_models is not None:
+        print("time models chosen by leave-one-out error: " + ", ".join(
+            f"{kind} {count:,}" for kind, count in fits.time_models.counts().items()))
     if not fits.op_keys:
         print(f"note: {args.profiles} records no op keys (written before op identity was recorded): "
               f"re-measurement will pair its fits with ops by name only")
     if predicted is not None:
-        from celeritas_core.units import format_bytes, format_us
-
         t, m = predicted
         print(f"predicted at batch {batch}: total time {format_us(float(t.sum()))}, "
               f"total memory {format_bytes(float(m.sum()))}")
@@ -160,6 +186,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_remeasure(args: argparse.Namespace) -> int:
     """Standard Evaluation step 2: sequential placement of the large batch, re-measured per op."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import (
         check_predicted_costs,
         fits_from_json,
@@ -176,6 +203,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     fits = fits_from_json(read_json(args.fits), source=args.fits)
     check_predicted_costs(fits.names, *fits.predict(batch), what=f"{args.fits}: at --batch {batch}")
     cluster = cluster_from_args(args)
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
@@ -194,6 +222,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
             write_json_atomic(args.accuracy_out, accuracy_document(model.name, batch, memory, timing, peaks),
                               indent=1)
         if args.cdf_out:
+            # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
             from celeritas_core.plots import deviation_cdf_chart
 
             deviation_cdf_chart([(model.name, memory, timing)], args.cdf_out,
@@ -202,7 +231,6 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     print(f"estimation accuracy at batch {batch}: mean memory deviation {memory.mean * 100:.2f} % over "
           f"{len(memory.names):,} ops, mean time deviation {timing.mean * 100:.2f} % over "
           f"{len(timing.names):,} ops")
-    from celeritas_core.units import format_bytes
 
     print("peak memory per device, predicted / measured: " + ", ".join(
         f"{format_bytes(a)} / {format_bytes(b)}"
@@ -213,6 +241,7 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import (
         PLACEMENT_FORMAT,
         placement_op_keys_digest,
@@ -259,8 +288,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f"over {len(result.step_seconds)} steps after {args.warmup} warm-up")
     peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
     if "measured_peak_memory_bytes" in peaks:
-        from celeritas_core.units import format_bytes
-
         measured = format_bytes(peaks["measured_peak_memory_bytes"])
         line = f"peak memory of the fullest device: measured {measured}"
         if "predicted_peak_memory_bytes" in peaks:
@@ -276,6 +303,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     the fit, or with the default model (and a warning) when the fit measured nothing useful. With
     ``--topology``, measure each class of pair and write a celeritas-cluster/2
     (:func:`_calibrate_topology`)."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import (
         calibrate_comm,
@@ -320,6 +348,7 @@ def _calibration_preset(args: argparse.Namespace) -> Any:
     logical devices TensorFlow can configure."""
     if args.topology is None:
         return None
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.topology import parse_preset
     from celeritas_tf.evaluation import MAX_LOGICAL_DEVICES
 
@@ -336,6 +365,7 @@ def _calibration_preset(args: argparse.Namespace) -> Any:
 def _calibrate_topology(args: argparse.Namespace, preset: Any, memory: float, kwargs: dict[str, Any]) -> int:
     """Measure each class of pair of the preset's topology, write the cluster with the links that
     measured a transfer replaced by their fits (the others keep the preset's figures, with a warning)."""
+    # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.cluster import Cluster
     from celeritas_core.formats import save_cluster
     from celeritas_tf.calibrate import calibrate_topology
@@ -397,17 +427,35 @@ def _add_profile_and_fit(sub: Any) -> None:
     p = sub.add_parser("profile", help="Standard Evaluation 1: trace small batches on one device",
                        description="Run MODEL's step with full tracing at each small batch size on one "
                                    "device and write per-op time (µs) and memory (bytes) as "
-                                   "celeritas-profile/1.")
+                                   "celeritas-profile/1. By default as the paper: --steps traced steps "
+                                   "per batch size. --max-steps traces more while the per-op times are "
+                                   "noisy; --span-target also profiles a batch closer to the target "
+                                   "(docs/tensorflow.md, \"Standard Evaluation\").")
     _model_args(p)
     p.add_argument("--batch-sizes", required=True, help="comma-separated small batch sizes, e.g. 2,4,8")
     p.add_argument("--steps", type=int, default=3, help="traced steps per batch size (median time)")
+    p.add_argument("--max-steps", type=int,
+                   help="trace more steps, up to this many per batch size, while the time-weighted "
+                        "standard error of the per-op median times is above --noise-target "
+                        "(default: no extra steps)")
+    p.add_argument("--noise-target", type=float, default=0.05,
+                   help="with --max-steps: the standard error to reach, a fraction (default 0.05)")
+    p.add_argument("--span-target", type=int, metavar="BATCH",
+                   help="the batch to predict: also profile the largest doubling of the largest batch "
+                        "up to half of it whose predicted one-device peak fits --device-memory")
+    p.add_argument("--device-memory", help="with --span-target: one device's memory, e.g. 16GiB")
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.set_defaults(func=cmd_profile)
 
-    f = sub.add_parser("fit", help="Standard Evaluation 1: per-op linear fits of time and memory",
+    f = sub.add_parser("fit", help="Standard Evaluation 1: per-op fits of time and memory",
                        description="Fit, per op, time and memory as linear functions of batch size from "
-                                   "a profile; write celeritas-fits/1.")
+                                   "a profile (the paper's method); write celeritas-fits/1. With "
+                                   "--time-model choose, each op's time model is linear, linear with a "
+                                   "floor or a power law, whichever has the smallest leave-one-out error "
+                                   "on the profiled batches (three or more); written as celeritas-fits/2.")
     f.add_argument("profiles", metavar="PROFILE", help="celeritas-profile/1 file")
+    f.add_argument("--time-model", choices=("linear", "choose"), default="linear",
+                   help="linear: the paper's line (default); choose: per op by leave-one-out error")
     f.add_argument("--batch", type=int, help="also print the predicted totals at this batch size")
     f.add_argument("--out", required=True, help="fits JSON to write")
     f.set_defaults(func=cmd_fit)
@@ -421,7 +469,7 @@ def _add_remeasure(sub: Any) -> None:
                                    "re-measured graph; print the estimation accuracy.")
     _model_args(r)
     r.add_argument("--batch", type=int, required=True, help="the large batch size")
-    r.add_argument("--fits", required=True, help="celeritas-fits/1 file from `celeritas fit`")
+    r.add_argument("--fits", required=True, help="celeritas-fits/1 or /2 file from `celeritas fit`")
     add_cluster_args(r)
     r.add_argument("--order", choices=("cpd", "dfs"), default="cpd", help="placement order (default cpd)")
     r.add_argument("--steps", type=int, default=3, help="traced steps (median time)")

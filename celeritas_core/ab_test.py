@@ -97,6 +97,7 @@ def compare_step_times(champion: Sequence[float], challenger: Sequence[float], *
                        seed: int = 0) -> StepTimeComparison:
     """Whether ``challenger`` (step times, s) beats ``champion`` by at least ``threshold`` (a
     fraction, 0.02 = 2 %) with confidence: see the module docstring. Deterministic for a ``seed``."""
+    # lazy: scipy.stats takes most of a second to import; only the test needs it
     from scipy.stats import mannwhitneyu
 
     if not (np.isfinite(threshold) and 0 <= threshold < 10):

@@ -24,20 +24,19 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import (
-    GRAPH_COLUMNS_FORMAT,
+from celeritas_core.graph import Graph, Liveness
+from celeritas_core.graph_columns import (
+    GraphColumns,
     check_cost_column,
     check_graph_limits,
     check_graph_totals,
-    gc_paused,
     graph_from_columns,
-    json_bytes,
-    parse_json,
 )
-from celeritas_core.graph import Graph, Liveness
-from celeritas_core.graph_columns import GraphColumns
+from celeritas_core.json_io import gc_paused, json_bytes, parse_json
 from celeritas_core.limits import MAX_INPUT_FILE_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, short_repr
 
+#: The format tag of the columnar graph format, a NumPy .npz archive.
+GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
 #: The first bytes of a zip archive (a local file header, or the end record of an empty archive).
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 #: Deflate level of the members: 1 compresses the repetitive columns about 3x at ~100 MB/s.

@@ -26,6 +26,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
 from celeritas_core.placement import Placement
+from celeritas_core.placers import get_placer, place
 from celeritas_core.simulator import ALTERNATIVE_DISPATCH, DispatchSpread, dispatch_spread
 from celeritas_core.units import format_bytes, format_change, format_us
 
@@ -151,8 +152,6 @@ class Comparison:
 
 def parse_placer_list(text: str) -> list[str]:
     """Split ``"a,b,c"`` into known placer names; unknown or repeated names are input errors."""
-    from celeritas_core.placers import get_placer
-
     names = [part.strip() for part in text.split(",")]
     if not text.strip() or any(not n for n in names):
         raise CeleritasInputError(f"--placers: expected comma-separated placer names, got {text!r}")
@@ -167,16 +166,12 @@ def parse_placer_list(text: str) -> list[str]:
 
 def params_for(placer: str, shared: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of ``shared`` parameter values that placer ``placer`` accepts."""
-    from celeritas_core.placers import get_placer
-
     accepted = {p.name for p in get_placer(placer).params}
     return {k: v for k, v in shared.items() if k in accepted}
 
 
 def check_shared_params(placers: Sequence[str], shared: Mapping[str, Any]) -> None:
     """Reject a parameter that none of ``placers`` accepts (a typo would otherwise be ignored)."""
-    from celeritas_core.placers import get_placer
-
     accepted = {p.name for name in placers for p in get_placer(name).params}
     unknown = sorted(set(shared) - accepted)
     if unknown:
@@ -256,8 +251,6 @@ def compare_placers(
     ...
     celeritas_core.errors.CeleritasInputError: parameter 'R' is not accepted by any of the placers m-topo ...
     """
-    from celeritas_core.placers import get_placer, place
-
     if not placers:
         raise CeleritasInputError("no placers to compare")
     shared = dict(params or {})

@@ -9,22 +9,40 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
-import json
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from celeritas_core.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
+from celeritas_core.columnar import GRAPH_COLUMNS_FORMAT as GRAPH_COLUMNS_FORMAT  # re-exported
+from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz, npz_bytes
+from celeritas_core.defaults import DOCUMENTED_DISPATCH
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
 from celeritas_core.graph import Graph, Liveness
-from celeritas_core.graph_columns import GraphColumns, json_columns, out_of_range
+from celeritas_core.graph_columns import (
+    GraphColumns,
+    check_graph_limits,
+    check_graph_totals,
+    first_out_of_range,
+    graph_from_columns,
+    json_columns,
+)
+from celeritas_core.json_io import (
+    gc_paused,
+    json_bytes,
+    parse_json,
+    read_json,
+    write_json_atomic,
+    write_json_bytes,
+)
+from celeritas_core.json_io import write_text_atomic as write_text_atomic  # re-exported
+from celeritas_core.levels import ccr
 from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
@@ -36,6 +54,7 @@ from celeritas_core.limits import (
     MAX_TIME_US,
     MIN_SPEED,
     as_float,
+    check_cost,
     check_total,
     is_number,
     short_repr,
@@ -51,8 +70,7 @@ if TYPE_CHECKING:
 
 # Every document the project reads or writes, by its ``format`` tag (docs/formats.md).
 GRAPH_FORMAT = "celeritas-graph/1"
-#: The columnar graph format, a NumPy .npz archive (:mod:`celeritas_core.columnar`).
-GRAPH_COLUMNS_FORMAT = "celeritas-graph-columns/1"
+# GRAPH_COLUMNS_FORMAT, the columnar graph format (a NumPy .npz archive): celeritas_core.columnar
 CLUSTER_FORMAT = "celeritas-cluster/1"
 #: A cluster with a link topology (``topology``; docs/formats.md). Readers take both tags; writers
 #: write ``/1`` for a flat cluster (files as before) and ``/2`` only with a topology, which a
@@ -67,152 +85,6 @@ VALIDATION_FORMAT = "celeritas-validation/1"
 FUSION_FORMAT = "celeritas-fusion/1"
 VALIDATION_SUMMARY_FORMAT = "celeritas-validation-summary/1"
 PUBLISH_FORMAT = "celeritas-publish/1"
-
-
-# ---------------------------------------------------------------------------- file helpers
-_BOM = b"\xef\xbb\xbf"
-#: A run of this many digits may be an integer literal beyond 64 bits, which orjson would read as
-#: a float (or refuse): such documents are parsed by the standard library, as they always were.
-_LONG_DIGITS = 19
-_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))  # digits kept, the rest spaces
-_SCAN_CHUNK = 1 << 24  # bytes translated at a time by the digit scan (16 MiB)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: parsing a large document allocates millions of
-    containers, none of them cyclic, and each collection pass would walk them all again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _has_long_digit_run(data: bytes | memoryview) -> bool:
-    """Whether ``data`` holds :data:`_LONG_DIGITS` consecutive ASCII digits (about 0.1 s per 100 MB)."""
-    run = b"0" * _LONG_DIGITS
-    for start in range(0, len(data), _SCAN_CHUNK):
-        chunk = bytes(data[max(start - _LONG_DIGITS + 1, 0):start + _SCAN_CHUNK])
-        if chunk.translate(_DIGITS_ONLY).find(run) >= 0:
-            return True
-    return False
-
-
-def parse_json(data: bytes, source: str | None = None) -> Any:
-    """Parse a JSON document (UTF-8, a BOM allowed), turning syntax problems into one-line input
-    errors naming ``source``.
-
-    orjson parses it when it can; the standard library decides everything else (the ``NaN`` and
-    ``Infinity`` literals, integers beyond 64 bits, lone surrogates, deep nesting, every error
-    message), so the accepted documents and the messages are those of :mod:`json`.
-    """
-    body = memoryview(data)[len(_BOM):] if data.startswith(_BOM) else data
-    if not _has_long_digit_run(body):
-        try:
-            with gc_paused():
-                return orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass  # the standard library parses it or names the problem
-    try:
-        with gc_paused():
-            return json.loads(data.decode("utf-8-sig"))  # UTF-8 only (docs/formats.md), a BOM allowed
-    except json.JSONDecodeError as exc:
-        raise CeleritasInputError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", source=source
-        ) from None
-    except UnicodeDecodeError:
-        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=source) from None
-    except RecursionError:
-        raise CeleritasInputError("not valid JSON (nested too deeply)", source=source) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CeleritasInputError(f"not valid JSON ({reason})", source=source) from None
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """Parse a JSON file (:func:`parse_json`), turning I/O and syntax problems into one-line input errors.
-
-    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
-    (:func:`celeritas_core.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
-    before anything is read.
-    """
-    source = os.fspath(path)
-    return parse_json(read_input_bytes(source), source)
-
-
-def json_bytes(doc: Any, *, indent: int | None = None, finite: bool = False) -> bytes:
-    """``doc`` as UTF-8 JSON: on one line, or ``indent`` spaces per level.
-
-    orjson writes it; what orjson refuses (integers beyond 64 bits, lone surrogates, keys that are
-    not strings, other types) is written or refused by :func:`json.dumps`, and a non-finite float
-    (which orjson would write as ``null``) raises ``ValueError`` as ``json.dumps(allow_nan=False)``
-    does. ``finite=True``: the caller has checked that every float is finite (skips that scan).
-    """
-    try:
-        data = orjson.dumps(doc, option=0 if indent is None else orjson.OPT_INDENT_2)
-    except orjson.JSONEncodeError:
-        return json.dumps(doc, indent=indent, allow_nan=False).encode("utf-8")
-    if not finite and b"null" in data:
-        bad = _first_non_finite(doc)
-        if bad is not None:
-            raise ValueError(f"Out of range float values are not JSON compliant: {bad!r}")
-    return data if indent is None or indent == 2 else _reindent(data, indent)
-
-
-def _first_non_finite(doc: Any) -> float | None:
-    """The first float in ``doc`` (nested dicts, lists, tuples) that is NaN or infinite, or None."""
-    stack = [doc]
-    while stack:
-        obj = stack.pop()
-        values = list(obj.values()) if isinstance(obj, dict) else obj
-        if not isinstance(values, list | tuple):
-            values = [values]
-        kinds = set(map(type, values))
-        if float in kinds:
-            bad = next((v for v in values if type(v) is float and not math.isfinite(v)), None)
-            if bad is not None:
-                return bad
-        if any(issubclass(k, dict | list | tuple) for k in kinds):
-            stack.extend(v for v in values if isinstance(v, dict | list | tuple))
-    return None
-
-
-def _reindent(data: bytes, indent: int) -> bytes:
-    """orjson's two-space indentation as ``indent`` spaces per level (what ``json.dumps`` writes).
-
-    A line's indentation follows its line break; strings never hold a raw line break or NUL. Each
-    depth, deepest first, becomes that many NULs (so shallower patterns cannot match it), then
-    each NUL ``indent`` spaces: a few passes of ``bytes.replace`` whatever the number of lines.
-    """
-    depth = 0
-    while b"\n" + b"  " * (depth + 1) in data:
-        depth += 1
-    for level in range(depth, 0, -1):
-        data = data.replace(b"\n" + b"  " * level, b"\n" + b"\0" * level)
-    return data.replace(b"\0", b" " * max(indent, 0))
-
-
-def write_json_atomic(path: str | os.PathLike[str], doc: Any, *, indent: int | None = None,
-                      inputs: Iterable[str | os.PathLike[str] | None] = (), finite: bool = False) -> Path:
-    """Write ``doc`` as JSON (:func:`json_bytes`) to ``path`` through a temporary file and an atomic
-    rename (:func:`celeritas_core.safe_io.write_atomic`; ``inputs`` may not be overwritten)."""
-    data = json_bytes(doc, indent=indent, finite=finite)
-    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
-
-
-def _write_json_bytes(fh: IO[bytes], data: bytes) -> None:
-    """Write a serialized document and its final line break."""
-    fh.write(data)
-    fh.write(b"\n")
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str, *,
-                      inputs: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and an atomic rename."""
-    return write_atomic(path, lambda fh: fh.write(text), inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- field checks
@@ -230,23 +102,8 @@ def _check_format(doc: Any, expected: str) -> None:
         raise CeleritasInputError(f"unknown format tag {short_repr(tag)} (expected {expected!r})")
 
 
-def _cost(value: Any, where: str, field_name: str, *, limit: float = MAX_BYTES,
-          unit: str = " bytes") -> float:
-    """A finite number ``>= 0`` and at most ``limit`` (docs/formats.md, "Limits")."""
-    if not is_number(value):
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {short_repr(value)}")
-    v = as_float(value)
-    if not math.isfinite(v) or v < 0:
-        raise CeleritasInputError(
-            f"{where}: field '{field_name}' must be finite and >= 0, got {short_repr(value)}")
-    if v > limit:
-        raise CeleritasInputError(f"{where}: field '{field_name}' must be at most {limit:g}{unit} "
-                                  f"(the limit), got {short_repr(value)}")
-    return v
-
-
 def _time(value: Any, where: str, field_name: str) -> float:
-    return _cost(value, where, field_name, limit=MAX_TIME_US, unit=" µs")
+    return check_cost(value, where, field_name, limit=MAX_TIME_US, unit=" µs")
 
 
 # ---------------------------------------------------------------------------- graph
@@ -263,26 +120,6 @@ def graph_from_json(doc: Any) -> Graph:
     check_graph_totals(cols.time_us, cols.memory_bytes, cols.edge_bytes, cols.live_total)
     liveness = _with_aliases(cols.liveness, _alias_fields(raw_nodes, cols))
     return graph_from_columns(name, meta, cols, liveness)
-
-
-def graph_from_columns(name: str, meta: Mapping[str, Any], cols: GraphColumns,
-                       liveness: Liveness | None) -> Graph:
-    """The :class:`Graph` of checked columns (raises on output aliases that name no input, and on
-    a cycle)."""
-    return Graph.from_arrays(
-        name=name,
-        node_names=cols.names,
-        ops=cols.ops,
-        time_us=cols.time_us,
-        memory_bytes=cols.memory_bytes,
-        colocation=cols.groups,
-        edge_src=cols.edge_src,
-        edge_dst=cols.edge_dst,
-        edge_bytes=cols.edge_bytes,
-        edge_src_output=cols.edge_src_output,
-        meta=meta,
-        liveness=liveness,
-    )
 
 
 def _read_columns(raw_nodes: list[Any], raw_edges: list[Any]) -> GraphColumns:
@@ -365,7 +202,7 @@ def _read_nodes(nodes: list[Any]) -> _NodeColumns:
         if "memory_bytes" not in node:
             raise CeleritasInputError(f"{where}: missing field 'memory_bytes'")
         cols.time_us[i] = _time(node["time_us"], where, "time_us")
-        cols.memory[i] = _cost(node["memory_bytes"], where, "memory_bytes")
+        cols.memory[i] = check_cost(node["memory_bytes"], where, "memory_bytes")
         cols.persistent[i], cols.scratch[i], cols.outputs[i] = _liveness_fields(node, where)
         group = node.get("colocation")
         if group is not None:
@@ -403,7 +240,7 @@ def _read_edges(edges: list[Any], index: Mapping[str, int]
         dst[k] = di
         if "bytes" not in edge:
             raise CeleritasInputError(f"edges[{k}] ({s!r} -> {d!r}): missing field 'bytes'")
-        nbytes[k] = _cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
+        nbytes[k] = check_cost(edge["bytes"], f"edges[{k}] ({s!r} -> {d!r})", "bytes")
         so = edge.get("src_output", 0)
         if not isinstance(so, int) or isinstance(so, bool) or not 0 <= so < MAX_SRC_OUTPUT:
             raise CeleritasInputError(
@@ -462,7 +299,7 @@ def _alias_entry(raw: Any, index: Mapping[str, int], where: str, k: int) -> tupl
 def _liveness_fields(node: dict[str, Any],
                      where: str) -> tuple[float | None, float | None, list[float] | None]:
     """The optional ``persistent_bytes``, ``scratch_bytes`` and ``output_bytes`` of a node (bytes)."""
-    persistent, scratch = (_cost(node[key], where, key) if key in node else None
+    persistent, scratch = (check_cost(node[key], where, key) if key in node else None
                            for key in ("persistent_bytes", "scratch_bytes"))
     outputs = None
     if "output_bytes" in node:
@@ -470,68 +307,8 @@ def _liveness_fields(node: dict[str, Any],
         if not isinstance(raw, list):
             raise CeleritasInputError(
                 f"{where}: field 'output_bytes' must be a list of numbers, got {short_repr(raw)}")
-        outputs = [_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
+        outputs = [check_cost(x, where, f"output_bytes[{k}]") for k, x in enumerate(raw)]
     return persistent, scratch, outputs
-
-
-def check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
-                        live_total: float) -> None:
-    """The graph's sums stay within the limits: total time, total memory, total edge bytes and
-    ``live_total``, the total of the liveness fields (docs/formats.md, "Limits")."""
-    check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
-    check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
-    check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
-    check_total(live_total, MAX_BYTES,
-                "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
-
-
-def _first_out_of_range(values: np.ndarray, limit: float) -> int | None:
-    """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
-    bad = np.flatnonzero(out_of_range(values, limit))
-    return int(bad[0]) if len(bad) else None
-
-
-def check_cost_column(values: np.ndarray, where: Callable[[int], str], field_name: str, *,
-                      limit: float = MAX_BYTES, unit: str = " bytes",
-                      field_of: Callable[[int], str] | None = None) -> None:
-    """Raise at the first value of ``values`` that is not finite, negative or above ``limit``,
-    with the reader's message: ``where(i)`` names entry ``i`` (``node 'X'``), ``field_of(i)`` its
-    field (default ``field_name``)."""
-    i = _first_out_of_range(values, limit)
-    if i is not None:
-        _cost(float(values[i]), where(i), field_of(i) if field_of else field_name, limit=limit, unit=unit)
-
-
-def check_graph_limits(graph: Graph) -> None:
-    """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
-    the reader enforces, so that what :func:`save_graph` writes can be read back."""
-    names = graph.node_names
-
-    def node(i: int) -> str:
-        return f"node {names[i]!r}"
-
-    check_cost_column(graph.time_us, node, "time_us", limit=MAX_TIME_US, unit=" µs")
-    check_cost_column(graph.memory_bytes, node, "memory_bytes")
-    check_cost_column(graph.edge_bytes, lambda k: f"edges[{k}]", "bytes")
-    bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
-    if len(bad):
-        raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
-                                  f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
-    live_total = 0.0
-    live = graph.liveness
-    if live is not None:
-        modelled = np.asarray(live.modelled, dtype=bool)
-        owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
-        bad_node = modelled & (out_of_range(live.persistent_bytes) | out_of_range(live.scratch_bytes))
-        bad_node[owner[out_of_range(live.output_bytes) & modelled[owner]]] = True
-        if bad_node.any():  # the first such node's first bad value, named as the reader names it
-            i = int(np.flatnonzero(bad_node)[0])
-            own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
-            for k, x in enumerate(own):
-                _cost(x, node(i), "liveness bytes" if k < 2 else "output_bytes")
-        live_total = float(live.persistent_bytes[modelled].sum() + live.scratch_bytes[modelled].sum()
-                           + live.output_bytes[modelled[owner]].sum())
-    check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, live_total)
 
 
 def graph_to_json(graph: Graph) -> dict[str, Any]:
@@ -588,8 +365,6 @@ def graph_from_bytes(data: bytes, source: str | None = None) -> Graph:
     """Validate a graph file's content and build the :class:`Graph`: the columnar format when it
     is a zip archive (it starts with ``PK\\x03\\x04``), ``celeritas-graph/1`` JSON otherwise.
     Errors name ``source``."""
-    from celeritas_core.columnar import ZIP_MAGICS, graph_from_npz
-
     try:
         if data[:4] in ZIP_MAGICS:
             return graph_from_npz(data)
@@ -705,8 +480,6 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
     [10.0, 50.0, 50.0, 10.0]
     """
     if graph_file_format(path, file_format) == "npz":
-        from celeritas_core.columnar import npz_bytes
-
         data = npz_bytes(graph)
         return write_atomic(path, lambda fh: fh.write(data), binary=True, inputs=inputs)
     check_graph_limits(graph)
@@ -716,7 +489,7 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], *,
         raise CeleritasInputError(
             f"{os.fspath(path)}: the graph's JSON would be {len(data) + 1:,} bytes, above the "
             f"{MAX_INPUT_FILE_BYTES:,} bytes a reader accepts; write the columnar format (a .npz path)")
-    return write_atomic(path, lambda fh: _write_json_bytes(fh, data), binary=True, inputs=inputs)
+    return write_atomic(path, lambda fh: write_json_bytes(fh, data), binary=True, inputs=inputs)
 
 
 # ---------------------------------------------------------------------------- cluster
@@ -757,7 +530,7 @@ def cluster_from_json(doc: Any) -> Cluster:
             raise CeleritasInputError(
                 f"{where}: field 'memory_bytes' must be a positive number, got {short_repr(mem)}"
             )
-        _cost(mem, where, "memory_bytes")
+        check_cost(mem, where, "memory_bytes")
         spd = dev.get("speed", 1.0)
         if not _positive(spd):
             raise CeleritasInputError(
@@ -786,7 +559,7 @@ def cluster_from_json(doc: Any) -> Cluster:
             raise CeleritasInputError(
                 f"comm: field '{field_name}' must be a finite number >= 0, got {short_repr(value)}"
             )
-        _cost(value, "comm", field_name, limit=limit, unit=unit)
+        check_cost(value, "comm", field_name, limit=limit, unit=unit)
     _check_comm_provenance(comm)
     return Cluster.build(names, memory, speed, slope_us_per_byte=slope, intercept_us=intercept,
                          topology=topology)
@@ -1061,9 +834,6 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
     times, the dispatch orders replayed besides the documented one, and one row per placer
     (:meth:`~celeritas_core.compare.Comparison.rows`, null where not finite) with its parameters,
     per-device memory and step (µs) under each other dispatch order."""
-    from celeritas_core.levels import ccr
-    from celeritas_core.simulator import DOCUMENTED_DISPATCH  # loaded with the comparison already
-
     c = comparison
     return {
         "format": COMPARE_FORMAT,
@@ -1189,6 +959,9 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
 # ---------------------------------------------------------------------------- profiles and fits
 PROFILE_FORMAT = "celeritas-profile/1"
 FITS_FORMAT = "celeritas-fits/1"
+#: Fits with a per-op time model (``fit --time-model choose``): ``celeritas-fits/1`` plus each
+#: op's ``time_model``. Paper-line fits stay ``celeritas-fits/1``, byte for byte as before.
+FITS_FORMAT_V2 = "celeritas-fits/2"
 #: Largest magnitude of a fitted slope or intercept in a ``celeritas-fits/1`` document. Fits of
 #: in-limit profiles stay far below it; predictions are checked against the cost limits where a
 #: graph is built from them.
@@ -1201,7 +974,7 @@ def _cost_map(raw: Any, where: str, field_name: str, limit: float, unit: str) ->
         raise CeleritasInputError(f"{where}: field '{field_name}' must be an object of op name -> number")
     total = 0.0
     for name, value in raw.items():
-        total += _cost(value, f"{where}: op {name!r}", field_name, limit=limit, unit=unit)
+        total += check_cost(value, f"{where}: op {name!r}", field_name, limit=limit, unit=unit)
     check_total(total, limit, f"{where}: the total of '{field_name}'", unit)
 
 
@@ -1253,14 +1026,15 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
 
 
 def check_fits_document(doc: Any, source: str | None = None) -> None:
-    """Validate a ``celeritas-fits/1`` document strictly: ``batch_sizes`` integers from 1 to
-    :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
+    """Validate a ``celeritas-fits/1`` or ``/2`` document strictly: ``batch_sizes`` integers from 1
+    to :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
     ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
     :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object,
-    ``op_keys`` (optional) an object of op name → key string."""
+    ``op_keys`` (optional) an object of op name → key string; in ``/2`` every op's
+    ``time_model`` too (:func:`_check_time_model`)."""
     try:
-        if not isinstance(doc, dict) or doc.get("format") != FITS_FORMAT:
-            raise CeleritasInputError(f"not a {FITS_FORMAT} document (field 'format')")
+        if not isinstance(doc, dict) or doc.get("format") not in (FITS_FORMAT, FITS_FORMAT_V2):
+            raise CeleritasInputError(f"not a {FITS_FORMAT} or {FITS_FORMAT_V2} document (field 'format')")
         ops = doc.get("ops")
         if not isinstance(ops, dict) or not ops:
             raise CeleritasInputError("field 'ops' must be a non-empty object")
@@ -1286,6 +1060,8 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
                 if r2 is not None and not (is_number(r2) and math.isfinite(as_float(r2))):
                     raise CeleritasInputError(f"{where}: field '{key}' must be a number or null, "
                                               f"got {short_repr(r2)}")
+            if doc["format"] == FITS_FORMAT_V2:
+                _check_time_model(fit.get("time_model"), where)
         if not isinstance(doc.get("output_aliases", {}), dict):
             raise CeleritasInputError("field 'output_aliases' must be an object")
         if "op_keys" in doc:
@@ -1294,15 +1070,65 @@ def check_fits_document(doc: Any, source: str | None = None) -> None:
         raise exc.with_source(source) if source else exc from None
 
 
+def _check_time_model(raw: Any, where: str) -> None:
+    """A ``celeritas-fits/2`` op's ``time_model``: a known ``kind`` and its parameters, finite
+    numbers of magnitude at most :data:`MAX_FIT_COEFFICIENT` (the power law's exponent within
+    0 and 1), ``loo_error`` (optional) an object of model → number >= 0 or null."""
+    if not isinstance(raw, dict) or raw.get("kind") not in TIME_MODELS:
+        raise CeleritasInputError(f"{where}: field 'time_model' must be an object with 'kind' one of "
+                                  f"{', '.join(TIME_MODELS)}, got {short_repr(raw)}")
+    for key in MODEL_PARAMS[raw["kind"]]:
+        v = raw.get(key)
+        if not (is_number(v) and math.isfinite(as_float(v)) and abs(as_float(v)) <= MAX_FIT_COEFFICIENT):
+            raise CeleritasInputError(f"{where}: time_model field '{key}' must be a finite number of "
+                                      f"magnitude at most {MAX_FIT_COEFFICIENT:g}, got {short_repr(v)}")
+    if raw["kind"] == "power" and not 0.0 <= as_float(raw["exponent"]) <= 1.0:
+        raise CeleritasInputError(f"{where}: time_model field 'exponent' must be within 0 and 1, "
+                                  f"got {short_repr(raw['exponent'])}")
+    loo = raw.get("loo_error", {})
+    if not isinstance(loo, dict) or not all(
+            k in TIME_MODELS and (v is None or (is_number(v) and as_float(v) >= 0)) for k, v in loo.items()):
+        raise CeleritasInputError(f"{where}: time_model field 'loo_error' must be an object of model -> "
+                                  f"number >= 0 or null, got {short_repr(loo)}")
+
+
+def _time_model_json(models: TimeModels, j: int) -> dict[str, Any]:
+    """Op ``j``'s ``time_model`` object (``celeritas-fits/2``)."""
+    kind = models.kinds[j]
+    out: dict[str, Any] = {"kind": kind}
+    out.update({key: float(models.params[j, c]) for c, key in enumerate(MODEL_PARAMS[kind])})
+    out["loo_error"] = {k: _finite_or_none(float(models.loo_error[j, m])) for m, k in enumerate(TIME_MODELS)}
+    return out
+
+
+def _read_time_models(names: tuple[str, ...], raw_ops: Iterable[Mapping[str, Any]]) -> TimeModels:
+    """The :class:`TimeModels` of a checked ``celeritas-fits/2`` document's ops."""
+    kinds, params, loo = [], [], []
+    for fit in raw_ops:
+        model = fit["time_model"]
+        kinds.append(str(model["kind"]))
+        row = [as_float(model[key]) for key in MODEL_PARAMS[model["kind"]]]
+        params.append(row + [0.0] * (3 - len(row)))
+        errors = model.get("loo_error", {})
+        loo.append([math.nan if errors.get(k) is None else as_float(errors[k]) for k in TIME_MODELS])
+    return TimeModels(names, tuple(kinds), np.array(params, dtype=np.float64).reshape(len(names), 3),
+                      np.array(loo, dtype=np.float64).reshape(len(names), len(TIME_MODELS)))
+
+
 def fits_to_json(fits: CostFits) -> dict[str, Any]:
     """The ``celeritas-fits/1`` document of ``fits`` (R² null where undefined; ``op_keys``
-    when the fits carry structure keys)."""
+    when the fits carry structure keys); with per-op time models (:attr:`CostFits.time_models`),
+    ``celeritas-fits/2``: each op also has its ``time_model``."""
     ops = {n: {"time_us": [float(a), float(b)], "memory_bytes": [float(c), float(d)],
                "time_r2": _finite_or_none(e), "memory_r2": _finite_or_none(f)}
            for n, a, b, c, d, e, f in zip(fits.names, fits.time_slope, fits.time_intercept,
                                           fits.memory_slope, fits.memory_intercept, fits.time_r2,
                                           fits.memory_r2, strict=True)}
     doc: dict[str, Any] = {"format": FITS_FORMAT, "batch_sizes": list(fits.batch_sizes), "ops": ops}
+    if fits.time_models is not None:
+        doc["format"] = FITS_FORMAT_V2
+        for j, fit in enumerate(ops.values()):
+            fit["time_model"] = _time_model_json(fits.time_models, j)
     if fits.output_aliases:
         doc["output_aliases"] = {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                  for n, a in fits.output_aliases.items()}
@@ -1313,16 +1139,18 @@ def fits_to_json(fits: CostFits) -> dict[str, Any]:
 
 
 def fits_from_json(doc: Any, source: str | None = None) -> CostFits:
-    """Read a ``celeritas-fits/1`` document, checked by :func:`check_fits_document` (raises
-    CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
-    carrying its ``op_keys`` ({} when it has none)."""
+    """Read a ``celeritas-fits/1`` or ``/2`` document, checked by :func:`check_fits_document`
+    (raises CeleritasInputError naming the bad field), as :class:`~celeritas_core.opkeys.KeyedFits`
+    carrying its ``op_keys`` ({} when it has none) and, from ``/2``, its time models."""
     check_fits_document(doc, source)
     fits = doc["ops"].values()
     coefficients = (np.array([float(fit[key][j]) for fit in fits], dtype=np.float64)
                     for key, j in (("time_us", 0), ("time_us", 1), ("memory_bytes", 0), ("memory_bytes", 1)))
     r2 = (np.array([math.nan if fit.get(key) is None else float(fit[key]) for fit in fits], dtype=np.float64)
           for key in ("time_r2", "memory_r2"))
-    return KeyedFits(tuple(doc["ops"]), tuple(doc["batch_sizes"]), *coefficients, *r2,
+    names = tuple(doc["ops"])
+    models = _read_time_models(names, fits) if doc["format"] == FITS_FORMAT_V2 else None
+    return KeyedFits(names, tuple(doc["batch_sizes"]), *coefficients, *r2, time_models=models,
                      op_keys=dict(doc.get("op_keys", {}))).with_aliases(
         read_output_aliases(doc.get("output_aliases", {}), source))
 
@@ -1356,7 +1184,7 @@ def check_predicted_costs(names: Any, time_us: np.ndarray, memory_bytes: np.ndar
     for values, field_name, limit, unit in ((time_us, "time_us", MAX_TIME_US, " µs"),
                                             (memory_bytes, "memory_bytes", MAX_BYTES, " bytes")):
         values = np.asarray(values, dtype=np.float64)
-        i = _first_out_of_range(values, limit)
+        i = first_out_of_range(values, limit)
         if i is not None:
             raise CeleritasInputError(f"{what}: op {names[i]!r}: predicted {field_name} "
                                       f"{values[i]:.6g}{unit} is not within 0 and the limit {limit:g}{unit}")

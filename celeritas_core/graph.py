@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.dagloops import stack_order
 from celeritas_core.errors import CeleritasInputError
 
 
@@ -530,8 +531,6 @@ class Graph:
         smallest index is popped first, and each node's newly ready successors are popped before
         older ready nodes (depth-first), so this is *not* the lexicographically smallest order.
         """
-        from celeritas_core.dagloops import stack_order
-
         n = self.num_nodes
         sources = np.flatnonzero(self.in_degree == 0).astype(np.int64)
         order = stack_order(self.succ_ptr, self.succ_idx, self.in_degree, sources)
@@ -547,6 +546,7 @@ class Graph:
         return rank
 
     def _describe_cycle(self, acyclic_part: np.ndarray) -> str:
+        # lazy: networkx takes about 0.2 s to import; only these conversions use it (celeritas info does not)
         import networkx as nx
 
         done = np.zeros(self.num_nodes, dtype=bool)
@@ -608,6 +608,7 @@ class Graph:
 
     def to_networkx(self) -> Any:
         """Return a networkx MultiDiGraph with the same names, costs and edges (for inspection)."""
+        # lazy: networkx takes about 0.2 s to import; only these conversions use it (celeritas info does not)
         import networkx as nx
 
         g = nx.MultiDiGraph(name=self.name)

@@ -1,5 +1,7 @@
-"""A graph document's fields gathered column by column: what both graph readers build a
-:class:`~celeritas_core.graph.Graph` from.
+"""A graph document's fields gathered column by column: what both graph readers (JSON,
+:mod:`celeritas_core.formats`; columnar, :mod:`celeritas_core.columnar`) build a
+:class:`~celeritas_core.graph.Graph` from, the limits both check the columns against, and the
+check both writers run first (:func:`check_graph_limits`).
 
 :func:`json_columns` is the fast path of the ``celeritas-graph/1`` reader
 (:func:`celeritas_core.formats.graph_from_json`): it gathers every node and edge field of a parsed
@@ -13,6 +15,7 @@ Units: time in µs, memory and tensor sizes in bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
@@ -20,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from celeritas_core.graph import Liveness
-from celeritas_core.limits import MAX_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graph import Graph, Liveness
+from celeritas_core.limits import MAX_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, check_cost, check_total
 
 _NUMBER_TYPES = frozenset({int, float})
 _NAME, _OP, _TIME, _MEMORY = (itemgetter(k) for k in ("name", "op", "time_us", "memory_bytes"))
@@ -174,3 +178,85 @@ def _edge_columns(edges: list[Any], index: dict[str, int]
     if ((out < 0) | (out >= MAX_SRC_OUTPUT)).any():
         return None
     return src, dst, nbytes, out
+
+
+# ---------------------------------------------------------------------------- checks and the Graph
+def graph_from_columns(name: str, meta: Mapping[str, Any], cols: GraphColumns,
+                       liveness: Liveness | None) -> Graph:
+    """The :class:`Graph` of checked columns (raises on output aliases that name no input, and on
+    a cycle)."""
+    return Graph.from_arrays(
+        name=name,
+        node_names=cols.names,
+        ops=cols.ops,
+        time_us=cols.time_us,
+        memory_bytes=cols.memory_bytes,
+        colocation=cols.groups,
+        edge_src=cols.edge_src,
+        edge_dst=cols.edge_dst,
+        edge_bytes=cols.edge_bytes,
+        edge_src_output=cols.edge_src_output,
+        meta=meta,
+        liveness=liveness,
+    )
+
+
+def check_graph_totals(time_us: np.ndarray, memory: np.ndarray, nbytes: np.ndarray,
+                        live_total: float) -> None:
+    """The graph's sums stay within the limits: total time, total memory, total edge bytes and
+    ``live_total``, the total of the liveness fields (docs/formats.md, "Limits")."""
+    check_total(float(time_us.sum()), MAX_TIME_US, "the graph's total time_us", " µs")
+    check_total(float(memory.sum()), MAX_BYTES, "the graph's total memory_bytes", " bytes")
+    check_total(float(nbytes.sum()), MAX_BYTES, "the graph's total edge bytes", " bytes")
+    check_total(live_total, MAX_BYTES,
+                "the graph's total persistent_bytes + output_bytes + scratch_bytes", " bytes")
+
+
+def first_out_of_range(values: np.ndarray, limit: float) -> int | None:
+    """The index of the first value that is not finite, negative or above ``limit`` (None: none)."""
+    bad = np.flatnonzero(out_of_range(values, limit))
+    return int(bad[0]) if len(bad) else None
+
+
+def check_cost_column(values: np.ndarray, where: Callable[[int], str], field_name: str, *,
+                      limit: float = MAX_BYTES, unit: str = " bytes",
+                      field_of: Callable[[int], str] | None = None) -> None:
+    """Raise at the first value of ``values`` that is not finite, negative or above ``limit``,
+    with the reader's message: ``where(i)`` names entry ``i`` (``node 'X'``), ``field_of(i)`` its
+    field (default ``field_name``)."""
+    i = first_out_of_range(values, limit)
+    if i is not None:
+        check_cost(float(values[i]), where(i), field_of(i) if field_of else field_name, limit=limit,
+                   unit=unit)
+
+
+def check_graph_limits(graph: Graph) -> None:
+    """Raise unless every cost of ``graph`` (built in memory, e.g. generated) is within the limits
+    the reader enforces, so that what :func:`celeritas_core.formats.save_graph` writes can be read back."""
+    names = graph.node_names
+
+    def node(i: int) -> str:
+        return f"node {names[i]!r}"
+
+    check_cost_column(graph.time_us, node, "time_us", limit=MAX_TIME_US, unit=" µs")
+    check_cost_column(graph.memory_bytes, node, "memory_bytes")
+    check_cost_column(graph.edge_bytes, lambda k: f"edges[{k}]", "bytes")
+    bad = np.flatnonzero((graph.edge_src_output < 0) | (graph.edge_src_output >= MAX_SRC_OUTPUT))
+    if len(bad):
+        raise CeleritasInputError(f"edges[{int(bad[0])}]: field 'src_output' must be an integer >= 0 and "
+                                  f"< 2**31, got {int(graph.edge_src_output[int(bad[0])])}")
+    live_total = 0.0
+    live = graph.liveness
+    if live is not None:
+        modelled = np.asarray(live.modelled, dtype=bool)
+        owner = np.repeat(np.arange(graph.num_nodes), np.diff(live.output_ptr))
+        bad_node = modelled & (out_of_range(live.persistent_bytes) | out_of_range(live.scratch_bytes))
+        bad_node[owner[out_of_range(live.output_bytes) & modelled[owner]]] = True
+        if bad_node.any():  # the first such node's first bad value, named as the reader names it
+            i = int(np.flatnonzero(bad_node)[0])
+            own = [float(live.persistent_bytes[i]), float(live.scratch_bytes[i]), *live.outputs(i).tolist()]
+            for k, x in enumerate(own):
+                check_cost(x, node(i), "liveness bytes" if k < 2 else "output_bytes")
+        live_total = float(live.persistent_bytes[modelled].sum() + live.scratch_bytes[modelled].sum()
+                           + live.output_bytes[modelled[owner]].sum())
+    check_graph_totals(graph.time_us, graph.memory_bytes, graph.edge_bytes, live_total)

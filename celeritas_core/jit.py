@@ -60,7 +60,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 ENABLED = (os.environ.get("CELERITAS_NO_JIT", "") in ("", "0")
            and importlib.util.find_spec("numba") is not None)
 
-#: The prebuilt cache: a folder of the installed package (``python -m celeritas_core.precompile``).
+#: The prebuilt cache: a folder of the installed package (``python -m celeritas_core.precompile``;
+#: :data:`celeritas_core.jitcache.CACHE_DIR`, the same folder, is what the loops load from).
 CACHE_DIR = Path(__file__).resolve().parent / "_jitcache"
 
 #: A call whose largest array has this many elements or more loads Numba.
@@ -190,9 +191,9 @@ def numba_loaded() -> bool:
 
 def _make_dispatcher(func: Callable[..., Any]) -> Any:
     """A Numba dispatcher for ``func`` whose cache is :class:`~celeritas_core.jitcache.LayeredCache`."""
-    import numba  # lazy, as above
+    import numba  # lazy: as above, Numba loads only once a loop runs compiled
 
-    from celeritas_core.jitcache import LayeredCache
+    from celeritas_core.jitcache import LayeredCache  # lazy: it imports Numba
 
     dispatcher = numba.njit(nogil=True)(func)
     # what Dispatcher.enable_caching() does with Numba's FunctionCache, with our layers instead
@@ -219,7 +220,7 @@ def compile_clock() -> Iterator[CompileClock]:
     if not _state.numba:
         yield clock
         return
-    from numba.core import event  # lazy, as above (loaded already)
+    from numba.core import event  # lazy: as above (loaded already)
 
     with event.install_timer("numba:compiler_lock", clock.add):
         yield clock

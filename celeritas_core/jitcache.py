@@ -17,12 +17,14 @@ from typing import Any
 
 from numba.core import caching
 
-from celeritas_core.jit import CACHE_DIR
-
 _log = logging.getLogger(__name__)
 
 #: The package whose loops the prebuilt cache holds (the folder of this file).
 PACKAGE_DIR = Path(__file__).resolve().parent
+#: The prebuilt cache, ``_jitcache/`` inside the package: the folder
+#: :data:`celeritas_core.jit.CACHE_DIR` names for the modules that must not load Numba (this one
+#: does, so jit does not import it at the top; tests/core/test_jit_cache.py checks they agree).
+CACHE_DIR = PACKAGE_DIR / "_jitcache"
 
 
 class PrebuiltLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):

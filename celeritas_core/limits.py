@@ -73,6 +73,22 @@ def check_total(total: float, limit: float, what: str, unit: str) -> None:
         raise CeleritasInputError(f"{what} is {shown}{unit}, above the limit {_fmt(limit)}{unit}")
 
 
+def check_cost(value: Any, where: str, field_name: str, *, limit: float = MAX_BYTES,
+               unit: str = " bytes") -> float:
+    """A cost field of a document: a finite number ``>= 0`` and at most ``limit`` (docs/formats.md,
+    "Limits"); ``where`` and ``field_name`` name it in the one-line error."""
+    if not is_number(value):
+        raise CeleritasInputError(f"{where}: field '{field_name}' must be a number, got {short_repr(value)}")
+    v = as_float(value)
+    if not math.isfinite(v) or v < 0:
+        raise CeleritasInputError(
+            f"{where}: field '{field_name}' must be finite and >= 0, got {short_repr(value)}")
+    if v > limit:
+        raise CeleritasInputError(f"{where}: field '{field_name}' must be at most {limit:g}{unit} "
+                                  f"(the limit), got {short_repr(value)}")
+    return v
+
+
 def short_repr(value: Any) -> str:
     """``repr(value)``, cut to 60 characters (a huge integer or string stays readable)."""
     text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an integer of " \

@@ -24,8 +24,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from celeritas_core.cluster import Cluster
+from celeritas_core.colocation import placement_units
 from celeritas_core.graph import Graph, Liveness, TensorView, unique_pairs
-from celeritas_core.simulator import SimulationResult
+from celeritas_core.paths import crossing_spans, crossing_totals, longest_path
+from celeritas_core.simulator import SimulationResult, simulate
 
 
 @dataclass(frozen=True, eq=False)
@@ -338,9 +341,6 @@ def one_device_peak_bytes(graph: Graph) -> float:
     >>> one_device_peak_bytes(graph), graph.total_memory_bytes
     (5500.0, 6600.0)
     """
-    from celeritas_core.cluster import Cluster
-    from celeritas_core.simulator import simulate
-
     if graph.liveness is None:
         return graph.total_memory_bytes
     if graph not in _ONE_DEVICE_PEAK:
@@ -587,9 +587,6 @@ def peak_lower_bound(graph: Graph) -> PeakLowerBound:
 
 def _peak_lower_bound(graph: Graph) -> PeakLowerBound:
     """:func:`peak_lower_bound`, computed."""
-    from celeritas_core.colocation import placement_units
-    from celeritas_core.paths import crossing_spans, crossing_totals, longest_path
-
     live = graph.liveness
     modelled = live.modelled if live is not None else np.zeros(graph.num_nodes, dtype=bool)
     static = np.where(modelled, live.persistent_bytes if live is not None else 0.0, graph.memory_bytes)

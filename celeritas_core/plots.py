@@ -15,21 +15,23 @@ import numpy as np
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.graph import Graph
+from celeritas_core.memory import memory_profile
 from celeritas_core.placement import Placement
+from celeritas_core.safe_io import write_atomic
+from celeritas_core.simulator import simulate
 
 
 def _pyplot() -> Any:
+    # lazy: matplotlib (about 0.3 s to import) loads only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above, after choosing the Agg backend
 
     return plt
 
 
 def _save_atomic(fig: Any, path: str | os.PathLike[str]) -> Path:
-    from celeritas_core.formats import write_atomic
-
     return write_atomic(path, lambda fh: fig.savefig(fh, dpi=110, format="png"), binary=True)
 
 
@@ -44,8 +46,6 @@ def _time_unit(span_us: float) -> tuple[float, str]:
 def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str | os.PathLike[str]) -> Path:
     """Write a Gantt chart of ``placement``'s simulated step: per device a row of ops (coloured by
     device) and below it a row of the transfers it receives; returns the PNG path."""
-    from celeritas_core.simulator import simulate
-
     plt = _pyplot()
     result = simulate(graph, cluster, placement.assignment)
     scale, unit = _time_unit(max(result.step_time_us, 1e-9))
@@ -118,9 +118,6 @@ def memory_figure(placements: Sequence[Placement], cluster: Cluster, *, title: s
 
 def _memory_over_time(ax: Any, graph: Graph, cluster: Cluster, placement: Placement) -> None:
     """Step lines of each device's memory (% of capacity) over the replay of ``placement``."""
-    from celeritas_core.memory import memory_profile
-    from celeritas_core.simulator import simulate
-
     result = simulate(graph, cluster, placement.assignment)
     profile = memory_profile(graph, cluster.num_devices, placement.assignment, result)
     scale, unit = _time_unit(max(result.step_time_us, 1e-9))

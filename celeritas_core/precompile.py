@@ -105,7 +105,8 @@ def build(*, quiet: bool = False) -> dict[str, Any]:
 
 def _write_info(report: dict[str, Any]) -> None:
     """Write :data:`BUILD_INFO`: the report, with the versions and CPU the cache is for."""
-    import numba  # loaded already by build()
+    # lazy: Numba is optional here (main says when it is off); build() has loaded it
+    import numba
 
     info = {**report, "numba": numba.__version__, "python": platform.python_version(),
             "cpu_name": numba.config.CPU_NAME or "host"}

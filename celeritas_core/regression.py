@@ -4,6 +4,9 @@ The paper profiles a model at a few small batch sizes that fit on one device and
 ``cost = slope · batch + intercept``; the fit predicts the large batch (memory well, time
 roughly). Ops seen at a single batch size get slope 0. Predictions are clipped at 0. Fits are
 stored as ``celeritas-fits/1`` (docs/formats.md; :func:`celeritas_core.formats.fits_to_json`).
+That is the default; ``fit_costs(..., time_model="choose")`` also picks each op's time model by
+leave-one-out error (:mod:`celeritas_core.estimation`), stored as ``celeritas-fits/2``; memory
+stays the paper's line (an op's bytes are its tensors', linear in the batch).
 Estimation accuracy follows the paper's "Estimation Accuracy": per op
 ``|estimate − actual| / actual``, over the ops whose actual value is positive.
 """
@@ -17,6 +20,10 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.estimation import TimeModels, choose_time_models
+
+#: How :func:`fit_costs` models time: the paper's line, or a per-op choice.
+TIME_MODEL_MODES = ("linear", "choose")
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,6 +42,9 @@ class CostFits:
     """Per op with any, as profiled: for each output None (own buffer), ``(producer, output)``
     (shares that input's buffer) or ``"external"`` (a buffer outside the step). Aliasing does not
     depend on the batch size, so it carries over to the predicted graph unchanged."""
+    time_models: TimeModels | None = None
+    """Per op, the chosen time model (same op order as :attr:`names`); when present it predicts
+    time instead of the line (which stays, as the paper's figure). None: the paper's line."""
 
     def with_aliases(self, aliases: Mapping[str, Sequence[Any]]) -> CostFits:
         """The same fits carrying ``aliases`` (see :attr:`output_aliases`)."""
@@ -44,7 +54,10 @@ class CostFits:
         """Predicted ``(time_us, memory_bytes)`` per op at ``batch_size`` (clipped at 0)."""
         if not np.isfinite(batch_size) or batch_size <= 0:
             raise CeleritasInputError(f"batch size must be positive, got {batch_size!r}")
-        t = np.maximum(self.time_slope * batch_size + self.time_intercept, 0.0)
+        if self.time_models is not None:
+            t = self.time_models.predict(batch_size)
+        else:
+            t = np.maximum(self.time_slope * batch_size + self.time_intercept, 0.0)
         m = np.maximum(self.memory_slope * batch_size + self.memory_intercept, 0.0)
         return t, m
 
@@ -54,7 +67,8 @@ class CostFits:
         return {n: (float(a), float(b)) for n, a, b in zip(self.names, t, m, strict=True)}
 
 
-def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]]) -> CostFits:
+def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, float]]], *,
+              time_model: str = "linear") -> CostFits:
     """Fit per-op lines through ``(batch, time_us, memory_bytes)`` profiles, one per batch size.
 
     ``profiles`` holds ``(batch_size, {op: time_us}, {op: memory_bytes})``; an op missing from a
@@ -65,6 +79,10 @@ def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, fl
     profiles : sequence of (int, mapping, mapping)
         One ``(batch_size, {op: time_us}, {op: memory_bytes})`` per distinct batch size (µs and
         bytes measured at that batch size).
+    time_model : str
+        ``"linear"`` (the paper's line, the default) or ``"choose"`` (each op's time model by
+        leave-one-out error, :func:`celeritas_core.estimation.choose_time_models`; kept in
+        :attr:`CostFits.time_models`).
 
     Returns
     -------
@@ -78,7 +96,7 @@ def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, fl
     Raises
     ------
     CeleritasInputError
-        No profiles, or two with the same batch size.
+        No profiles, two with the same batch size, or an unknown ``time_model``.
 
     Examples
     --------
@@ -93,6 +111,9 @@ def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, fl
     >>> {op: (round(t, 6), round(m, 6)) for op, (t, m) in fits.predict_costs(64).items()}
     {'conv': (660.0, 6600.0), 'relu': (66.0, 3300.0)}
     """
+    if time_model not in TIME_MODEL_MODES:
+        raise CeleritasInputError(f"time model must be one of {', '.join(TIME_MODEL_MODES)}, "
+                                  f"got {time_model!r}")
     if not profiles:
         raise CeleritasInputError("no profiles to fit")
     batches = [int(b) for b, _, _ in profiles]
@@ -111,7 +132,8 @@ def fit_costs(profiles: Sequence[tuple[int, Mapping[str, float], Mapping[str, fl
             mems[row, index[name]] = v
     ts, ti, tr = _fit_lines(x, times)
     ms, mi, mr = _fit_lines(x, mems)
-    return CostFits(tuple(names), tuple(batches), ts, ti, ms, mi, tr, mr)
+    models = choose_time_models(names, batches, times) if time_model == "choose" else None
+    return CostFits(tuple(names), tuple(batches), ts, ti, ms, mi, tr, mr, time_models=models)
 
 
 def _fit_lines(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -39,6 +39,7 @@ MAX_CHECKED_BODY = 1 << 20
 
 def gpu_pool_exists(name: str) -> bool:
     """Whether Airflow's metadata database has pool ``name`` (the API server has the database)."""
+    # lazy: Airflow loads plugins while it starts; its models load only when a trigger is checked
     from airflow.models.pool import Pool
 
     return Pool.get_pool(name) is not None
@@ -67,6 +68,7 @@ class TriggerParamsCheck:
             await self.app(scope, receive, send)
             return
         messages, body = await _read_body(receive)
+        # lazy: only the API server runs this middleware (the plugin loads in every Airflow process)
         from starlette.concurrency import run_in_threadpool
 
         # in a thread: the model check may read a .keras file's zip directory

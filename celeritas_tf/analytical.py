@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_tf.tf import tensorflow
 
 GIB = 2**30
 
@@ -134,8 +135,6 @@ def _dtype_size(enum: int) -> int:
     """Bytes per element of a DataType enum (0 for resource, variant and string; 4 if unknown)."""
     size = _DTYPE_SIZES.get(enum)
     if size is None:
-        from celeritas_tf.tf import tensorflow
-
         tf = tensorflow()
         try:
             dtype = tf.dtypes.as_dtype(enum)
@@ -149,6 +148,7 @@ def _dtype_size(enum: int) -> int:
 def _op_def(op_type: str) -> Any:
     """The registered OpDef of ``op_type`` (None for an op this TensorFlow does not know)."""
     if op_type not in _OP_DEFS:
+        # lazy: TensorFlow loads only when a graph is analysed, not on import
         from tensorflow.python.framework import op_def_registry
 
         _OP_DEFS[op_type] = op_def_registry.get(op_type)
@@ -270,6 +270,7 @@ class _StaticTensor:
         self._dims = dims
 
     def get_shape(self) -> Any:
+        # lazy: TensorFlow loads only when a graph is analysed, not on import
         from tensorflow.python.framework import tensor_shape
 
         return tensor_shape.TensorShape(list(self._dims))
@@ -437,6 +438,7 @@ def _flops(node: Any, shapes: Any) -> float:
     formula = OWN_FORMULAS.get(node.op)
     if formula is not None:
         return float(formula(shapes, node, out))
+    # lazy: TensorFlow loads only when a graph is analysed, not on import
     from tensorflow.python.framework import ops
 
     try:

@@ -2,10 +2,14 @@
 
 1. :func:`profile_small_batches`: trace the step at small batch sizes on one device;
    :func:`celeritas_core.regression.fit_costs` fits per-op lines and predicts the large batch.
+   Beyond the paper (options, off by default): more traced steps while the per-op times are
+   noisy, a profile batch closer to the target, a per-op time model (:mod:`celeritas_core.estimation`).
 2. :func:`remeasure`: place the large-batch graph (predicted costs) sequentially in DFS or
    CPD-TOPO order, filling each device to its memory (best effort when all are full), run it
    across the devices with full tracing and re-measure every op: the measured graph feeds the
-   placers. :func:`estimation_accuracy` compares predicted with re-measured costs.
+   placers, with the re-measurement's own figures for every op it traced and the estimate only
+   for an op it did not (:func:`measured_costs`). :func:`estimation_accuracy` compares predicted
+   with re-measured costs.
 
 :func:`validate` runs a placement: warm-up steps, then timed steps (wall clock of
 ``Session.run``), as the paper's "Single-step Time" (5 + 50 by default).
@@ -14,7 +18,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,16 +27,24 @@ import numpy as np
 from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.formats import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT, read_output_aliases
+from celeritas_core.estimation import spanning_batch, traced_steps_needed, weighted_median_error
+from celeritas_core.formats import (
+    ACCURACY_FORMAT,
+    PROFILE_FORMAT,
+    VALIDATION_FORMAT,
+    check_profile_document,
+    read_output_aliases,
+)
 from celeritas_core.graph import Graph
 from celeritas_core.levels import cpath, edge_comm_us
+from celeritas_core.memory import memory_profile, one_device_peak_bytes
 from celeritas_core.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
 from celeritas_core.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
-from celeritas_core.regression import CostFits, Deviation, relative_deviation
+from celeritas_core.regression import CostFits, Deviation, fit_costs, relative_deviation
+from celeritas_core.simulator import simulate
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
-from celeritas_tf.models import ModelSpec
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -42,6 +54,7 @@ from celeritas_tf.profile import (
     trace_costs,
     trace_step,
 )
+from celeritas_tf.spec import ModelSpec
 from celeritas_tf.step import TrainingStep, build_training_step
 from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, tensorflow
 
@@ -69,20 +82,85 @@ def check_devices(num_devices: int) -> None:
             f"--devices: {num_devices} logical CPU devices requested, at most {MAX_LOGICAL_DEVICES}")
 
 
+@dataclass(frozen=True)
+class ProfilePlan:
+    """How Standard Evaluation profiles, beyond the batch sizes. The default is the paper's:
+    ``traced_steps`` traced steps per batch size, no more, no other batch.
+
+    ``max_traced_steps`` above ``traced_steps``: trace more while the time-weighted standard
+    error of the per-op medians exceeds ``noise_target`` (0.05 = 5 %), at most that many in all
+    (:func:`celeritas_core.estimation.traced_steps_needed`). ``span_target`` (the batch to be
+    predicted) with ``device_bytes`` (one device's memory): also profile the batch
+    :func:`celeritas_core.estimation.spanning_batch` picks, the largest doubling of the largest
+    batch up to half the target whose predicted one-device peak fits the device."""
+
+    traced_steps: int = 3
+    max_traced_steps: int | None = None
+    noise_target: float = 0.05
+    span_target: int | None = None
+    device_bytes: float | None = None
+
+    def more_steps(self) -> Callable[[Mapping[str, Sequence[float]]], int] | None:
+        """The extra-traces rule for :func:`celeritas_tf.profile.trace_step` (None: a fixed count)."""
+        if self.max_traced_steps is None or self.max_traced_steps <= self.traced_steps:
+            return None
+        cap, target = self.max_traced_steps, self.noise_target
+        return lambda samples: traced_steps_needed(samples, target=target, max_steps=cap)
+
+
 def profile_small_batches(model: ModelSpec, batch_sizes: Sequence[int], *, traced_steps: int = 3,
-                          progress: Progress | None = None) -> list[StepTrace]:
-    """Trace ``model``'s step once per batch size on one device (Standard Evaluation, step 1)."""
+                          progress: Progress | None = None,
+                          plan: ProfilePlan | None = None) -> list[StepTrace]:
+    """Trace ``model``'s step once per batch size on one device (Standard Evaluation, step 1);
+    ``plan`` (its ``traced_steps`` replaces ``traced_steps``) may add traced steps and a batch."""
+    plan = plan or ProfilePlan(traced_steps=traced_steps)
     sizes = [int(b) for b in batch_sizes]
     if not sizes or any(b <= 0 for b in sizes):
         raise CeleritasInputError(f"batch sizes must be positive integers, got {list(batch_sizes)!r}")
     if len(set(sizes)) < 2:
         raise CeleritasInputError("profiling needs at least two different batch sizes to fit a line")
-    traces = []
-    for i, b in enumerate(sizes):
-        if progress is not None:
-            progress(f"profiling batch {b} ({i + 1}/{len(sizes)})")
-        traces.append(trace_step(build_training_step(model, b), traced_steps=traced_steps))
+    if not plan.noise_target > 0:
+        raise CeleritasInputError(f"--noise-target: must be above 0, got {plan.noise_target!r}")
+    traces = [_profile_one(model, b, plan, f"({i + 1}/{len(sizes)})", progress) for i, b in enumerate(sizes)]
+    if plan.span_target is not None:
+        extra = spanning_trace(model, traces, plan, progress)
+        if extra is not None:
+            traces.append(extra)
     return traces
+
+
+def _profile_one(model: ModelSpec, batch: int, plan: ProfilePlan, where: str,
+                 progress: Progress | None) -> StepTrace:
+    """One traced profile of ``model`` at ``batch`` on one device, as ``plan`` says."""
+    if progress is not None:
+        progress(f"profiling batch {batch} {where}")
+    return trace_step(build_training_step(model, batch), traced_steps=plan.traced_steps,
+                      more_steps=plan.more_steps())
+
+
+def spanning_trace(model: ModelSpec, traces: Sequence[StepTrace], plan: ProfilePlan,
+                   progress: Progress | None = None) -> StepTrace | None:
+    """The profile of the batch :func:`spanning_batch` adds to ``traces`` towards
+    ``plan.span_target`` (None when no batch qualifies): predicted one-device peaks replay the
+    graph the memory fits of ``traces`` predict (the liveness model of ``celeritas_core.memory``)."""
+    if plan.device_bytes is None or not plan.device_bytes > 0:
+        raise CeleritasInputError("--span-target needs --device-memory, one device's memory")
+    largest = max(traces, key=lambda t: t.batch_size)
+    fits = fit_costs([(t.batch_size, t.time_us, t.memory_bytes) for t in traces])
+    fits = fits.with_aliases(largest.aliases)
+
+    def peak(batch: int) -> float:
+        step = build_training_step(model, batch)
+        graph = graph_from_step(step, fits.predict_costs(batch), aliases=fits.output_aliases)
+        return one_device_peak_bytes(graph)
+
+    sizes = [t.batch_size for t in traces]
+    chosen = spanning_batch(sizes, int(plan.span_target), peak, float(plan.device_bytes))
+    if progress is not None:
+        progress(f"spanning batch towards {plan.span_target}: {'none fits' if chosen is None else chosen}")
+    if chosen is None or chosen in sizes:
+        return None
+    return _profile_one(model, chosen, plan, f"(spans towards batch {plan.span_target})", progress)
 
 
 
@@ -91,6 +169,8 @@ def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str,
     """The ``celeritas-profile/1`` document of small-batch traces (with each traced step's op keys)."""
     return {"format": PROFILE_FORMAT, "model": model.name, "model_config": dict(model.config),
             "profiles": [{"batch_size": t.batch_size, "time_us": t.time_us, "memory_bytes": t.memory_bytes,
+                          "traced_steps": len(t.step_seconds),
+                          "time_median_error": weighted_median_error(t.time_samples),
                           "scratch_bytes": t.scratch_bytes, "peak_bytes": t.peak_bytes,
                           "output_aliases": {n: [list(e) if isinstance(e, tuple) else e for e in a]
                                              for n, a in t.aliases.items()},
@@ -98,23 +178,24 @@ def profile_document(model: ModelSpec, traces: Sequence[StepTrace]) -> dict[str,
                           **({"op_keys": dict(t.op_keys)} if t.op_keys else {})} for t in traces]}
 
 
-def fits_from_profile(doc: Any, source: str | None = None) -> KeyedFits:
+def fits_from_profile(doc: Any, source: str | None = None, *, time_model: str = "linear") -> KeyedFits:
     """Standard Evaluation's per-op lines fitted on a ``celeritas-profile/1`` document (checked
     once, by :func:`profile_rows`), carrying the output aliases of its largest batch ({} for a
     profile written before they were recorded) and the op keys (:func:`profile_op_keys`).
+    ``time_model="choose"``: each op's time model by leave-one-out error
+    (:func:`celeritas_core.regression.fit_costs`).
 
     An op's point at a batch size where its key is not its key at the largest batch it was
     profiled at is left out of its fit: TensorFlow built another op of that name there (e.g. a
     ``Const`` below 1,000 elements, a ``Fill`` above)."""
-    from celeritas_core.regression import fit_costs
-
     rows = profile_rows(doc, source)
     reference = profile_op_keys(doc)
     if reference:
         rows = [(b, _same_ops(t, p["op_keys"], reference), _same_ops(m, p["op_keys"], reference))
                 for (b, t, m), p in zip(rows, doc["profiles"], strict=True)]
     largest = max(doc["profiles"], key=lambda p: p["batch_size"])
-    fits = fit_costs(rows).with_aliases(read_output_aliases(largest.get("output_aliases", {}), source))
+    fits = fit_costs(rows, time_model=time_model).with_aliases(
+        read_output_aliases(largest.get("output_aliases", {}), source))
     return with_op_keys(fits, reference)
 
 
@@ -139,8 +220,6 @@ def profile_rows(doc: Any, source: str | None = None) -> list[tuple[int, dict[st
     """``[(batch, time_us, memory_bytes)]`` from a ``celeritas-profile/1`` document, checked
     strictly (:func:`celeritas_core.formats.check_profile_document`: at least two profiles,
     distinct integer batch sizes, finite costs within the documented limits)."""
-    from celeritas_core.formats import check_profile_document
-
     check_profile_document(doc, source)
     return [(p["batch_size"], {str(n): float(v) for n, v in p["time_us"].items()},
              {str(n): float(v) for n, v in p["memory_bytes"].items()}) for p in doc["profiles"]]
@@ -178,15 +257,13 @@ class Remeasurement:
         return None if self.identity is None else self.identity.note("fits")
 
     def accuracy(self) -> tuple[Deviation, Deviation]:
-        """Memory and time deviations of the prediction from the re-measurement."""
-        return estimation_accuracy(self.estimated, self.measured)
+        """Memory and time deviations of the prediction from the re-measurement (over the ops it
+        traced: an op that kept its estimate would compare the estimate with itself)."""
+        return estimation_accuracy(self.estimated, self.measured, traced=set(self.trace.time_us))
 
     def peaks(self, cluster: Cluster) -> dict[str, list[float]]:
         """Per device index: the estimated graph's replayed peak under the sequential placement
         and the peak TensorFlow measured running it (bytes; see :func:`measured_peak_bytes`)."""
-        from celeritas_core.memory import memory_profile
-        from celeritas_core.simulator import simulate
-
         result = simulate(self.estimated, cluster, self.assignment)
         predicted = memory_profile(self.estimated, cluster.num_devices, self.assignment, result).peak_bytes
         measured = _peaks_by_index(self.trace.peak_bytes)
@@ -212,8 +289,10 @@ def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluste
     trace = trace_step(step, num_devices=cluster.num_devices,
                        assignment=dict(zip(estimated.node_names, assignment.tolist(), strict=True)),
                        traced_steps=traced_steps)
-    measured = graph_from_step(step, trace_costs(trace), aliases=trace.aliases,
-                               meta={"costs": "measured", "order": order, "devices": cluster.num_devices})
+    measured_ops, estimated_ops = measured_costs(trace, costs)
+    measured = graph_from_step(step, measured_ops, aliases=trace.aliases,
+                               meta={"costs": "measured", "order": order, "devices": cluster.num_devices,
+                                     "estimated_ops": estimated_ops})
     return Remeasurement(estimated, measured, assignment, trace, identity)
 
 
@@ -242,12 +321,28 @@ def _identity_meta(identity: KeyMatch) -> dict[str, Any]:
             "differing_ops": len(identity.differing), "differing": list(identity.differing[:20])}
 
 
-def estimation_accuracy(estimated: Graph, measured: Graph) -> tuple[Deviation, Deviation]:
-    """Per-op ``|estimate − actual| / actual`` of memory and of time (ops with actual > 0)."""
+def measured_costs(trace: StepTrace, estimate: Mapping[str, tuple[float, float]]
+                   ) -> tuple[dict[str, tuple[float, float]], int]:
+    """The placement graph's costs ``op → (time µs, memory bytes)``: the re-measurement's own
+    figures for every op it traced (at the target batch, on the devices: they replace the
+    estimates), the estimate for an op it did not trace but the profile fitted (on a split
+    placement TensorFlow leaves a few scalar constants untraced, e.g. Adam's hyper-parameters).
+    Also returns how many ops kept their estimate (the measured graph's ``meta.estimated_ops``)."""
+    costs = trace_costs(trace)
+    kept = {n: c for n, c in estimate.items() if n not in costs}
+    return {**kept, **costs}, len(kept)
+
+
+def estimation_accuracy(estimated: Graph, measured: Graph, *,
+                        traced: Collection[str] | None = None) -> tuple[Deviation, Deviation]:
+    """Per-op ``|estimate − actual| / actual`` of memory and of time (ops with actual > 0; only
+    the ``traced`` ones when given)."""
+    keep = (lambda n: True) if traced is None else traced.__contains__
+    names = measured.node_names
     e_mem = dict(zip(estimated.node_names, estimated.memory_bytes.tolist(), strict=True))
-    a_mem = dict(zip(measured.node_names, measured.memory_bytes.tolist(), strict=True))
+    a_mem = {n: v for n, v in zip(names, measured.memory_bytes.tolist(), strict=True) if keep(n)}
     e_time = dict(zip(estimated.node_names, estimated.time_us.tolist(), strict=True))
-    a_time = dict(zip(measured.node_names, measured.time_us.tolist(), strict=True))
+    a_time = {n: v for n, v in zip(names, measured.time_us.tolist(), strict=True) if keep(n)}
     return relative_deviation("memory", e_mem, a_mem), relative_deviation("time", e_time, a_time)
 
 

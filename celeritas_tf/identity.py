@@ -21,10 +21,14 @@ process-dependent order) show instead of pairing two different ops.
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any
 
 from celeritas_core.opkeys import keys_digest, structure_key
-from celeritas_tf.step import TrainingStep
+from celeritas_tf.models import get_model
+from celeritas_tf.step import TrainingStep, build_training_step
 
 #: AttrValue kinds left out of a key: they carry shapes, values or process-dependent names.
 _SKIPPED_KINDS = frozenset({"shape", "tensor", "func", "placeholder"})
@@ -95,13 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m celeritas_tf.identity [--batch B] MODEL...``: print each zoo model's step
     structure (small configuration) as JSON, ``{model: {op: [key, type, inputs]}}``: run it in
     two processes (e.g. with different ``PYTHONHASHSEED``) and compare (tests, bench)."""
-    import argparse
-    import json
-    import sys
-
-    from celeritas_tf.models import get_model
-    from celeritas_tf.step import build_training_step
-
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0] if main.__doc__ else None)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("models", nargs="+")

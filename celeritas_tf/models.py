@@ -1,113 +1,28 @@
-"""The model zoo and user models: what a training step is built from.
+"""Finding a model: a zoo model by name (:mod:`celeritas_tf.zoo`), or a user model given as
+``module:function`` or a ``.keras`` file.
 
 A :class:`ModelSpec` says how to make a fresh Keras model (``weights=None``: nothing is
 downloaded), the shapes and dtypes of its inputs and labels *without* the batch dimension, and
 its loss. Inputs are synthetic tensors of the right shape. Zoo models take size knobs so that
 tests and the demo can run small versions on CPU; ``paper=True`` gives the paper's configuration.
+The specs (:mod:`celeritas_tf.spec`) and the zoo are re-exported here: ``from celeritas_tf.models
+import ZOO, ModelSpec``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_tf.spec import LossFn, ModelSpec, TensorSpec, ZooEntry
+from celeritas_tf.tf import tensorflow
+from celeritas_tf.zoo import ZOO, register_model
 
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or label tensor: shape without the batch dimension, dtype, value range for ints."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-    high: int | None = None
-    """For integer tensors: values are drawn from ``[0, high)`` (e.g. the vocabulary size)."""
-
-
-#: ``loss(labels, outputs) -> scalar tensor``; a string names a Keras loss
-#: (e.g. ``"sparse_categorical_crossentropy"``, ``"mse"``), reduced by its mean.
-LossFn = Callable[[Any, Any], Any] | str
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """How to build one model's training step (see :func:`celeritas_tf.step.build_training_step`)."""
-
-    name: str
-    make_model: Callable[[], Any]
-    """Returns a fresh ``keras.Model`` called as ``model(inputs, training=True)``; ``inputs`` is
-    one tensor, or a list in the order of :attr:`inputs`."""
-    inputs: tuple[TensorSpec, ...]
-    labels: TensorSpec
-    loss: LossFn
-    config: Mapping[str, Any] = field(default_factory=dict)
-    """The knobs the model was built with (recorded in the graph's ``meta``)."""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class ZooEntry:
-    """A zoo model: a factory taking size knobs, and the paper's configuration of those knobs."""
-
-    name: str
-    factory: Callable[..., ModelSpec]
-    description: str
-    paper_config: Mapping[str, Any]
-    paper_batch_size: int
-    small_config: Mapping[str, Any]
-    """A configuration that builds and runs a step in seconds on one CPU core (tests, demo)."""
-
-
-ZOO: dict[str, ZooEntry] = {}
-
-
-def register_model(entry: ZooEntry) -> ZooEntry:
-    """Add ``entry`` to the zoo under its name."""
-    ZOO[entry.name] = entry
-    return entry
-
-
-def _mlp(*, features: int = 16, hidden: int = 32, layers: int = 2, classes: int = 10) -> ModelSpec:
-    """A small multi-layer perceptron: the quickest model to build and run (tests, smoke checks)."""
-    for knob, value in {"features": features, "hidden": hidden, "layers": layers, "classes": classes}.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise CeleritasInputError(f"model 'mlp': {knob} must be a positive integer, got {value!r}")
-
-    def make() -> Any:
-        import keras
-
-        inputs = keras.Input((features,), name="features")
-        x = inputs
-        for i in range(layers):
-            x = keras.layers.Dense(hidden, activation="relu", name=f"dense_{i}")(x)
-        outputs = keras.layers.Dense(classes, name="logits")(x)
-        return keras.Model(inputs, outputs, name="mlp")
-
-    return ModelSpec(
-        name="mlp", make_model=make,
-        inputs=(TensorSpec("features", (features,)),),
-        labels=TensorSpec("labels", (), "int32", high=classes),
-        loss=_sparse_softmax_loss,
-        config={"features": features, "hidden": hidden, "layers": layers, "classes": classes},
-        description="multi-layer perceptron (smoke tests)",
-    )
-
-
-def _sparse_softmax_loss(labels: Any, logits: Any) -> Any:
-    """Mean sparse softmax cross-entropy of ``logits`` (last axis classes) against int ``labels``."""
-    from celeritas_tf.tf import tensorflow
-
-    tf = tensorflow()
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-
-
-register_model(ZooEntry("mlp", _mlp, "multi-layer perceptron (smoke tests)",
-                        paper_config={}, paper_batch_size=128,
-                        small_config={"features": 16, "hidden": 32, "layers": 2, "classes": 10}))
+__all__ = ["ZOO", "LossFn", "ModelSpec", "TensorSpec", "ZooEntry", "get_model", "load_keras_file",
+           "load_user_function", "register_model"]
 
 
 def get_model(name: str, *, paper: bool = False, **knobs: Any) -> ModelSpec:
@@ -156,10 +71,8 @@ def load_keras_file(path: str) -> ModelSpec:
     p = Path(path)
     if not p.is_file():
         raise CeleritasInputError("file not found", source=path)
-    from celeritas_tf.tf import tensorflow
-
     tensorflow()
-    import keras
+    import keras  # lazy: TensorFlow loads only when a model is built
 
     def make() -> Any:
         return keras.saving.load_model(str(p), compile=False, safe_mode=True)
@@ -195,9 +108,3 @@ def _spec_from_keras(name: str, make: Callable[[], Any], model: Any, loss: Any, 
                             "int32" if sparse else "float32", high=out_shape[-1] if sparse else None)
     return ModelSpec(name=name, make_model=make, inputs=inputs, labels=labels, loss=loss,
                      config={"source": name}, description=f"user model {name}")
-
-
-# The paper's models register themselves into ZOO; importing them here, once everything above is
-# defined (celeritas_tf.zoo imports it), makes ZOO complete whenever it can be seen, so a caller
-# may ask ``name in ZOO`` before its first get_model (tasks.common.model_spec does).
-import celeritas_tf.zoo  # noqa: E402,F401

@@ -62,6 +62,8 @@ class StepTrace:
     op_keys: dict[str, str] = field(default_factory=dict)
     """Per op of the traced step: its structure key (:func:`celeritas_tf.identity.op_key`), which
     says which op a figure belongs to in another process or at another batch size."""
+    time_samples: dict[str, list[float]] = field(default_factory=dict)
+    """Per op: its time (µs) in each traced step, in order (:attr:`time_us` is their median)."""
 
 
 def place_ops(step: TrainingStep, assignment: Mapping[str, int] | None) -> None:
@@ -92,9 +94,13 @@ def trace_step(
     warmup_steps: int = 1,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    more_steps: Callable[[Mapping[str, list[float]]], int] | None = None,
 ) -> StepTrace:
     """Run ``warmup_steps`` untraced then ``traced_steps`` fully traced steps of ``step`` on
-    ``num_devices`` logical CPU devices, ops placed by ``assignment`` (all on device 0 when None)."""
+    ``num_devices`` logical CPU devices, ops placed by ``assignment`` (all on device 0 when None).
+    ``more_steps`` (e.g. :func:`celeritas_core.estimation.traced_steps_needed`) gets the per-op
+    times (µs) of the steps traced so far and returns how many traced steps to have in all; one
+    more is traced while it asks for more, so the count depends on the figures, never on time."""
     tf = tensorflow()
     tf1 = tf.compat.v1
     place_ops(step, assignment)
@@ -106,22 +112,25 @@ def trace_step(
         session.run(step.init_op)
         for _ in range(warmup_steps):
             session.run(fetches, step.feed_dict(rng), options=run_options(num_devices))
-        for k in range(traced_steps):
+        k = 0
+        while k < traced_steps or (more_steps is not None and k < more_steps(stats.times)):
             metadata = tf1.RunMetadata()
             start = time.perf_counter()
             session.run(fetches, step.feed_dict(rng),
                         options=run_options(num_devices, trace=True), run_metadata=metadata)
             stats.walls.append(time.perf_counter() - start)
             stats.add(metadata.step_stats, resident, with_aliases=k == traced_steps - 1)
+            k += 1
             if progress is not None:
-                progress(f"batch {step.batch_size}: traced step {k + 1}/{traced_steps}")
+                progress(f"batch {step.batch_size}: traced step {k}/{traced_steps}" if k <= traced_steps
+                         else f"batch {step.batch_size}: extra traced step {k} (noisy times)")
     for op in step.graph.get_operations():
         if op.type in ("VarHandleOp", "VariableV2") and op.name in stats.memory:
             stats.memory[op.name] = variable_bytes(op)
             stats.scratch.pop(op.name, None)
     return StepTrace(step.batch_size, {n: float(np.median(v)) for n, v in stats.times.items()}, stats.memory,
                      stats.devices, stats.walls, stats.scratch, stats.peaks, stats.aliases,
-                     op_keys=step_op_keys(step))
+                     op_keys=step_op_keys(step), time_samples=stats.times)
 
 
 #: How an output's buffer relates to the op's inputs: None (its own buffer), ``(producer,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.models import ModelSpec, TensorSpec
+from celeritas_tf.spec import ModelSpec, TensorSpec
 from celeritas_tf.tf import tensorflow
 
 TRAIN_OP = "train_step"
@@ -74,6 +74,7 @@ def build_training_step(model: ModelSpec, batch_size: int, *, learning_rate: flo
         raise CeleritasInputError(f"batch size must be a positive integer, got {batch_size!r}")
     tf = tensorflow()
     tf1 = tf.compat.v1
+    # lazy: Keras loads after tensorflow() has set TensorFlow up (graph mode, quiet)
     import keras
 
     keras.backend.clear_session()
@@ -99,6 +100,7 @@ def _loss_value(loss: Any, labels: Any, outputs: Any) -> Any:
     tf = tensorflow()
     if callable(loss):
         return loss(labels, outputs)
+    # lazy: Keras loads after tensorflow() has set TensorFlow up (graph mode, quiet)
     import keras
 
     try:

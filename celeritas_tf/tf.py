@@ -32,6 +32,7 @@ def tensorflow() -> Any:
                           RuntimeWarning, stacklevel=2)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # deterministic op set, no fusion rewrites
+        # lazy: TensorFlow (seconds to import) loads on the first call, after its settings
         import tensorflow as tf
 
         tf.get_logger().setLevel("ERROR")

@@ -1,4 +1,5 @@
-"""The paper's four training models (registered into :data:`celeritas_tf.models.ZOO`).
+"""The model zoo (:data:`ZOO`): a small multi-layer perceptron for smoke tests, and the paper's
+four training models.
 
 Celeritas (Xu et al.), section "Experimental Setup", trains Inception-V3 (batch 512), NMT (4 LSTM
 layers of 2048 units, batch 512), a Transformer (12 layers, 16 heads, 2048 hidden units, batch 256)
@@ -17,15 +18,60 @@ from __future__ import annotations
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.models import ModelSpec, TensorSpec, ZooEntry, _sparse_softmax_loss, register_model
+from celeritas_tf.spec import ModelSpec, TensorSpec, ZooEntry
+from celeritas_tf.tf import tensorflow
+
+#: Every zoo model by name, in the order registered (the MLP first, then the paper's four).
+ZOO: dict[str, ZooEntry] = {}
+
+
+def register_model(entry: ZooEntry) -> ZooEntry:
+    """Add ``entry`` to the zoo under its name."""
+    ZOO[entry.name] = entry
+    return entry
+
+
+def _mlp(*, features: int = 16, hidden: int = 32, layers: int = 2, classes: int = 10) -> ModelSpec:
+    """A small multi-layer perceptron: the quickest model to build and run (tests, smoke checks)."""
+    for knob, value in {"features": features, "hidden": hidden, "layers": layers, "classes": classes}.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise CeleritasInputError(f"model 'mlp': {knob} must be a positive integer, got {value!r}")
+
+    def make() -> Any:
+        import keras  # lazy: TensorFlow loads only when a model is built
+
+        inputs = keras.Input((features,), name="features")
+        x = inputs
+        for i in range(layers):
+            x = keras.layers.Dense(hidden, activation="relu", name=f"dense_{i}")(x)
+        outputs = keras.layers.Dense(classes, name="logits")(x)
+        return keras.Model(inputs, outputs, name="mlp")
+
+    return ModelSpec(
+        name="mlp", make_model=make,
+        inputs=(TensorSpec("features", (features,)),),
+        labels=TensorSpec("labels", (), "int32", high=classes),
+        loss=_sparse_softmax_loss,
+        config={"features": features, "hidden": hidden, "layers": layers, "classes": classes},
+        description="multi-layer perceptron (smoke tests)",
+    )
+
+
+def _sparse_softmax_loss(labels: Any, logits: Any) -> Any:
+    """Mean sparse softmax cross-entropy of ``logits`` (last axis classes) against int ``labels``."""
+    tf = tensorflow()
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+register_model(ZooEntry("mlp", _mlp, "multi-layer perceptron (smoke tests)",
+                        paper_config={}, paper_batch_size=128,
+                        small_config={"features": 16, "hidden": 32, "layers": 2, "classes": 10}))
 
 
 def _keras() -> Any:
     """``keras``, imported after TensorFlow is set up (graph mode, quiet, oneDNN rewrites off)."""
-    from celeritas_tf.tf import tensorflow
-
     tensorflow()
-    import keras
+    import keras  # lazy: TensorFlow loads only when a model is built
 
     return keras
 

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 import pendulum
-from airflow.sdk import dag, task, task_group
+from airflow.sdk import Variable, dag, task, task_group
 from celeritas_steps import DEFAULT_ARGS, _call, close_run, placement_steps, prepare_model
 
 #: When the fleet is re-placed (a cron expression or preset; ``CELERITAS_SCHEDULE``).
@@ -26,8 +26,7 @@ VARIABLE = "celeritas_production_models"
 @task(retries=0)
 def production_models() -> list[dict[str, Any]]:
     """The models to re-place, read from the production-models file."""
-    from airflow.sdk import Variable
-
+    # lazy: the DAG processor parses this file often; the fleet's modules load when the task runs
     from tasks.fleet import load_fleet
 
     uri = Variable.get(VARIABLE, default=None) or os.environ.get("CELERITAS_PRODUCTION_MODELS", "")

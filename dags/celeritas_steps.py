@@ -1,7 +1,9 @@
 """The placement pipeline's Airflow tasks, shared by the ad-hoc DAG and the scheduled fleet DAG.
 
-Each task body decodes its XCom inputs into the contracts of ``tasks/contracts.py``
-(``from_xcom``), calls one step from ``tasks/`` and encodes the result (``to_xcom``). GPU-node
+The steps' tasks are made from their declaration (``tasks/steps.py``: name, inputs, contract, GPU or
+not), one per step and wired by their inputs, so a new step needs no change here. Each task body
+decodes its XCom inputs into the contracts of ``tasks/contracts.py`` (``from_xcom``), calls one
+step from ``tasks/`` and encodes the result (``to_xcom``). GPU-node
 tasks carry ``queue="gpu"`` and the ``gpu`` pool, so a Celery or Kubernetes deployment sends them
 to GPU workers. Every task has an ``execution_timeout``; failures are redacted of credentials.
 This module imports no TensorFlow, MLflow, boto3 or numpy (the DAG processor parses it often), and
@@ -16,15 +18,28 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk import Asset, get_current_context, setup, task, teardown
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.log import mask_secret
 
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.redact import install_log_redaction, redact
+from tasks.contracts import Job, PublishResult
 from tasks.params import DEFAULT_GPU_POOL, GPU_POOL_ENV
+from tasks.steps import BY_NAME, STEPS, Step
 
 #: Published placements; downstream training DAGs can use ``schedule=[PUBLISHED_PLACEMENT]``.
 PUBLISHED_PLACEMENT = Asset(name="celeritas_published_placement", uri="celeritas://placements/published")
 
 log = logging.getLogger("celeritas.steps")
+#: The steps a later step maps over (``plan_validation``, whose items ``validate`` maps over).
+MAP_SOURCES = frozenset(step.inputs[0] for step in STEPS if step.mapped)
+#: The XCom key under which such a step leaves its whole result (its return value is the items).
+#: Named ``plan`` before the steps were declared, and kept: a task cleared after an upgrade still
+#: reads what an older worker left.
+WHOLE_RESULT_KEY = "plan"
 
 
 def _minutes(name: str, default: int) -> timedelta:
@@ -55,11 +70,6 @@ def _call(step: Callable[[], Any]) -> Any:
     in the task log; deterministic failures (bad input or XCom, a model that cannot fit) fail
     without retry, transient ones (storage, tracking server, runtime) are retried. Messages are
     redacted of credentials either way."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from celeritas_core.errors import CeleritasInputError
-    from celeritas_core.redact import install_log_redaction, redact
-
     install_log_redaction()
     _mask_tracking_credentials()
     try:
@@ -100,7 +110,7 @@ def _child_runs(result: Any) -> dict[str, str]:
 
 def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
     """Log where the MLflow run is; a tracking store that cannot answer only costs the link."""
-    from celeritas_core.redact import redact
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.tracking import run_link
 
     try:
@@ -111,8 +121,6 @@ def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
 
 def _holds_secrets(exc: BaseException) -> bool:
     """Whether ``exc`` or an exception it was raised from or during has a credential in its text."""
-    from celeritas_core.redact import redact
-
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -125,10 +133,6 @@ def _holds_secrets(exc: BaseException) -> bool:
 
 def _mask_tracking_credentials() -> None:
     """Tell Airflow's secrets masker the password of a tracking URI with credentials, if any."""
-    from urllib.parse import urlsplit
-
-    from airflow.sdk.log import mask_secret
-
     password = urlsplit(os.environ.get("MLFLOW_TRACKING_URI", "")).password
     if password:
         mask_secret(password)
@@ -145,6 +149,7 @@ def _run_tags(**context: Any) -> dict[str, str]:
 @task(retries=0)
 def prepare(**context: Any) -> dict[str, Any]:
     """Validate the form's parameters, fix the run directory, open the MLflow parent run."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.prepare import prepare as run
 
     job_id = context["dag_run"].run_id
@@ -158,6 +163,7 @@ def prepare(**context: Any) -> dict[str, Any]:
 def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
     """A fleet model's ``prepare``: its parameters from the production-models file; job id
     ``RUN_ID/NAME``."""
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.fleet import FleetModel
     from tasks.prepare import prepare as run
 
@@ -167,126 +173,75 @@ def prepare_model(entry: dict[str, Any], **context: Any) -> dict[str, Any]:
     return _run_step(lambda: run(model.params, job_id=job_id, tags=tags, reopen=True).job)
 
 
-@task(**GPU)
-def calibrate_comm(job: dict[str, Any]) -> dict[str, Any]:
-    """Fit the transfer model between two devices of the GPU node."""
-    from tasks.calibrate_comm import calibrate_comm as run
-    from tasks.contracts import Job
-
-    return _run_step(lambda: run(Job.from_xcom(job)), job)
-
-
-@task(**GPU)
-def profile_small_batches(job: dict[str, Any]) -> dict[str, Any]:
-    """Standard Evaluation 1: trace small batches on one device."""
-    from tasks.contracts import Job
-    from tasks.profile_small_batches import profile_small_batches as run
-
-    return _run_step(lambda: run(Job.from_xcom(job)), job)
+def _decode(name: str, value: Any) -> Any:
+    """The XCom of step ``name``'s result as its contract (a mapped step's: the tuple of them)."""
+    step = BY_NAME[name]
+    if step.mapped:  # a mapped task's results: a lazy sequence, read by index
+        return tuple(step.returns.from_xcom(value[i]) for i in range(len(value)))
+    return step.returns.from_xcom(value)
 
 
-@task
-def fit_regression(job: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
-    """Per-op linear fits of time and memory on batch size."""
-    from tasks.contracts import Job, ProfileResult
-    from tasks.fit_regression import fit_regression as run
+def _step_task(step: Step) -> Any:
+    """The task of a step that runs once: it decodes the job and its inputs' XCom into contracts,
+    runs the step and returns its result as XCom. A step that a later one maps over returns the
+    items (Airflow maps only over a task's return value) and leaves its whole result under XCom key
+    :data:`WHOLE_RESULT_KEY` for the others."""
+    source = step.name in MAP_SOURCES
 
-    return _run_step(lambda: run(Job.from_xcom(job), ProfileResult.from_xcom(profile)), job)
+    def body(job: dict[str, Any], *inputs: Any) -> Any:
+        result = _run_step(lambda: step.run(Job.from_xcom(job), *(
+            _decode(name, value) for name, value in zip(step.inputs, inputs, strict=True))), job)
+        if not source:
+            return result
+        get_current_context()["ti"].xcom_push(key=WHOLE_RESULT_KEY, value=result)
+        return result["items"]
 
-
-@task(**GPU)
-def remeasure_large_batch(job: dict[str, Any], fits: dict[str, Any],
-                          cluster: dict[str, Any]) -> dict[str, Any]:
-    """Standard Evaluation 2: sequential placement of the large batch, re-measured on the devices."""
-    from tasks.contracts import CalibrationResult, FitResult, Job
-    from tasks.remeasure_large_batch import remeasure_large_batch as run
-
-    return _run_step(lambda: run(Job.from_xcom(job), FitResult.from_xcom(fits),
-                                 CalibrationResult.from_xcom(cluster)), job)
-
-
-@task
-def fuse(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any]) -> dict[str, Any]:
-    """Optimal Operation Fusion of the measured graph (coarse graph and CCR figures)."""
-    from tasks.contracts import CalibrationResult, Job, RemeasureResult
-    from tasks.fuse import fuse as run
-
-    return _run_step(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
-                                 CalibrationResult.from_xcom(cluster)), job)
+    return task(_named(body, step.name, step.summary), task_id=step.name, multiple_outputs=not source,
+                **(GPU if step.gpu else {}))
 
 
-@task
-def place(job: dict[str, Any], measured: dict[str, Any], cluster: dict[str, Any],
-          fusion: dict[str, Any]) -> dict[str, Any]:
-    """Celeritas and the chosen baselines; one MLflow child run per placer (after ``fuse``, whose
-    figures it does not read)."""
-    from tasks.contracts import CalibrationResult, Job, RemeasureResult
-    from tasks.place import place as run
+def _mapped_task(step: Step) -> Any:
+    """The task of a mapped step: one task instance per item, named in the UI by its label."""
+    item_type = step.item_type(BY_NAME[step.inputs[0]])
 
-    return _run_step(lambda: run(Job.from_xcom(job), RemeasureResult.from_xcom(measured),
-                                 CalibrationResult.from_xcom(cluster)), job)
+    def body(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+        get_current_context()[step.label] = str(item.get(step.label, "?"))  # type: ignore[literal-required]
+        return _run_step(lambda: step.run(Job.from_xcom(job), item_type.from_xcom(item)), job)
 
-
-@task
-def plan_validation(job: dict[str, Any], placed: dict[str, Any], **context: Any) -> list[dict[str, Any]]:
-    """The placements to validate (those that fit) and the configuration's current champion.
-
-    Returns the items to map ``validate`` over (Airflow maps only over a task's return value); the
-    whole :class:`~tasks.contracts.ValidationPlan` goes to XCom key ``plan`` for ``publish``."""
-    from tasks.contracts import Job, PlaceResult
-    from tasks.validate import plan_validation as run
-
-    plan = _run_step(lambda: run(Job.from_xcom(job), PlaceResult.from_xcom(placed)), job)
-    context["ti"].xcom_push(key="plan", value=plan)
-    return plan["items"]
+    return task(_named(body, step.name, step.summary), task_id=step.name, multiple_outputs=True,
+                map_index_template=f"{{{{ {step.label} }}}}", **(GPU if step.gpu else {}))
 
 
-@task(**GPU, map_index_template="{{ placer }}")
-def validate(job: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
-    """Time one placement against the champion, interleaved in blocks (mapped: one per placement)."""
-    from tasks.contracts import Job, ValidationItem
-    from tasks.validate import validate as run
+def _all_items_task(step: Step) -> Any:
+    """A mapped step as one task over every item, one after another (``<step>_all``: the fleet DAG's,
+    as Airflow cannot map a task inside a mapped task group)."""
+    source = BY_NAME[step.inputs[0]]
 
-    get_current_context()["placer"] = str(item.get("placer", "?"))  # type: ignore[typeddict-unknown-key]
-    return _run_step(lambda: run(Job.from_xcom(job), ValidationItem.from_xcom(item)), job)
+    def body(job: dict[str, Any], whole: dict[str, Any]) -> list[dict[str, Any]]:
+        decoded_job, plan = _call(lambda: (Job.from_xcom(job), source.returns.from_xcom(whole)))
+        return [_run_step(lambda item=item: step.run(decoded_job, item), job) for item in plan.items]
 
-
-@task(**GPU)
-def validate_all(job: dict[str, Any], plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Time every planned placement against the champion, one after another (the fleet DAG's
-    validation: Airflow cannot map a task inside a mapped task group)."""
-    from tasks.contracts import Job, ValidationPlan
-    from tasks.validate import validate as run
-
-    decoded = _call(lambda: (Job.from_xcom(job), ValidationPlan.from_xcom(plan)))
-    return [_run_step(lambda item=item: run(decoded[0], item), job) for item in decoded[1].items]
+    summary = f"{step.summary} Every item in one task: Airflow cannot map inside a mapped task group."
+    return task(_named(body, f"{step.name}_all", summary), task_id=f"{step.name}_all", multiple_outputs=False,
+                **(GPU if step.gpu else {}))
 
 
-@task
-def publish(job: dict[str, Any], plan: dict[str, Any], validations: list[dict[str, Any]]) -> dict[str, Any]:
-    """Champion/challenger: promote only if faster than the champion with confidence and by the
-    threshold; record the decision."""
-    from tasks.contracts import Job, PlacementValidation, ValidationPlan
-    from tasks.publish import publish as run
-
-    return _run_step(lambda: run(Job.from_xcom(job), ValidationPlan.from_xcom(plan),
-                                 [PlacementValidation.from_xcom(validations[i])
-                                  for i in range(len(validations))]), job)
+def _named(body: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    """``body`` named and documented as the step's task (the UI shows the docstring)."""
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = doc
+    return body
 
 
 @task.short_circuit
 def promoted(decision: dict[str, Any]) -> bool:
     """Continue to the Asset only when the new placement was promoted."""
-    from tasks.contracts import PublishResult
-
     return _call(lambda: PublishResult.from_xcom(decision).promoted)
 
 
 @task(outlets=[PUBLISHED_PLACEMENT])
 def announce(decision: dict[str, Any], *, outlet_events: Any = None) -> str | None:
     """Emit the published-placement Asset event: model, configuration, version, placer, URI."""
-    from tasks.contracts import PublishResult
-
     published = _call(lambda: PublishResult.from_xcom(decision))
     outlet_events[PUBLISHED_PLACEMENT].extra = {
         "model": published.model, "config_key": published.config_key,
@@ -306,8 +261,7 @@ def close_run(job: Any, decision: Any) -> Any:
 def _close_run(job: dict[str, Any] | None, decision: dict[str, Any] | None) -> str:
     """End the MLflow parent run once every step is done: FINISHED when ``publish`` decided,
     FAILED when a step failed for good (then ``publish`` left no decision: ``None``)."""
-    from celeritas_core.errors import CeleritasInputError
-    from tasks.contracts import Job, PublishResult
+    # lazy: the DAG processor parses this file often; a step's modules load when its task runs
     from tasks.prepare import close_run as run
 
     try:  # whatever failed upstream, the run is closed: an unreadable job or decision counts as none
@@ -322,21 +276,23 @@ def _close_run(job: dict[str, Any] | None, decision: dict[str, Any] | None) -> s
 
 
 def placement_steps(job: Any, *, mapped_validation: bool) -> tuple[Any, list[Any]]:
-    """Wire the steps after ``prepare`` for ``job`` (an XComArg); returns ``publish``'s output and
-    every step's, for the teardown. ``mapped_validation``: one mapped GPU task per placement (the
-    ad-hoc DAG) or one GPU task for them all (inside the fleet's mapped task group)."""
-    cluster = calibrate_comm(job)
-    profile = profile_small_batches(job)
-    fits = fit_regression(job, profile)
-    measured = remeasure_large_batch(job, fits, cluster)
-    fusion = fuse(job, measured, cluster)
-    placed = place(job, measured, cluster, fusion)
-    items = plan_validation(job, placed)
-    plan = items["plan"]
-    if mapped_validation:
-        validations = validate.partial(job=job).expand(item=items)
-    else:
-        validations = validate_all(job, plan)
-    decision = publish(job, plan, validations)
+    """Wire the declared steps (:data:`tasks.steps.STEPS`) after ``prepare`` for ``job`` (an XComArg),
+    each fed its inputs' outputs; returns ``publish``'s output and every step's, for the teardown.
+    ``mapped_validation``: a mapped step is one mapped GPU task per item (the ad-hoc DAG) or one
+    GPU task for them all (inside the fleet's mapped task group)."""
+    outputs: dict[str, Any] = {}
+    for step in STEPS:
+        inputs = [outputs[name][WHOLE_RESULT_KEY] if name in MAP_SOURCES else outputs[name]
+                  for name in step.inputs]
+        if step.mapped and mapped_validation:
+            out = _mapped_task(step).partial(job=job).expand(item=outputs[step.inputs[0]])
+        elif step.mapped:
+            out = _all_items_task(step)(job, *inputs)
+        else:
+            out = _step_task(step)(job, *inputs)
+        for name in step.after:
+            outputs[name] >> out
+        outputs[step.name] = out
+    decision = outputs["publish"]
     promoted(decision) >> announce(decision)
-    return decision, [cluster, profile, fits, measured, fusion, placed, items, validations, decision]
+    return decision, list(outputs.values())

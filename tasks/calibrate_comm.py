@@ -19,8 +19,11 @@ from typing import Any
 
 from celeritas_core.cluster import Cluster
 from celeritas_core.formats import cluster_to_json
+from celeritas_core.topology import parse_preset
+from celeritas_tf import calibrate
+from celeritas_tf.calibrate import MIN_R2, calibration_record, choose_transfer_model
 from tasks import storage, tracking
-from tasks.common import artifact, cluster_from
+from tasks.common import artifact, build_cluster
 from tasks.contracts import CalibrationResult, Job
 
 log = logging.getLogger(__name__)
@@ -35,16 +38,13 @@ def calibrate_comm(job: Job) -> CalibrationResult:
     nothing useful (:func:`celeritas_tf.calibrate.choose_transfer_model`; logged as a warning).
     Logs the model used, its source and the fit to the MLflow parent run. Returns the cluster's
     URI and the transfer model. With a ``topology`` preset: :func:`_topology_calibration`."""
-    from celeritas_core.units import parse_size
-
-    params = job.params
-    devices, memory = int(params["num_devices"]), parse_size(params["device_memory"])
-    if params.get("topology"):
+    devices, memory = job.cluster.num_devices, job.cluster.device_memory_bytes
+    if job.cluster.topology:
         return _topology_calibration(job, devices, memory)
-    if params.get("calibrate_comm", True) and devices >= 2:
+    if job.params.calibrate_comm and devices >= 2:
         cluster, source, reason, r2, fit = _measured_cluster(devices, memory)
     else:
-        cluster, source, r2, fit = cluster_from(params, None), "default", None, None
+        cluster, source, r2, fit = build_cluster(job.cluster), "default", None, None
         reason = "calibration is off (calibrate_comm)" if devices >= 2 else "one device: no transfers"
     if reason is not None and fit is not None:
         log.warning("calibrate_comm: the fit t = %.4g µs/B · bytes + %.4g µs (R² %.3f): %s; using the "
@@ -62,13 +62,10 @@ def calibrate_comm(job: Job) -> CalibrationResult:
     return CalibrationResult(cluster_uri=uri, **metrics, r2=r2, transfer_model=source, transfer_reason=reason)
 
 
-def _measured_cluster(devices: int, memory: float) -> tuple[Cluster, str, str | None, float, dict[str, Any]]:
+def _measured_cluster(devices: int, memory: int) -> tuple[Cluster, str, str | None, float, dict[str, Any]]:
     """Measure and choose: the cluster, its transfer model's source, why the default (or None),
     the fit's R² and the record of the fit for ``cluster.json``."""
-    from celeritas_tf.calibrate import calibrate_comm as measure
-    from celeritas_tf.calibrate import calibration_record, choose_transfer_model
-
-    fit = measure(2)
+    fit = calibrate.calibrate_comm(2)  # through the module: tests put a fake measurement there
     choice = choose_transfer_model(fit)
     cluster = Cluster.homogeneous(devices, memory, slope_us_per_byte=choice.slope_us_per_byte,
                                   intercept_us=choice.intercept_us)
@@ -76,28 +73,22 @@ def _measured_cluster(devices: int, memory: float) -> tuple[Cluster, str, str | 
 
 
 def _min_r2() -> float:
-    from celeritas_tf.calibrate import MIN_R2
-
     return MIN_R2
 
 
-def _topology_calibration(job: Job, devices: int, memory: float) -> CalibrationResult:
+def _topology_calibration(job: Job, devices: int, memory: int) -> CalibrationResult:
     """The ``topology`` preset's cluster with each class of pair measured (``calibrate_comm`` on,
     at least two devices) or the preset's figures; ``transfer_model`` is ``calibrated`` only when
     every measured link's fit was used. Metrics: the flat model (mean over pairs) and each link's
     ``k`` and ``b``."""
-    from celeritas_core.topology import parse_preset
 
-    params = job.params
-    preset = parse_preset(params["topology"], "parameter 'topology'")
+    preset = parse_preset(str(job.cluster.topology), "parameter 'topology'")
     base = Cluster.homogeneous(devices, memory)
     topology = preset.topology(base.device_names)
     records: dict[str, Any] = {}
     r2: float | None = None
-    if params.get("calibrate_comm", True) and devices >= 2:
-        from celeritas_tf.calibrate import calibrate_topology
-
-        topology, results = calibrate_topology(topology)
+    if job.params.calibrate_comm and devices >= 2:
+        topology, results = calibrate.calibrate_topology(topology)  # through the module, like calibrate_comm
         records = {r.link.name: r.record(base.device_names) for r in results}
         measured = [r for r in results if r.calibration is not None]
         rejected = [r for r in measured if r.source != "calibrated"]

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.params import PipelineParams
+
 #: Names the kind of GPU node a configuration runs on (e.g. ``a100-40gb``); part of the key.
 CLUSTER_NAME_ENV = "CELERITAS_CLUSTER_NAME"
 #: Default transfer model t = slope·bytes + intercept used without calibration (µs/B, µs).
@@ -72,22 +74,19 @@ def model_identity(kind: str, name: str, *, knobs: Mapping[str, Any] | None = No
                                                             if kind == "function" else {})}
 
 
-def configuration_of(params: Mapping[str, Any], model_identity: Mapping[str, Any]) -> Configuration:
+def configuration_of(params: PipelineParams, model_identity: Mapping[str, Any]) -> Configuration:
     """The configuration of resolved pipeline ``params`` whose model is ``model_identity``."""
-    from celeritas_core.units import parse_size
-
-    devices = int(params["num_devices"])
     cluster = {
         "name": os.environ.get(CLUSTER_NAME_ENV, "").strip() or "default",
-        "devices": devices,
-        "memory_bytes": int(parse_size(params["device_memory"], field="parameter 'device_memory'")),
-        "speeds": [1.0] * devices,
-        "transfer": "calibrated" if params.get("calibrate_comm", True) else dict(DEFAULT_TRANSFER),
+        "devices": params.num_devices,
+        "memory_bytes": params.device_memory_bytes,
+        "speeds": [1.0] * params.num_devices,
+        "transfer": "calibrated" if params.calibrate_comm else dict(DEFAULT_TRANSFER),
     }
-    if params.get("topology"):  # only when set: the keys of flat configurations stay as they were
-        cluster["topology"] = "".join(str(params["topology"]).split()).lower()
-    return Configuration(model=str(params["model"]), model_identity=dict(model_identity),
-                         batch_size=int(params["batch_size"]), cluster=cluster)
+    if params.topology:  # only when set: the keys of flat configurations stay as they were
+        cluster["topology"] = "".join(params.topology.split()).lower()
+    return Configuration(model=params.model, model_identity=dict(model_identity),
+                         batch_size=params.batch_size, cluster=cluster)
 
 
 def configuration_from_json(doc: Mapping[str, Any]) -> Configuration:

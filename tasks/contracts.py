@@ -1,10 +1,11 @@
 """The pipeline's typed contracts: what each step takes and what it returns.
 
-Every step in ``tasks/`` takes the :class:`Job` (the resolved parameters, the run directory and the
-MLflow parent run) and the results of the steps it depends on, and returns one frozen dataclass
-below. ``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) passes them between the steps as
-they are; the Airflow DAG passes them as XCom, which holds plain JSON: :meth:`Contract.to_xcom`
-gives a JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the dataclass back.
+Every step in ``tasks/`` takes the :class:`Job` (the typed parameters, the run directory, the MLflow
+parent run, and the model and cluster ``prepare`` resolved once) and the results of the steps it
+depends on (declared in :mod:`tasks.steps`), and returns one frozen dataclass below.
+``celeritas run`` (:func:`tasks.pipeline.run_pipeline`) passes them between the steps as they are;
+the Airflow DAG passes them as XCom, which holds plain JSON: :meth:`Contract.to_xcom` gives a
+JSON-able dict and :meth:`Contract.from_xcom` checks one and builds the dataclass back.
 
 Fields are checked against their annotations whenever a contract is built (by a step or from
 XCom): a missing or ill-typed field raises a one-line
@@ -15,12 +16,13 @@ Python numbers, lists of a ``tuple[...]`` field become tuples, mappings are copi
 an XCom dict are ignored, so a newer producer does not break an older consumer, and a field with a
 default may be missing (it takes its default), so a newer consumer reads an older producer's XCom.
 
-Importing this module is cheap (no numpy, MLflow or TensorFlow): the DAG's tasks use it.
+Importing this module is cheap (no numpy, MLflow or TensorFlow): the DAG files import it.
 """
 
 from __future__ import annotations
 
 import functools
+import statistics
 import types
 import typing
 from collections.abc import Mapping
@@ -28,6 +30,9 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Any, Literal, Self
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import PUBLISH_FORMAT
+from tasks.params import PipelineParams
+from tasks.report import format_table, mib, number, percent
 
 
 @dataclass(frozen=True)
@@ -66,15 +71,51 @@ class Contract:
 
 # --------------------------------------------------------------------------------------- contracts
 @dataclass(frozen=True)
+class ResolvedModel(Contract):
+    """The run's model as ``prepare`` resolved it under the deployment's policy
+    (:func:`tasks.policy.resolve_model`), once: what every step that runs the model builds it from.
+    ``kind`` ``zoo`` (``name`` with its ``knobs``, at the paper's size when ``paper_config``),
+    ``keras`` (``location``: the file, resolved inside the models root, or its ``s3://`` URI) or
+    ``function`` (``name``: ``MODULE:FUNCTION``; ``location``: the module's file); the SHA-256 of a
+    user model's bytes (None for the zoo)."""
+
+    kind: Literal["zoo", "keras", "function"]
+    name: str
+    location: str | None
+    content_sha256: str | None
+    knobs: dict[str, int]
+    paper_config: bool
+
+
+@dataclass(frozen=True)
+class ClusterSpec(Contract):
+    """The run's devices as ``prepare`` read them from the parameters, once: ``num_devices``
+    identical devices of ``device_memory_bytes`` each, with the transfer model t =
+    ``slope_us_per_byte``·bytes + ``intercept_us`` (µs; the default model) or, when ``topology``
+    names a preset, its links. ``calibrate_comm`` builds the run's cluster from it (measuring the
+    transfers or keeping these figures) and writes it to ``cluster.json``, which the later steps
+    read (:class:`CalibrationResult`)."""
+
+    num_devices: int
+    device_memory_bytes: int
+    slope_us_per_byte: float
+    intercept_us: float
+    topology: str | None
+
+
+@dataclass(frozen=True)
 class Job(Contract):
     """What every step takes: the resolved parameters (:func:`tasks.params.resolve_params`, with
-    ``run_dir`` filled in), the run directory (a folder or ``s3://``), the MLflow parent run and
-    the configuration the placement is for (:func:`tasks.configuration.configuration_to_json`)."""
+    ``run_dir`` filled in), the run directory (a folder or ``s3://``), the MLflow parent run, the
+    configuration the placement is for (:func:`tasks.configuration.configuration_to_json`), and the
+    model and the cluster resolved once by ``prepare`` (no step resolves them again)."""
 
-    params: dict[str, Any]
+    params: PipelineParams
     run_dir: str
     parent_run_id: str
     configuration: dict[str, Any]
+    model: ResolvedModel
+    cluster: ClusterSpec
 
     @property
     def config_key(self) -> str:
@@ -83,26 +124,21 @@ class Job(Contract):
 
     def summary(self) -> str:
         p = self.params
-        return (f"model {p['model']} at batch {p['batch_size']} on {p['num_devices']} devices of "
-                f"{p['device_memory']} (configuration {self.config_key}); placers {', '.join(p['placers'])}; "
+        return (f"model {p.model} at batch {p.batch_size} on {p.num_devices} devices of "
+                f"{p.device_memory} (configuration {self.config_key}); placers {', '.join(p.placers)}; "
                 f"artifacts in {self.run_dir}")
 
 
 @dataclass(frozen=True)
-class PrepareResult(Contract):
+class PrepareResult(Job):
     """``prepare``: the job, and the URI of the ``params.json`` it wrote."""
 
-    params: dict[str, Any]
-    run_dir: str
     params_uri: str
-    parent_run_id: str
-    configuration: dict[str, Any]
 
     @property
     def job(self) -> Job:
         """The :class:`Job` the other steps take."""
-        return Job(params=self.params, run_dir=self.run_dir, parent_run_id=self.parent_run_id,
-                   configuration=self.configuration)
+        return Job(**{f.name: getattr(self, f.name) for f in fields(Job)})
 
 
 @dataclass(frozen=True)
@@ -154,8 +190,6 @@ class FitResult(Contract):
     fit_median_time_r2: float
 
     def summary(self) -> str:
-        from tasks.report import mib, number
-
         total_ms = number(self.predicted_total_time_us, ".3f", 1e-3)
         return (f"fitted {self.ops} ops: at the large batch, total op time {total_ms} ms and "
                 f"memory {mib(self.predicted_total_memory_bytes)} MiB; median R² time "
@@ -178,8 +212,6 @@ class RemeasureResult(Contract):
     remeasure_measured_peak_memory_bytes: float
 
     def summary(self) -> str:
-        from tasks.report import mib, percent
-
         return (f"re-measured {self.ops} ops at the large batch: estimate off by "
                 f"{percent(self.estimation_time_deviation)} in time, "
                 f"{percent(self.estimation_memory_deviation)} "
@@ -200,8 +232,6 @@ class FuseResult(Contract):
     cut_cost_us: float
 
     def summary(self) -> str:
-        from tasks.report import number
-
         return (f"fused {self.nodes} ops into {self.coarse_nodes} clusters; communication-to-computation "
                 f"ratio {number(self.ccr_before)} -> {number(self.ccr_after)}; cut edges cost "
                 f"{number(self.cut_cost_us, '.3f', 1e-3)} ms")
@@ -220,8 +250,6 @@ class PlaceResult(Contract):
     oom: dict[str, bool]
 
     def summary(self) -> str:
-        from tasks.report import format_table, number
-
         times = self.simulated_step_time_us
         ranked = sorted(times, key=lambda p: (self.oom.get(p, False), times[p]))
         rows = [(p, number(times[p], ".3f", 1e-3), "no" if self.oom.get(p, False) else "yes",
@@ -282,10 +310,6 @@ class PlacementValidation(Contract):
     child_run_id: str | None = None
 
     def summary(self) -> str:
-        import statistics
-
-        from tasks.report import number
-
         mine = (f"{self.placer}: median {number(self.median_s, '.3f', 1e3)} ms, p90 "
                 f"{number(self.p90_s, '.3f', 1e3)} ms over {len(self.step_seconds)} timed steps in "
                 f"{self.blocks} blocks")
@@ -336,44 +360,15 @@ class PublishResult(Contract):
 
     def document(self) -> dict[str, Any]:
         """The ``publish.json`` document (``celeritas-publish/1``): every field but ``publish_uri``."""
-        from celeritas_core.formats import PUBLISH_FORMAT
-
         return {"format": PUBLISH_FORMAT, **{k: v for k, v in self.to_xcom().items() if k != "publish_uri"}}
 
 
-@dataclass(frozen=True)
-class PipelineResult(Contract):
-    """:func:`tasks.pipeline.run_pipeline`: every step's result, by step name.
-
-    Each step's result is a typed field; :meth:`to_dict` gives them all as JSON dicts.
-    """
-
-    prepare: PrepareResult
-    calibrate_comm: CalibrationResult
-    profile_small_batches: ProfileResult
-    fit_regression: FitResult
-    remeasure_large_batch: RemeasureResult
-    fuse: FuseResult
-    place: PlaceResult
-    plan_validation: ValidationPlan
-    validate: tuple[PlacementValidation, ...]
-    publish: PublishResult
-
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        """Step name → the step's result as a JSON dict."""
-        return self.to_xcom()
-
-    @classmethod
-    def steps(cls) -> tuple[str, ...]:
-        """The steps in the order they run."""
-        return tuple(f.name for f in fields(cls))
-
-
-#: Every contract, by name (the tests round-trip each).
+#: Every contract between the steps, by name (the tests round-trip each; the pipeline's whole result,
+#: :class:`tasks.steps.PipelineResult`, is derived from the declaration of the steps).
 CONTRACTS: dict[str, type[Contract]] = {
-    cls.__name__: cls for cls in (Job, PrepareResult, CalibrationResult, ProfileResult, FitResult,
-                                  RemeasureResult, FuseResult, PlaceResult, ValidationItem, ValidationPlan,
-                                  PlacementValidation, PublishResult, PipelineResult)
+    cls.__name__: cls for cls in (ResolvedModel, ClusterSpec, Job, PrepareResult, CalibrationResult,
+                                  ProfileResult, FitResult, RemeasureResult, FuseResult, PlaceResult,
+                                  ValidationItem, ValidationPlan, PlacementValidation, PublishResult)
 }
 
 
@@ -423,6 +418,15 @@ def _check(value: Any, hint: Any, owner: str, path: str) -> Any:
         if not isinstance(value, Mapping):
             raise bad(f"a {hint.__name__} object")
         return hint.from_xcom(value)
+    if hint is PipelineParams:
+        if isinstance(value, PipelineParams):
+            return value
+        if not isinstance(value, Mapping):
+            raise bad("an object of pipeline parameters")
+        try:
+            return PipelineParams.from_json(value)
+        except CeleritasInputError as exc:
+            raise CeleritasInputError(f"{owner}: field {path!r}: {exc}") from None
     if origin is dict:
         if not isinstance(value, Mapping):
             raise bad("an object")
@@ -464,6 +468,8 @@ def _plain(value: Any) -> Any:
     """``value`` as plain JSON types: contracts as dicts, tuples as lists, mappings copied."""
     if isinstance(value, Contract):
         return value.to_xcom()
+    if isinstance(value, PipelineParams):
+        return value.to_json()
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

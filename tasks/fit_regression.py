@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from celeritas_core.formats import fits_to_json
+from celeritas_tf.evaluation import fits_from_profile
 from tasks import storage, tracking
 from tasks.common import artifact
 from tasks.contracts import FitResult, Job, ProfileResult
@@ -12,11 +13,9 @@ from tasks.contracts import FitResult, Job, ProfileResult
 
 def fit_regression(job: Job, profile: ProfileResult) -> FitResult:
     """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
-    from celeritas_tf.evaluation import fits_from_profile
-
     fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri)
     uri = storage.write_json(artifact(job.run_dir, "fits"), fits_to_json(fits))
-    time_us, memory = fits.predict(int(job.params["batch_size"]))
+    time_us, memory = fits.predict(job.params.batch_size)
     metrics = {"predicted_total_time_us": float(time_us.sum()),
                "predicted_total_memory_bytes": float(memory.sum()),
                "fit_median_memory_r2": _median(fits.memory_r2), "fit_median_time_r2": _median(fits.time_r2)}

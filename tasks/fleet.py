@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from celeritas_core.errors import CeleritasInputError
 from tasks import storage
 
@@ -86,8 +88,6 @@ def _entry(entry: Any, where: str, defaults: Mapping[str, Any], source: str) -> 
 
 def load_fleet(uri: str) -> tuple[FleetModel, ...]:
     """Read and check the production-models file at ``uri`` (YAML or JSON, by its suffix)."""
-    import yaml
-
     if not uri:
         raise CeleritasInputError("no production-models file: set the Airflow Variable "
                                   "'celeritas_production_models' or CELERITAS_PRODUCTION_MODELS to its path")

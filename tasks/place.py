@@ -5,33 +5,32 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from celeritas_core.compare import compare_placers
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.formats import compare_to_json, save_placement
+from celeritas_core.plots import gantt_chart, memory_chart
 from tasks import storage, tracking
-from tasks.common import artifact, chart_uri, cluster_from, load_graph_uri, log_documents, placement_uri
+from tasks.common import artifact, chart_uri, load_graph_uri, log_documents, placement_uri, run_cluster
 from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult
 
 
 def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -> PlaceResult:
-    """Run every placer in ``params["placers"]`` on the measured graph, replay each in the simulator,
+    """Run every placer in ``job.params.placers`` on the measured graph, replay each in the simulator,
     write each placement with its Gantt and memory charts, ``compare.json``/``.csv`` and the memory
     chart of all placers, and log one MLflow child run per placer (its placement under
     ``placement/``, its ``gantt.png`` and ``memory.png`` at the top of its artifacts, where MLflow's
     compare view matches files). ``publish`` attaches the chosen placement's charts to the parent
     run. Fails (not retried) when no placement fits in memory."""
-    from celeritas_core.compare import compare_placers
-    from celeritas_core.formats import compare_to_json, save_placement
-    from celeritas_core.plots import gantt_chart, memory_chart
-
     params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
     graph = load_graph_uri(measured.measured_graph_uri)
-    cluster = cluster_from(params, calibration.cluster_uri)
-    shared = {"R": int(params["R"]), "memory_fraction": float(params["memory_fraction"])}
-    comparison = compare_placers(graph, cluster, list(params["placers"]), shared)
+    cluster = run_cluster(calibration)
+    shared = {"R": params.R, "memory_fraction": float(params.memory_fraction)}
+    comparison = compare_placers(graph, cluster, list(params.placers), shared)
     if all(p.oom for p in comparison.placements):
         worst = comparison.best
         raise CeleritasInputError(
-            f"model {params['model']!r} does not fit on {cluster.num_devices} devices of "
-            f"{params['device_memory']} even with best effort (fastest placement, {worst.placer}, overfills "
+            f"model {params.model!r} does not fit on {cluster.num_devices} devices of "
+            f"{params.device_memory} even with best effort (fastest placement, {worst.placer}, overfills "
             f"{', '.join(worst.oom_devices)})")
     baselines = [p for p in comparison.placements if p.placer != "celeritas" and not p.oom]
     best_baseline = min((p.predicted_step_time_us for p in baselines), default=float("nan"))

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_tf.models import ZOO
+from tasks import storage
 
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -145,8 +147,6 @@ def check_model(model: str, knobs: Mapping[str, Any] | None = None, *,
     CeleritasInputError
         One sentence naming the parameter and what is allowed.
     """
-    from celeritas_tf.models import ZOO
-
     if model in ZOO:
         _check_knobs(model, ZOO[model].factory, knobs or {})
         base = ZOO[model].paper_config if paper else ZOO[model].small_config
@@ -179,8 +179,6 @@ def _check_knobs(model: str, factory: Any, knobs: Mapping[str, Any]) -> None:
 def _check_knob_values(model: str, config: Mapping[str, Any]) -> None:
     """Refuse knob values the zoo model's factory refuses; it only builds a recipe (no TensorFlow),
     so a bad size fails here, in ``prepare``, not on a GPU worker."""
-    from celeritas_tf.models import ZOO
-
     try:
         ZOO[model].factory(**config)
     except CeleritasInputError as exc:
@@ -194,7 +192,6 @@ def _keras_reference(model: str) -> ModelReference:
     archive (a zip with ``config.json``) before any worker loads it."""
     if model.startswith("s3://"):
         _check_s3_model(model)
-        from tasks import storage
 
         try:
             data = storage.read_bytes(model)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from celeritas_tf.evaluation import profile_document
+from celeritas_tf.evaluation import profile_small_batches as trace
 from tasks import storage
-from tasks.common import artifact, model_spec
+from tasks.common import artifact, load_model
 from tasks.contracts import Job, ProfileResult
 
 
 def profile_small_batches(job: Job) -> ProfileResult:
     """Trace the training step at each of ``profile_batch_sizes`` on one device; write
     ``profile.json`` (celeritas-profile/1). Returns its URI and the number of traced ops."""
-    from celeritas_tf.evaluation import profile_document
-    from celeritas_tf.evaluation import profile_small_batches as trace
 
-    model = model_spec(job.params)
-    traces = trace(model, job.params["profile_batch_sizes"])
+    model = load_model(job.model)
+    traces = trace(model, list(job.params.profile_batch_sizes))
     uri = storage.write_json(artifact(job.run_dir, "profile"), profile_document(model, traces))
     return ProfileResult(profile_uri=uri, ops=len(traces[0].time_us),
                          batch_sizes=tuple(t.batch_size for t in traces))

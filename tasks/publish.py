@@ -18,6 +18,7 @@ from celeritas_core.formats import VALIDATION_SUMMARY_FORMAT
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri
 from tasks.contracts import Job, PlacementValidation, PublishResult, ValidationPlan
+from tasks.report import format_table, number
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
     """
     if not validations:
         raise CeleritasInputError("publish: no placement was validated")
-    threshold = float(job.params["improvement_threshold"])
+    threshold = float(job.params.improvement_threshold)
     best = min(validations, key=lambda v: v.median_s)
     compared = [v for v in validations if v.champion_step_seconds]
     comparison = None
@@ -58,7 +59,7 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
         wants, reason, champion = outcome.promoted, outcome.reason, outcome.champion
     decision = "promoted" if wants else "kept"
     result = PublishResult(
-        model=str(job.params["model"]), config_key=job.config_key, decision=decision, reason=reason,
+        model=job.params.model, config_key=job.config_key, decision=decision, reason=reason,
         placer=best.placer, step_time_s=best.median_s, challenger_placement_uri=best.placement_uri,
         placement_uri=champion.placement_uri if champion else None,
         champion_version=champion.version if champion else None,
@@ -135,7 +136,7 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
             tags.update({"celeritas.gain": f"{comparison.gain:.6f}",
                          "celeritas.p_value": f"{comparison.p_value:.3g}"})
         return tracking.promote_if_current(
-            registered_model=plan.registered_model, model=str(job.params["model"]), config_key=job.config_key,
+            registered_model=plan.registered_model, model=job.params.model, config_key=job.config_key,
             configuration=json.dumps(config, sort_keys=True), run_id=job.parent_run_id,
             expected_version=plan.champion_version, published=local, tags=tags, reason=reason)
 
@@ -182,8 +183,6 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
 
 def _validation_table(placers: dict[str, dict[str, Any]], best: str) -> str:
     """The validated placers, fastest first: median and p90 step and the champion's median (ms)."""
-    from tasks.report import format_table, number
-
     ranked = sorted(placers, key=lambda name: placers[name]["median_s"])
     rows = [(name, number(placers[name]["median_s"], ".3f", 1e3), number(placers[name]["p90_s"], ".3f", 1e3),
              number(placers[name]["champion_median_s"], ".3f", 1e3), "*" if name == best else "")

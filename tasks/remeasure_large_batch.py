@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 
 from celeritas_core.formats import fits_from_json, fits_to_json, graph_to_json
+from celeritas_core.plots import deviation_cdf_chart
+from celeritas_tf.evaluation import accuracy_document, remeasure
 from tasks import storage, tracking
-from tasks.common import artifact, cluster_from, log_documents, model_spec
+from tasks.common import artifact, load_model, log_documents, run_cluster
 from tasks.contracts import CalibrationResult, FitResult, Job, RemeasureResult
 
 log = logging.getLogger(__name__)
@@ -17,14 +19,12 @@ log = logging.getLogger(__name__)
 def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationResult) -> RemeasureResult:
     """Place the large batch sequentially (CPD-TOPO, memory-bounded, best effort), run it across the
     devices with full tracing, write the estimated and the measured graph, the accuracy and its CDF."""
-    from celeritas_core.plots import deviation_cdf_chart
-    from celeritas_tf.evaluation import accuracy_document, remeasure
 
-    params, run_dir, parent_run_id = job.params, job.run_dir, job.parent_run_id
-    model = model_spec(params)
+    run_dir, parent_run_id = job.run_dir, job.parent_run_id
+    model = load_model(job.model)
     fits = fits_from_json(storage.read_json(fitted.fits_uri), source=fitted.fits_uri)
-    cluster = cluster_from(params, calibration.cluster_uri)
-    batch = int(params["batch_size"])
+    cluster = run_cluster(calibration)
+    batch = job.params.batch_size
     result = remeasure(model, batch, fits, cluster, source=fitted.fits_uri)
     note = result.identity_note()
     if note:  # fits of another structure are not applied (the estimated graph's meta lists them)

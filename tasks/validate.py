@@ -11,8 +11,9 @@ from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.formats import placement_op_keys_digest
+from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate_interleaved
 from tasks import storage, tracking
-from tasks.common import model_spec, validation_uri
+from tasks.common import load_model, validation_uri
 from tasks.contracts import Job, PlacementValidation, PlaceResult, ValidationItem, ValidationPlan
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,6 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     and the champion's, interleaved in blocks; write ``validation/PLACER.json`` and log the
     placer's child run: mean/median/p90 and every step time (``step=``) in ms, predicted vs
     measured peak memory per device (bytes), and the champion's median measured alongside."""
-    from celeritas_tf.evaluation import predicted_peaks, validate_interleaved
-
     params = job.params
     doc = storage.read_json(item.placement_uri)
     arms = {"challenger": _assignment(doc, item.placement_uri)}
@@ -77,14 +76,14 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         champion, champion_error = None, f"the champion's placement cannot be read: {exc}"
     if champion is not None:
         arms["champion"] = champion
-    devices = len(doc.get("devices") or []) or int(params["num_devices"])
-    kwargs = {"warmup_steps": int(params["warmup_steps"]), "steps": int(params["validation_steps"]),
+    devices = len(doc.get("devices") or []) or job.cluster.num_devices
+    kwargs = {"warmup_steps": params.warmup_steps, "steps": params.validation_steps,
               "blocks": BLOCKS, "progress": log.info}
     sources = {"challenger": item.placement_uri, "champion": item.champion_placement_uri or ""}
     kwargs["digests"] = {"challenger": placement_op_keys_digest(doc, item.placement_uri),
                          "champion": champion_digest}
-    model = model_spec(params)
-    batch = int(params["batch_size"])
+    model = load_model(job.model)
+    batch = params.batch_size
     try:
         runs = validate_interleaved(model, batch, arms, devices, sources=sources, **kwargs)
     except CeleritasInputError as exc:
@@ -121,8 +120,6 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
 def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> str:
     """Log one placer's measured figures, step times (ms) and validation JSON to its MLflow child
     run; returns the child run's id."""
-    from celeritas_tf.evaluation import peak_metrics
-
     metrics = {"measured_mean_step_time_ms": body["mean_s"] * 1e3,
                "measured_median_step_time_ms": body["median_s"] * 1e3,
                "measured_p90_step_time_ms": body["p90_s"] * 1e3,

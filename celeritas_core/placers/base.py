@@ -25,6 +25,12 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import colocation_respected
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
+from celeritas_core.memory import (
+    memory_profile,
+    one_device_peak_bytes,
+    peak_lower_bound,
+    planning_memory_bytes,
+)
 from celeritas_core.placement import Placement, PlacementEvaluation
 from celeritas_core.simulator import DOCUMENTED_DISPATCH, simulate
 
@@ -284,8 +290,6 @@ def place(
     ...
     celeritas_core.errors.CeleritasInputError: placer 'celeritas': parameter 'R': must be >= 1, got 0
     """
-    from celeritas_core.memory import planning_memory_bytes
-
     spec = get_placer(placer)
     resolved = spec.resolve_params(params)
     typed = spec.params_type(**resolved)
@@ -365,8 +369,6 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     >>> evaluated.predicted_step_time_us, evaluated.device_memory_bytes.tolist()
     (145.1, [500.0, 100.0])
     """
-    from celeritas_core.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
-
     if len(placement.assignment) != graph.num_nodes:
         raise CeleritasInputError("placement does not match the graph (different node count)")
     if placement.assignment.max() >= cluster.num_devices:

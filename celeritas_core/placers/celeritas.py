@@ -36,7 +36,18 @@ from celeritas_core.local_search import (
 )
 from celeritas_core.memory import peak_lower_bound
 from celeritas_core.orders import cpd_topo_order
-from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
+from celeritas_core.partition import (
+    connectivity_refine,
+    fm_refine,
+    map_to_topology,
+    parts_needed,
+    spectral_order,
+    split_order,
+    tensor_nets,
+    undirected_weights,
+)
+from celeritas_core.placers.base import PlacerOutput, PlacerSpec, get_placer, param, register_placer
+from celeritas_core.placers.metis import hierarchical_partition, metis_partition, repair_memory, unit_graph
 from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates, stage_devices
 from celeritas_core.simulator import SimulationResult, simulate
 from celeritas_core.timeline import DeviceTimeline
@@ -207,8 +218,6 @@ class OpNets:
     @classmethod
     def build(cls, graph: Graph, anchor: np.ndarray, cluster: Cluster) -> OpNets:
         """The nets of ``graph`` with co-location ``anchor`` and ``cluster``'s transfer model."""
-        from celeritas_core.partition import tensor_nets
-
         units, unit_of = np.unique(anchor, return_inverse=True)
         nets, net_cost = tensor_nets(graph, edge_comm_us(graph, cluster), unit_of, len(units))
         unit_mem = np.bincount(unit_of, weights=graph.memory_bytes, minlength=len(units))
@@ -220,8 +229,6 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
     """Offer ``pool.best`` improved by :func:`~celeritas_core.partition.connectivity_refine` on the
     ops (co-location groups contracted to their ``anchor``, tensors as nets: ``op_nets``, built
     here when not given), unless it already is."""
-    from celeritas_core.partition import connectivity_refine
-
     winner = pool.best
     if cluster.num_devices < 2 or winner.name.endswith("+refined"):
         return
@@ -265,15 +272,8 @@ def multilevel_candidates(graph: Graph, cluster: Cluster,
     the one onto all devices (what the ``metis`` placer returns) run now; the others are returned
     as ``(name, run)`` for the caller's work budget. Nothing without pymetis.
     """
-    from celeritas_core.partition import map_to_topology, parts_needed
-    from celeritas_core.placers.metis import (
-        hierarchical_partition,
-        metis_partition,
-        repair_memory,
-        unit_graph,
-    )
-
     try:
+        # lazy: pymetis is optional: without it there are no multilevel candidates
         import pymetis  # noqa: F401
     except ImportError:
         return []
@@ -302,16 +302,6 @@ def multilevel_candidates(graph: Graph, cluster: Cluster,
 def _min_cut_candidates(fusion: Fusion, cluster: Cluster, order: np.ndarray,
                         pool: CandidatePool) -> dict[str, list[tuple[str, np.ndarray]]]:
     """Offer the best coarse min-cut partition per device count; return the other seeds' ones."""
-    from celeritas_core.partition import (
-        fm_refine,
-        map_to_topology,
-        parts_needed,
-        spectral_order,
-        split_order,
-        undirected_weights,
-    )
-    from celeritas_core.simulator import simulate
-
     coarse = fusion.coarse
     capacity = cluster.memory_bytes.astype(np.float64)
     memory = coarse.memory_bytes
@@ -355,8 +345,6 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
     """List schedules that use parallel work, as ``(name, run)`` for the caller's work budget: the
     ``heft`` placer on the ops, the ``m-etf`` and ``m-sct`` placers on Baechi's fused co-placement
     graph (their defaults) and both on the ops, each with its default parameters."""
-    from celeritas_core.placers.base import get_placer
-
     def offer(name: str, placer: str, params: dict[str, Any]) -> None:
         spec = get_placer(placer)
         pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
@@ -370,8 +358,6 @@ def simple_candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_ord
                       pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
     """The cheap baselines a user would try first, as ``(name, run)`` for the caller's work budget:
     Order-Place on the fused graph and Baechi's ``m-topo`` (each linear in ops, plus a replay)."""
-    from celeritas_core.placers.base import get_placer
-
     def ordered() -> None:
         room = fusion_room(graph, cluster, fusion)
         pool.add("order-place", fusion.to_fine(order_place(fusion.coarse, cluster, coarse_order, room=room)))

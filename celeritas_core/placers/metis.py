@@ -21,6 +21,7 @@ from celeritas_core.cluster import Cluster
 from celeritas_core.colocation import placement_units
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graph import Graph
+from celeritas_core.partition import map_to_topology
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 
 #: METIS weights are integers: vertex and edge weights are each scaled so that their total is
@@ -128,6 +129,7 @@ def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.n
     if units.num_units <= k:  # METIS refuses more parts than vertices
         return np.arange(units.num_units, dtype=np.int64)
     try:
+        # lazy: pymetis is optional: only this placer needs it, and says so
         import pymetis
     except ImportError:
         raise CeleritasInputError(
@@ -387,8 +389,6 @@ def metis_placer(graph: Graph, cluster: Cluster, params: MetisParams) -> PlacerO
                              "cut_bytes": _cut_bytes(units, device), "repair_moves": moves}
     assignment = device[units.unit_of]
     if not cluster.is_flat:  # parts onto devices: the heavy cuts onto the fast links
-        from celeritas_core.partition import map_to_topology
-
         mapped = map_to_topology(graph, cluster, assignment)
         extra["topology_remapped"] = bool(np.any(mapped != assignment))
         assignment = mapped

@@ -249,7 +249,7 @@ class _Rows:
 
     def constraint(self, num_vars: int) -> LinearConstraint:
         """All rows as one scipy LinearConstraint."""
-        from scipy.optimize import LinearConstraint  # lazy, see the imports
+        from scipy.optimize import LinearConstraint  # lazy: only a MILP needs scipy.optimize
 
         a = sparse.coo_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), num_vars))
         return LinearConstraint(a.tocsr(), np.asarray(self.lo), np.asarray(self.hi))
@@ -639,7 +639,7 @@ def _bounds_and_integrality(p: MilpProblem, lay: _Layout) -> tuple[Bounds, np.nd
     x forbidden by symmetry breaking is fixed to 0. A transfer's start and end lie between its
     producer's earliest finish and the latest start of its consumers (fastest device).
     """
-    from scipy.optimize import Bounds  # lazy, see the imports
+    from scipy.optimize import Bounds  # lazy: only a MILP needs scipy.optimize
 
     lower = np.zeros(lay.size)
     upper = np.ones(lay.size)
@@ -685,7 +685,7 @@ def memory_feasible(p: MilpProblem, time_limit_s: float) -> bool | None:
         return True
     if p.memory.sum() > p.capacity.sum():
         return False
-    from scipy.optimize import Bounds  # lazy, see the imports
+    from scipy.optimize import Bounds  # lazy: only a MILP needs scipy.optimize
 
     lay = _Layout(p.num_ops, p.num_devices, 0, 0)
     rows = _Rows()
@@ -700,7 +700,7 @@ def memory_feasible(p: MilpProblem, time_limit_s: float) -> bool | None:
 def _run_highs(cost: np.ndarray, rows: _Rows, bounds: Bounds, integrality: np.ndarray,
                time_limit_s: float, scale_us: float, decode: Any) -> MilpResult:
     """Call ``scipy.optimize.milp`` and translate its status; ``decode(x)`` → (assignment, start)."""
-    from scipy.optimize import milp  # lazy, see the imports
+    from scipy.optimize import milp  # lazy: only a MILP needs scipy.optimize
 
     start = time.perf_counter()
     try:

@@ -660,7 +660,7 @@ def test_failed_write_in_the_middle_of_dumping(tmp_path: Path, monkeypatch: pyte
         fh.flush()
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(formats, "_write_json_bytes", half_write)
+    monkeypatch.setattr(formats, "write_json_bytes", half_write)
     with pytest.raises(RuntimeError, match="disk on fire"):
         save_graph(graph, dest)
     with pytest.raises(RuntimeError):

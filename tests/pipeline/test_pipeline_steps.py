@@ -25,10 +25,8 @@ from celeritas_core.errors import CeleritasInputError
 from tasks import contracts, storage, tracking
 from tasks.calibrate_comm import calibrate_comm
 from tasks.contracts import (
-    CONTRACTS,
     Contract,
     Job,
-    PipelineResult,
     PlacementValidation,
     PlaceResult,
     PublishResult,
@@ -36,13 +34,17 @@ from tasks.contracts import (
 )
 from tasks.fit_regression import fit_regression
 from tasks.fuse import fuse
-from tasks.params import resolve_params
-from tasks.pipeline import STEPS
+from tasks.params import MAX_BATCH_SIZE, PLACERS, PipelineParams, resolve_params
+from tasks.pipeline import STEP_NAMES
 from tasks.place import place
 from tasks.prepare import close_run, prepare
 from tasks.profile_small_batches import profile_small_batches
 from tasks.publish import publish
 from tasks.remeasure_large_batch import remeasure_large_batch
+from tasks.steps import STEPS, PipelineResult
+
+#: Every contract, the pipeline's whole result (derived from the steps' declaration) included.
+CONTRACTS = {**contracts.CONTRACTS, "PipelineResult": PipelineResult}
 
 TINY = {
     "model": "mlp", "model_knobs": {"features": 16, "hidden": 32, "layers": 2, "classes": 10},
@@ -74,6 +76,8 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
         return st.sampled_from(args)
     if isinstance(hint, type) and issubclass(hint, Contract):
         return _contract_strategy(hint)
+    if hint is PipelineParams:
+        return _params_strategy()
     if origin is dict:
         return st.dictionaries(st.text(max_size=8), _strategy(args[1]), max_size=4)
     if origin is tuple:
@@ -81,6 +85,18 @@ def _strategy(hint: Any) -> st.SearchStrategy[Any]:
     simple = {bool: st.booleans(), int: st.integers(), str: st.text(min_size=1),
               float: st.floats(allow_nan=False)}  # inf is fine (== inf); NaN has its own test
     return simple[hint]
+
+
+def _params_strategy() -> st.SearchStrategy[PipelineParams]:
+    """Valid pipeline parameters (a job's: every one is checked against the form's schema)."""
+    return st.builds(
+        PipelineParams, batch_size=st.integers(1, MAX_BATCH_SIZE), R=st.integers(1, 2**31 - 1),
+        memory_fraction=st.floats(0, 1, exclude_min=True), paper_config=st.booleans(),
+        model_knobs=st.dictionaries(st.sampled_from(["layers", "filters"]), st.integers(1, 1000)),
+        placers=st.lists(st.sampled_from(PLACERS), min_size=1, unique=True).map(tuple),
+        profile_batch_sizes=st.lists(st.integers(1, 64), min_size=2, max_size=4, unique=True).map(tuple),
+        device_memory=st.sampled_from(["30MiB", "1e9", "60KB", " 2 GiB "]),
+        run_dir=st.none() | st.text(min_size=1, max_size=12))
 
 
 def _contract_strategy(cls: type[Contract]) -> st.SearchStrategy[Contract]:
@@ -99,6 +115,8 @@ def _example(hint: Any) -> Any:
         return args[0]
     if isinstance(hint, type) and issubclass(hint, Contract):
         return _xcom_example(hint)
+    if hint is PipelineParams:
+        return PipelineParams().to_json()
     if origin is dict:
         return {"celeritas": _example(args[1])}
     if origin is tuple:
@@ -196,11 +214,29 @@ def test_contract_checks_nested_values_and_normalises_numbers():
 
 
 def test_pipeline_result_lists_the_steps_in_order_with_a_json_view():
-    assert STEPS == ("prepare", "calibrate_comm", "profile_small_batches", "fit_regression",
-                     "remeasure_large_batch", "fuse", "place", "plan_validation", "validate", "publish")
+    assert STEP_NAMES == ("prepare", "calibrate_comm", "profile_small_batches", "fit_regression",
+                          "remeasure_large_batch", "fuse", "place", "plan_validation", "validate", "publish")
     result = PipelineResult.from_xcom(_xcom_example(PipelineResult))
-    assert isinstance(result.validate[0], PlacementValidation) and list(result.to_dict()) == list(STEPS)
+    assert isinstance(result.validate[0], PlacementValidation) and list(result.to_dict()) == list(STEP_NAMES)
     assert result.publish.to_xcom() == result.to_dict()["publish"]
+
+
+def test_no_step_reads_a_parameter_by_name_or_resolves_the_model_or_the_cluster_again():
+    """Each step takes the typed job and its inputs: no step module indexes the parameters by name
+    or calls what resolves them, the model or the cluster (``prepare`` did, once)."""
+    import ast
+    import inspect
+
+    resolvers = {"resolve_params", "resolve_model", "check_model", "parse_size", "cluster_from_json",
+                 "load_cluster"}
+    for module in sorted({step.function.partition(":")[0] for step in STEPS}):
+        tree = ast.parse(inspect.getsource(importlib.import_module(module)))
+        called = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                  for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        assert not called & resolvers, (module, called & resolvers)
+        by_name = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Subscript)
+                   and isinstance(node.value, ast.Attribute) and node.value.attr == "params"]
+        assert not by_name, (module, by_name)
 
 
 # ---------------------------------------------------------------------------------------------- steps
@@ -221,7 +257,7 @@ def store(tmp_path, monkeypatch):
 
 
 def test_params_are_validated_with_one_line_errors():
-    assert resolve_params({})["validation_steps"] == 50
+    assert resolve_params({}).validation_steps == 50
     for bad, field in (({"batch_size": 0}, "batch_size"), ({"placers": ["nope"]}, "placers.0"),
                        ({"device_memory": "12 parsecs"}, "device_memory"), ({"colour": 1}, "params"),
                        ({"profile_batch_sizes": [4, 4]}, "profile_batch_sizes")):
@@ -232,13 +268,14 @@ def test_params_are_validated_with_one_line_errors():
 
 @needs_stack
 def test_the_first_step_in_a_fresh_process_keeps_the_knobs_of_a_paper_model():
-    """``model_spec`` asks whether the model is the zoo's before anything has called get_model: the
-    paper's models must be registered by then, or the profile (the first step of a worker) is of
-    the small default configuration while the later steps place the configured one."""
+    """``load_model`` builds the model a worker runs first (the profile) in a process where nothing
+    has called get_model yet: it must have the job's knobs, or the profile is of the small default
+    configuration while the later steps place the configured one."""
     knobs = {"layers": 6, "filters": 8, "image_size": 24}
-    params = {"model": "tensor_holography", "model_knobs": knobs}
-    code = ("import json; from tasks.common import model_spec; "
-            f"print(json.dumps(model_spec({params!r}).config))")
+    model = {"kind": "zoo", "name": "tensor_holography", "location": None, "content_sha256": None,
+             "knobs": knobs, "paper_config": False}
+    code = ("import json; from tasks.common import load_model; from tasks.contracts import ResolvedModel; "
+            f"print(json.dumps(load_model(ResolvedModel.from_xcom({model!r})).config))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == knobs
 
@@ -249,7 +286,7 @@ def test_a_retried_step_overwrites_its_outputs_and_reuses_its_runs(store, monkey
     again = prepare(TINY, job_id="job-1")  # a retried prepare: same run directory and parent run
     assert again.job == prepared.job
     job = prepared.job
-    assert storage.read_json(prepared.params_uri) == job.params
+    assert storage.read_json(prepared.params_uri) == job.params.to_json()
     cluster = calibrate_comm(job)
     assert cluster.r2 is None  # calibration off: the default transfer model
     assert cluster.transfer_model == "default"

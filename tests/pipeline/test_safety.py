@@ -61,7 +61,7 @@ def test_the_forms_schema_itself_refuses_nan_and_infinity(field: str, value: flo
     import jsonschema
 
     validator = jsonschema.Draft7Validator(schema())
-    params = {**resolve_params({}), field: value}
+    params = {**resolve_params({}).to_json(), field: value}
     assert list(validator.iter_errors(params)), (field, value)
     assert not list(validator.iter_errors({**params, field: 0.5}))
 
@@ -111,7 +111,7 @@ def test_huge_or_ill_typed_numbers_are_refused_by_the_form_and_resolve_params(gi
                                                                               field: str) -> None:
     import jsonschema
 
-    assert list(jsonschema.Draft7Validator(schema()).iter_errors({**resolve_params({}), **given}))
+    assert list(jsonschema.Draft7Validator(schema()).iter_errors({**resolve_params({}).to_json(), **given}))
     with pytest.raises(CeleritasInputError, match=f"^parameter '{field}': "):
         resolve_params(given)
 
@@ -218,6 +218,51 @@ def test_keras_files_on_s3_only_under_the_allowed_prefix_and_only_archives(
                            ("s3://models/ok/text.keras", "is not a Keras archive \\(not a zip file\\)")):
         with pytest.raises(CeleritasInputError, match=f"^parameter 'model': .*{message}"):
             resolve_model(model)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_worker_loads_only_the_keras_bytes_prepare_hashed(roots: Path, tmp_path: Path, where: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step builds the model from the job (``load_model``), not by resolving it again: a
+    ``.keras`` file whose bytes are still those ``prepare`` hashed is loaded (from a local copy when
+    on S3); one changed or gone since is refused in one line, before anything loads it."""
+    import celeritas_tf.models
+    from tasks import storage
+    from tasks.common import load_model
+    from tasks.contracts import ResolvedModel
+    from tasks.params import PipelineParams
+    from tasks.prepare import _resolved_model
+
+    objects: dict[str, bytes] = {}
+
+    def read_bytes(uri: str) -> bytes:
+        if uri not in objects:
+            raise storage.ArtifactNotFound(uri)
+        return objects[uri]
+
+    monkeypatch.setattr(storage, "read_bytes", read_bytes)
+    monkeypatch.setenv("CELERITAS_MODELS_S3_PREFIX", "s3://models/ok")
+    path = _keras_archive(roots / "models" / "net.keras")
+    model = "net.keras" if where == "local" else "s3://models/ok/net.keras"
+    objects["s3://models/ok/net.keras"] = path.read_bytes()
+    params = PipelineParams(model=model)
+    prepared = _resolved_model(params, resolve_model(model))
+    assert isinstance(prepared, ResolvedModel) and prepared.kind == "keras" and prepared.knobs == {}
+    loaded: list[str] = []
+    monkeypatch.setattr(celeritas_tf.models, "get_model", lambda name, **kw: loaded.append(name) or name)
+    load_model(prepared)
+    assert Path(loaded[0]).read_bytes() == path.read_bytes()  # the very bytes prepare hashed
+    with zipfile.ZipFile(path, "a") as archive:  # changed after prepare
+        archive.writestr("extra.txt", "x")
+    objects["s3://models/ok/net.keras"] = path.read_bytes()
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'model': .*net\.keras changed since prepare "
+                                                  r"checked it \(SHA-256 [0-9a-f]{12}…, now [0-9a-f]{12}…\)"):
+        load_model(prepared)
+    path.unlink()
+    objects.clear()
+    with pytest.raises(CeleritasInputError, match=r"^parameter 'model': cannot read .*net\.keras"):
+        load_model(prepared)
+    assert len(loaded) == 1
 
 
 def test_the_trigger_time_check_refuses_what_resolve_model_refuses_without_reading_the_model(
@@ -348,7 +393,12 @@ def test_close_run_says_in_one_line_when_tracking_fails(store: Path, monkeypatch
     from tasks.prepare import close_run
     from tasks.tracking import TransientTrackingError
 
-    job = Job(params={}, run_dir=str(store), parent_run_id="0" * 32, configuration={"key": "0" * 16})
+    job = Job.from_xcom({"params": {}, "run_dir": str(store), "parent_run_id": "0" * 32,
+                         "configuration": {"key": "0" * 16}, "model": {
+                             "kind": "zoo", "name": "mlp", "location": None, "content_sha256": None,
+                             "knobs": {}, "paper_config": False},
+                         "cluster": {"num_devices": 1, "device_memory_bytes": 1 << 30,
+                                     "slope_us_per_byte": 1e-4, "intercept_us": 25.0, "topology": None}})
     refused = r"^close_run: cannot end MLflow parent run 0{32} as FAILED: MLflow: .*not found$"
     with pytest.raises(CeleritasInputError, match=refused):
         close_run(job, None)

@@ -1,4 +1,4 @@
-"""tasks/tracking.py against a temporary SQLite store, a real ``mlflow server`` and a closed port."""
+"""tasks/tracking/ against a temporary SQLite store, a real ``mlflow server`` and a closed port."""
 
 from __future__ import annotations
 
@@ -404,7 +404,7 @@ def test_importing_tracking_does_not_import_mlflow() -> None:
 def test_unreachable_server_is_transient(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
-    for name in tracking._HTTP_DEFAULTS:  # restored after the test, whatever the module sets
+    for name in tracking.store._HTTP_DEFAULTS:  # restored after the test, whatever the module sets
         monkeypatch.delenv(name, raising=False)
     if fast:
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -425,7 +425,7 @@ def test_unreachable_server_is_transient(fast: bool, monkeypatch: pytest.MonkeyP
 def test_real_mlflow_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same flow against ``mlflow server`` (REST API + proxied artifacts) started for this test."""
     monkeypatch.setenv("CELERITAS_HOME", str(tmp_path))
-    for name in tracking._HTTP_DEFAULTS:
+    for name in tracking.store._HTTP_DEFAULTS:
         monkeypatch.delenv(name, raising=False)
     with mlflow_server(tmp_path / "server") as url:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)

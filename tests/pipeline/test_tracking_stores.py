@@ -1,4 +1,4 @@
-"""tasks/tracking.py's one-line errors for database stores: what SQLAlchemy or Alembic raise
+"""The tracking store's one-line errors for database stores: what SQLAlchemy or Alembic raise
 becomes a sentence naming the store (input error), or a transient error for a database that
 cannot be reached or is locked, never a traceback."""
 
@@ -17,7 +17,7 @@ URI = "sqlite:////srv/mlflow.db"
 
 
 def _raise_inside_translated(exc: BaseException) -> None:
-    with tracking._translated():
+    with tracking.store._translated():
         raise exc
 
 

@@ -4,14 +4,17 @@ resolve_params, and by the API server's trigger check before Airflow's own jsons
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import types
+import typing
 from pathlib import Path
 
 import pytest
 
 from celeritas_core.errors import CeleritasInputError
 from tasks import params
-from tasks.params import FIELDS, OPTIONAL, check_trigger, resolve_params, trigger_problem
+from tasks.params import FIELDS, OPTIONAL, PipelineParams, check_trigger, resolve_params, trigger_problem
 from tests.demo import demo_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +38,54 @@ def _required_in_form(schema: dict) -> bool:
     return bool(kind) and not (isinstance(kind, list) and "null" in kind)
 
 
+def _outside(bound: str, limit: float, kind: type) -> tuple[float, float]:
+    """A value just beyond ``bound`` (at ``limit``) and one just within it, for a field of ``kind``."""
+    step = 1 if kind is int else 0.5
+    if bound == "minimum":
+        return limit - step, limit
+    if bound == "maximum":
+        return limit + step, limit
+    if bound == "exclusiveMinimum":
+        return limit, limit + (step if kind is int else 1e-9)
+    return limit, limit - (step if kind is int else 1e-9)  # exclusiveMaximum
+
+
+def test_the_typed_parameters_and_the_forms_params_are_in_step(form_params) -> None:
+    """PipelineParams (what every step reads) and the trigger form's Airflow Params (what a user
+    fills in, as the API server holds them) have the same fields in the same order, the same types,
+    the same defaults (but for the form's documented FORM_DEFAULTS) and the same bounds: a value
+    one beyond a bound is refused by both, the bound itself taken by both."""
+    from airflow.sdk.exceptions import ParamValidationError
+
+    declared = dataclasses.fields(PipelineParams)
+    hints = typing.get_type_hints(PipelineParams)
+    assert [f.name for f in declared] == list(form_params)
+    json_types = {str: "string", int: "integer", float: "number", bool: "boolean", tuple: "array",
+                  dict: "object"}
+    for f in declared:
+        schema = form_params.get_param(f.name).schema
+        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        hint = hints[f.name]
+        inner = typing.get_args(hint)[0] if isinstance(hint, types.UnionType) else hint  # X | None: X
+        assert kinds[0] == json_types[typing.get_origin(inner) or inner], f.name
+        assert ("null" in kinds) == (f.name in OPTIONAL), f.name
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        expected = params.FORM_DEFAULTS.get(f.name, default)
+        assert form_params[f.name] == (list(expected) if isinstance(expected, tuple) else expected), f.name
+        bounds = schema.get("allOf", [{}])[0]
+        assert bounds == {k: v for k, v in f.metadata["schema"].items() if k in params.BOUNDS}, f.name
+        for bound, limit in bounds.items():
+            outside, inside = _outside(bound, limit, inner)
+            with pytest.raises(ParamValidationError):
+                form_params.deep_merge({f.name: outside}).validate()
+            with pytest.raises(CeleritasInputError, match=f"^parameter '{f.name}': "):
+                PipelineParams(**{f.name: outside})
+            form_params.deep_merge({f.name: inside}).validate()
+            assert getattr(PipelineParams(**{f.name: inside}), f.name) == inside
+    # what the untouched form submits is the dataclass's defaults (and the form's own)
+    assert resolve_params(form_params.validate()) == PipelineParams(**params.FORM_DEFAULTS)
+
+
 def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied(form_params) -> None:
     assert form_params.validate()["run_dir"] is None
     emptied = form_params.deep_merge({name: None for name in OPTIONAL})
@@ -48,7 +99,7 @@ def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
         assert _required_in_form(param.schema) == (name not in OPTIONAL), name
         assert param.schema.get("title") and param.schema.get("section") and param.description, name
     resolved = resolve_params({"run_dir": None, "model_knobs": None})
-    assert resolved["model_knobs"] == {} and resolved["run_dir"] is None
+    assert resolved.model_knobs == {} and resolved.run_dir is None
 
 
 def test_the_switches_carry_no_asterisk_and_null_means_their_default(form_params) -> None:
@@ -58,7 +109,7 @@ def test_the_switches_carry_no_asterisk_and_null_means_their_default(form_params
         assert not _required_in_form(form_params.get_param(name).schema), name
         assert form_params.get_param(name).schema["type"][0] == "boolean"  # still rendered as a switch
     resolved = resolve_params({"paper_config": None, "calibrate_comm": None})
-    assert (resolved["paper_config"], resolved["calibrate_comm"]) == (False, True)
+    assert (resolved.paper_config, resolved.calibrate_comm) == (False, True)
     with pytest.raises(CeleritasInputError, match=r"^parameter 'calibrate_comm': Calibrate transfers must be "
                                                   r"true or false or empty, not \"yes\"$"):
         resolve_params({"calibrate_comm": "yes"})
@@ -186,10 +237,10 @@ def test_a_topology_joins_the_configuration_and_an_empty_one_leaves_its_key_alon
 def test_a_trigger_is_checked_as_its_tasks_will_get_it_over_the_forms_defaults() -> None:
     """Airflow fills what a trigger leaves out with the form's defaults (the demo's knobs included);
     empty knobs are a model's own sizes."""
-    assert check_trigger({})["model_knobs"] == params.DEMO_KNOBS
-    assert check_trigger({"model": "nmt", "model_knobs": None})["model_knobs"] == {}
-    assert check_trigger({"model": "nmt", "model_knobs": {}})["model"] == "nmt"
-    assert resolve_params({"model": "nmt"})["model_knobs"] == {}  # celeritas run and the fleet
+    assert check_trigger({}).model_knobs == params.DEMO_KNOBS
+    assert check_trigger({"model": "nmt", "model_knobs": None}).model_knobs == {}
+    assert check_trigger({"model": "nmt", "model_knobs": {}}).model == "nmt"
+    assert resolve_params({"model": "nmt"}).model_knobs == {}  # celeritas run and the fleet
 
 
 def test_trigger_problem_leaves_what_is_not_a_conf_to_airflow() -> None:

@@ -19,7 +19,9 @@ from celeritas_core.formats import load_graph, save_placement
 from celeritas_core.placers import place
 from celeritas_core.regression import fit_costs
 from celeritas_tf.evaluation import (
+    ProfilePlan,
     check_assignment,
+    measured_costs,
     profile_small_batches,
     remeasure,
     sequential_placement,
@@ -27,7 +29,7 @@ from celeritas_tf.evaluation import (
 )
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import get_model
-from celeritas_tf.profile import trace_step
+from celeritas_tf.profile import StepTrace, trace_step
 from celeritas_tf.step import build_training_step
 
 MLP = {"features": 32, "hidden": 64, "layers": 2, "classes": 10}
@@ -97,6 +99,21 @@ def test_regression_predicts_memory_of_a_larger_batch(model):
     assert len(ops) > 20
     dev = [abs(predicted[n][1] - actual.memory_bytes[n]) / actual.memory_bytes[n] for n in ops]
     assert float(np.mean(dev)) < 0.02  # output sizes are linear in the batch
+
+
+def test_noisy_profiles_trace_more_steps_and_a_batch_spans_towards_the_target(model):
+    never_quiet = ProfilePlan(traced_steps=2, max_traced_steps=4, noise_target=1e-9, span_target=64,
+                              device_bytes=1e12)
+    traces = profile_small_batches(model, [4, 8], plan=never_quiet)
+    assert [t.batch_size for t in traces] == [4, 8, 32]  # 16 and 32 fit; 32 is half of 64
+    for t in traces:
+        assert len(t.step_seconds) == 4 and {len(v) for v in t.time_samples.values()} == {4}
+        assert t.time_us == {n: float(np.median(v)) for n, v in t.time_samples.items()}
+    quiet = ProfilePlan(traced_steps=2, max_traced_steps=4, noise_target=1e9, span_target=64,
+                        device_bytes=1.0)
+    traces = profile_small_batches(model, [4, 8], plan=quiet)
+    assert [t.batch_size for t in traces] == [4, 8]  # no batch fits one byte
+    assert [len(t.step_seconds) for t in traces] == [2, 2]
 
 
 def test_applied_placement_runs_ops_on_the_named_devices(model, graph):
@@ -178,12 +195,42 @@ def test_cli_profile_fit_remeasure_place_validate(tmp_path, capsys):
     assert json.loads((tmp_path / "v.json").read_text())["steps"] == 3
 
 
+def test_cli_fit_chooses_a_time_model_per_op_and_remeasure_reads_it(tmp_path, capsys):
+    knobs = ["--model", "mlp", "--set", "hidden=32"]
+    prof, fits = tmp_path / "p.json", tmp_path / "f.json"
+    code, out, err = _cli(["profile", *knobs, "--batch-sizes", "2,4,8", "--steps", "1", "--max-steps", "3",
+                           "--out", str(prof)], capsys)
+    assert code == 0 and "traced steps [" in out, err
+    doc = json.loads(prof.read_text())
+    assert all(1 <= p["traced_steps"] <= 3 and p["time_median_error"] >= 0 for p in doc["profiles"])
+    code, out, err = _cli(["fit", str(prof), "--time-model", "choose", "--out", str(fits)], capsys)
+    assert code == 0 and "time models chosen by leave-one-out error: linear" in out, err
+    written = json.loads(fits.read_text())
+    assert written["format"] == "celeritas-fits/2"
+    assert {f["time_model"]["kind"] for f in written["ops"].values()} <= {"linear", "floor", "power"}
+    code, out, err = _cli(["remeasure", *knobs, "--batch", "16", "--fits", str(fits), "--devices", "2",
+                           "--device-memory", "1MB", "--steps", "1", "--out", str(tmp_path / "m.json")],
+                          capsys)
+    assert code == 0 and "mean time deviation" in out, err
+    assert isinstance(load_graph(tmp_path / "m.json").meta["estimated_ops"], int)
+
+
+def test_the_remeasured_graph_keeps_an_estimate_only_where_nothing_was_measured():
+    trace = StepTrace(32, time_us={"a": 5.0}, memory_bytes={"a": 10.0, "c": 7.0})
+    costs, kept = measured_costs(trace, {"a": (1.0, 1.0), "b": (2.0, 3.0)})
+    assert costs == {"a": (5.0, 10.0), "b": (2.0, 3.0), "c": (0.0, 7.0)} and kept == 1
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["graph", "--model", "nope", "--batch", "4", "--out", "{out}"], "unknown model 'nope'"),
     (["graph", "--model", "mlp", "--batch", "0", "--out", "{out}"], "--batch: must be a positive integer"),
     (["graph", "--model", "mlp", "--batch", "4", "--costs", "magic", "--out", "{out}"], "--costs"),
     (["graph", "--model", "mlp", "--set", "hidden", "--batch", "4", "--out", "{out}"], "--set: expected"),
     (["profile", "--model", "mlp", "--batch-sizes", "4", "--out", "{out}"], "at least two positive"),
+    (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--span-target", "32", "--out", "{out}"],
+     "--span-target needs --device-memory"),
+    (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--steps", "3", "--max-steps", "2",
+      "--out", "{out}"], "--max-steps: must be an integer from 3"),
     (["fit", "{missing}", "--out", "{out}"], "file not found"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
