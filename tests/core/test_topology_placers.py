@@ -253,3 +253,30 @@ def test_on_a_flat_cluster_the_mapping_returns_the_assignment_itself() -> None:
     inst = benchmark_instances("a", quick=True)[0]
     assignment = place(inst.graph, inst.cluster, "metis").assignment
     assert inst.cluster.is_flat and map_to_topology(inst.graph, inst.cluster, assignment) is assignment
+
+
+# ---------------------------------------------------------------------------- the benchmark
+def test_bench_topology_quick_runs_and_reports_both_targets(tmp_path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "topology.json"
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.run([sys.executable, str(root / "bench" / "bench_topology.py"), "--quick", "--real-dir",
+                           str(tmp_path), "--out", str(out)], capture_output=True, text=True, check=False,
+                          cwd=tmp_path, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum(1 for line in lines if line.startswith(("PASS ", "MISS "))) == 2
+    doc = json.loads(out.read_text())
+    assert len(doc["rows"]) == 4 and {r["setup"] for r in doc["rows"]} == {"2x4/tight", "mixed/topo"}
+    for row in doc["rows"]:
+        assert row["topology"].startswith("2 nodes x 4 devices") and "blind" in row
+        assert row["cross_node"] == (row["cross_node_forced"] or row["fastest_uses_both_nodes"])
+        cel, blind = row["placers"]["celeritas"], row["blind"]
+        if cel["fits"] and blind["fits"]:
+            assert row["blind_vs_aware"] == pytest.approx(blind["step_time_us"] / cel["step_time_us"])
