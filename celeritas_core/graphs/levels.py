@@ -17,8 +17,31 @@ from celeritas_core.graphs.graph import Graph
 
 
 def edge_comm_us(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """Transfer time (µs) of each edge if its endpoints sat on different devices."""
+    """Transfer time (µs) of each edge if its endpoints sat on different devices (the flat model;
+    with a topology, its topology-blind summary, :meth:`Cluster.comm_time_us`)."""
     return np.asarray(cluster.comm_time_us(graph.edge_bytes), dtype=np.float64)
+
+
+def fastest_link(cluster: Cluster) -> tuple[float, float]:
+    """``(k µs/B, b µs)``: the least slope and the least intercept over the pairs of distinct devices
+    (each pair's transfer takes at least ``k·bytes + b``); the flat model on a flat cluster."""
+    if cluster.is_flat or cluster.num_devices < 2:
+        return cluster.slope_us_per_byte, cluster.intercept_us
+    off = ~np.eye(cluster.num_devices, dtype=bool)
+    return (float(cluster.pair_slope_us_per_byte[off].min()), float(cluster.pair_intercept_us[off].min()))
+
+
+def planning_comm_us(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """Transfer time (µs) of each edge as fusion and the orders price a *potential* cut, before any
+    device is chosen: :func:`edge_comm_us` on a flat cluster; with a topology, over the fastest
+    link (:func:`fastest_link`). A fusion boundary is paid only when a placer puts its two sides on
+    different devices, and a topology-aware placer keeps neighbouring clusters on one device or
+    one island, so the link a paid boundary most likely takes is the fastest (docs/algorithms.md,
+    "Link topology")."""
+    if cluster.is_flat:
+        return edge_comm_us(graph, cluster)
+    slope, intercept = fastest_link(cluster)
+    return np.asarray(slope * graph.edge_bytes + intercept, dtype=np.float64)
 
 
 def tlevel(graph: Graph, comm_us: np.ndarray | None = None) -> np.ndarray:

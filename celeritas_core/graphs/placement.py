@@ -35,7 +35,9 @@ class PlacementEvaluation:
     (and ``oom_excess_bytes``, the peak above capacity of each). ``device_busy_us`` is each
     device's compute time in the replay. ``memory_lower_bound_bytes`` bounds the fullest device's
     peak of *every* placement on these devices from below, and ``cannot_fit`` says that no
-    placement fits them (:func:`~celeritas_core.simulation.memory.peak_lower_bound`).
+    placement fits them (:func:`~celeritas_core.simulation.memory.peak_lower_bound`). ``topology`` is the
+    cluster's link topology in one line (:meth:`~celeritas_core.graphs.topology.Topology.describe`), None
+    on a flat cluster.
     """
 
     predicted_step_time_us: float
@@ -50,6 +52,7 @@ class PlacementEvaluation:
     oom_excess_bytes: Mapping[str, float] = field(default_factory=dict)
     memory_lower_bound_bytes: float = math.nan
     cannot_fit: bool = False
+    topology: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("device_memory_bytes", "device_peak_memory_bytes", "device_capacity_bytes",
@@ -88,6 +91,8 @@ class PlacementEvaluation:
         if math.isfinite(self.memory_lower_bound_bytes):
             out["memory_lower_bound_bytes"] = float(self.memory_lower_bound_bytes)
             out["cannot_fit"] = bool(self.cannot_fit)
+        if self.topology is not None:
+            out["topology"] = self.topology
         return out
 
 

@@ -393,6 +393,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
         oom_excess_bytes={cluster.device_names[d]: float(peak[d] - cluster.memory_bytes[d]) for d in over},
         memory_lower_bound_bytes=bound.fullest_device_bytes(cluster.num_devices),
         cannot_fit=bound.cannot_fit(cluster.memory_bytes),
+        topology=cluster.topology.describe() if cluster.topology is not None else None,
     )
     return replace(placement, devices=cluster.device_names, evaluation=evaluation)
 

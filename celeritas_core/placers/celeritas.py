@@ -22,7 +22,7 @@ import scipy.sparse as sp
 
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
-from celeritas_core.graphs.levels import cpath, edge_comm_us
+from celeritas_core.graphs.levels import cpath, edge_comm_us, planning_comm_us
 from celeritas_core.graphs.orders import cpd_topo_order
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, get_placer, param, register_placer
 from celeritas_core.placers.budget import StageBudget
@@ -35,17 +35,18 @@ from celeritas_core.placers.local_search import (
     peak_memory_repair,
     robust_step_us,
 )
-from celeritas_core.placers.metis import metis_partition, repair_memory, unit_graph
+from celeritas_core.placers.metis import hierarchical_partition, metis_partition, repair_memory, unit_graph
 from celeritas_core.placers.partition import (
     connectivity_refine,
     fm_refine,
+    map_to_topology,
     parts_needed,
     spectral_order,
     split_order,
     tensor_nets,
     undirected_weights,
 )
-from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates
+from celeritas_core.placers.stages import STAGE_US_PER_SPLIT, StagePlan, stage_candidates, stage_devices
 from celeritas_core.simulation.live_estimate import GroupRoom
 from celeritas_core.simulation.memory import peak_lower_bound
 from celeritas_core.simulation.simulator import SimulationResult, simulate
@@ -81,18 +82,20 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
     node's outputs back. Returns the device index of every node of ``graph``.
 
     EST per device is insertion based: the node may fill an idle gap after its inputs arrive
-    (inputs from another device arrive ``k·bytes + b`` µs after their producer finishes).
-    A device without room for the node (``room``, default the sum of ``node_memory`` or the
-    graph's memory per device) has EST = ∞; when no device has room, the node goes to the device
-    with the most room (best effort).
+    (inputs from another device arrive ``k·bytes + b`` µs after their producer finishes; with a
+    link topology, ``k`` and ``b`` of the link between the two devices, and ``back_cost`` is timed
+    on the link from the earliest device back to the previous one). A device without room for the
+    node (``room``, default the sum of ``node_memory`` or the graph's memory per device) has
+    EST = ∞; when no device has room, the node goes to the device with the most room (best effort).
     """
     n = graph.num_nodes
     comm = edge_comm_us(graph, cluster).tolist()
     if order is None:
-        comm_arr = np.asarray(comm)
+        comm_arr = planning_comm_us(graph, cluster)
         order = cpd_topo_order(graph, comm_arr, cpath=cpath(graph, comm_arr))
     if room is None:
         room = GroupRoom(cluster, graph.memory_bytes if node_memory is None else node_memory)
+    link = _PairLinks(graph, cluster)
     time_us = graph.time_us.tolist()
     speed = cluster.speed.tolist()
     num_dev = cluster.num_devices
@@ -104,7 +107,7 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
     previous = 0
     inf = float("inf")
     for v in order.tolist():
-        back_cost = max((comm[succ_edge[k]] for k in range(succ_ptr[v], succ_ptr[v + 1])), default=0.0)
+        outputs = range(succ_ptr[v], succ_ptr[v + 1])
         preds = range(pred_ptr[v], pred_ptr[v + 1])
         est = [inf] * num_dev
         for d in range(num_dev):
@@ -113,19 +116,32 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
             ready = 0.0
             for k in preds:
                 p = pred_idx[k]
-                arrive = finish[p] if device[p] == d else finish[p] + comm[pred_edge[k]]
+                if device[p] == d:
+                    arrive = finish[p]
+                elif link.flat:
+                    arrive = finish[p] + comm[pred_edge[k]]
+                else:
+                    arrive = finish[p] + link.time(pred_edge[k], device[p], d)
                 if arrive > ready:
                     ready = arrive
             est[d] = timelines[d].earliest_start(ready, time_us[v] / speed[d])
         best = min(range(num_dev), key=est.__getitem__)
+        if link.flat:
+            back_cost = max((comm[succ_edge[k]] for k in outputs), default=0.0)
+        else:
+            back_cost = max((link.time(succ_edge[k], best, previous) for k in outputs), default=0.0)
         if est[previous] - est[best] > back_cost:
             chosen = best
         elif est[previous] < inf:
             chosen = previous
         else:  # every device is full: best effort on the one with the most room
             chosen = room.roomiest(v)
-            ready = max((finish[pred_idx[k]] + (0.0 if device[pred_idx[k]] == chosen
-                                                else comm[pred_edge[k]]) for k in preds), default=0.0)
+            ready = 0.0
+            for k in preds:
+                p = pred_idx[k]
+                delay = 0.0 if device[p] == chosen else (
+                    comm[pred_edge[k]] if link.flat else link.time(pred_edge[k], device[p], chosen))
+                ready = max(ready, finish[p] + delay)
             est[chosen] = timelines[chosen].earliest_start(ready, time_us[v] / speed[chosen])
         start = est[chosen]
         end = start + time_us[v] / speed[chosen]
@@ -135,6 +151,24 @@ def adjusting_placement(graph: Graph, cluster: Cluster, order: np.ndarray | None
         room.add(v, chosen)
         previous = chosen
     return np.asarray(device, dtype=np.int64)
+
+
+class _PairLinks:
+    """Per-edge transfer times between two given devices (µs) on a cluster with a topology:
+    ``k[src, dst]·bytes + b[src, dst]``, as the simulator times them; ``flat`` when the cluster
+    has none (the callers then keep the flat model's per-edge times)."""
+
+    __slots__ = ("edge_bytes", "flat", "intercept", "slope")
+
+    def __init__(self, graph: Graph, cluster: Cluster) -> None:
+        self.flat = cluster.is_flat
+        self.edge_bytes = graph.edge_bytes.tolist()
+        self.slope = cluster.pair_slope_us_per_byte.tolist()
+        self.intercept = cluster.pair_intercept_us.tolist()
+
+    def time(self, edge: int, src: int, dst: int) -> float:
+        """Transfer time (µs) of ``edge`` from device ``src`` to device ``dst`` (0 when equal)."""
+        return self.slope[src][dst] * self.edge_bytes[edge] + self.intercept[src][dst]
 
 
 def fusion_room(graph: Graph, cluster: Cluster, fusion: Fusion) -> GroupRoom:
@@ -252,11 +286,16 @@ def multilevel_candidates(graph: Graph, cluster: Cluster,
     def offer(k: int) -> None:
         device = metis_partition(units, cluster, np.sort(by_capacity[:k]))
         repair_memory(units, device, capacity)
-        pool.add(f"multilevel/{k}", device[units.unit_of])
+        pool.add(f"multilevel/{k}", map_to_topology(graph, cluster, device[units.unit_of]))
 
     first = max(2, parts_needed(units.memory_bytes, capacity))
     for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
         offer(k)
+    if not cluster.is_flat:  # the cut along the link hierarchy: the slowest links cut least
+        for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
+            device = hierarchical_partition(units, cluster, stage_devices(cluster, k))
+            repair_memory(units, device, capacity)
+            pool.add(f"hierarchical/{k}", map_to_topology(graph, cluster, device[units.unit_of]))
     return [(f"multilevel/{k}", partial(offer, k)) for k in range(first + 1, cluster.num_devices)]
 
 
@@ -278,7 +317,7 @@ def _min_cut_candidates(fusion: Fusion, cluster: Cluster, order: np.ndarray,
         finalists = []
         for seed_name, seed in seeds:
             parts = fm_refine(weights, memory, capacity[use], split_order(seed, memory, capacity[use]))
-            devices = use[parts]
+            devices = map_to_topology(coarse, cluster, use[parts])
             used = np.bincount(devices, weights=memory, minlength=cluster.num_devices)
             step = simulate(coarse, cluster, devices).step_time_us
             finalists.append(((bool(np.any(used > capacity)), step), f"min-cut/{seed_name}/{k}", devices))
@@ -450,7 +489,7 @@ def _fused(graph: Graph, cluster: Cluster, params: FusionParams) -> tuple[Fusion
     fusion's figures for ``extra``."""
     fusion = optimal_operation_fusion(graph, cluster, R=params.R, memory_fraction=params.memory_fraction)
     coarse = fusion.coarse
-    comm = edge_comm_us(coarse, cluster)
+    comm = planning_comm_us(coarse, cluster)
     coarse_order = cpd_topo_order(coarse, comm, cpath=cpath(coarse, comm))
     return fusion, coarse_order, {"coarse_edges": coarse.num_edges, "cut_cost_us": fusion.cut_cost_us}
 

@@ -20,7 +20,10 @@ and the receiver's receive channel, one transfer at a time per channel, FIFO wit
 back-filling; a tensor already sent to ``d`` is reused. ``v``'s missing tensors are reserved one
 after another in order of (producer finish, producer rank, tensor id), each starting at
 ``max(producer finish, send channel free, receive channel free)``; the estimate uses the same
-rule without reserving, and the reservation is made when ``v`` is committed. ``v`` runs
+rule without reserving, and the reservation is made when ``v`` is committed. On a cluster with a
+link topology a transfer from ``p`` to ``d`` takes that pair's link, ``k[p, d]·bytes + b[p, d]``,
+and between nodes also waits for the shared network port sides it holds, as in the simulator
+(docs/simulator.md, "Links and shared ports"). ``v`` runs
 ``time_us / speed[d]``. Memory: an op's ``memory_bytes`` is charged to its device; the first
 member of a co-location group to be placed charges the whole group's memory to its device and
 pins every other member there (0 further bytes). An op that fits on no device goes, best effort,
@@ -486,9 +489,88 @@ class _ListScheduler:
                             heapq.heappush(heap, (a2, self.rank[w], w))
 
 
+class _LinkedListScheduler(_ListScheduler):
+    """:class:`_ListScheduler` on a cluster with a link topology: a transfer from device ``p`` to
+    ``d`` lasts ``k[p, d]·bytes + b[p, d]`` and, between nodes, also holds the shared network port
+    sides the simulator gives it (``pair_egress``/``pair_ingress``), one transfer at a time per
+    side, FIFO, like the channels. The inputs' last field is then the tensor's bytes, not its time."""
+
+    def _init_tensors(self, graph: Graph, cluster: Cluster) -> None:
+        """As the flat scheduler, keeping each tensor's bytes and the per-pair links and ports."""
+        super()._init_tensors(graph, cluster)
+        self.t_comm = graph.tensors.nbytes.astype(np.float64).tolist()  # bytes, timed per pair
+        self.slope = cluster.pair_slope_us_per_byte.tolist()
+        self.intercept = cluster.pair_intercept_us.tolist()
+        self.egress = cluster.pair_egress.tolist()
+        self.ingress = cluster.pair_ingress.tolist()
+        self.port_free = [0.0] * cluster.num_ports
+
+    def _arrival(self, v: int, d: int) -> float:
+        """Time (µs) all of v's inputs are on d if v were committed there now (no reservation)."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        a = 0.0
+        rf = devices[d].recv_free
+        sf: list[float] | None = None
+        pf: list[float] | None = None
+        for f, _, p, t, nbytes in self.inputs[v]:
+            if p == d:
+                if f > a:
+                    a = f
+                continue
+            e = sent[t * num_dev + d]
+            if e < 0.0:
+                if sf is None or pf is None:
+                    sf = [device.send_free for device in devices]
+                    pf = list(self.port_free)
+                out, into = self.egress[p][d], self.ingress[p][d]
+                s = max(f, sf[p], rf, pf[out] if out >= 0 else 0.0, pf[into] if into >= 0 else 0.0)
+                e = s + self.slope[p][d] * nbytes + self.intercept[p][d]
+                sf[p] = rf = e
+                if out >= 0:
+                    pf[out] = e
+                if into >= 0:
+                    pf[into] = e
+            if e > a:
+                a = e
+        return a
+
+    def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
+        """Reserve the transfers of v's inputs missing on d, in input order (FIFO channels and
+        ports); return when all are there (µs) and the tensors newly sent to d."""
+        num_dev, sent, devices, pf = self.num_dev, self.sent, self.devices, self.port_free
+        target = devices[d]
+        a = 0.0
+        new: list[int] = []
+        for f, _, p, t, nbytes in self.inputs[v]:
+            if p == d:
+                e = f
+            else:
+                j = t * num_dev + d
+                e = sent[j]
+                if e < 0.0:
+                    sender = devices[p]
+                    out, into = self.egress[p][d], self.ingress[p][d]
+                    s = max(f, sender.send_free, target.recv_free, pf[out] if out >= 0 else 0.0,
+                            pf[into] if into >= 0 else 0.0)
+                    e = s + self.slope[p][d] * nbytes + self.intercept[p][d]
+                    sender.send_free = target.recv_free = e
+                    if out >= 0:
+                        pf[out] = e
+                    if into >= 0:
+                        pf[into] = e
+                    sent[j] = e
+                    new.append(t)
+                    self.transfers += 1
+            if e > a:
+                a = e
+        return a, new
+
+
 def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None) -> ScheduleResult:
-    """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given."""
-    return _ListScheduler(graph, cluster, favourite).run()
+    """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given; on a
+    cluster with a link topology transfers take their pair's link and the shared network ports."""
+    scheduler = _ListScheduler if cluster.is_flat else _LinkedListScheduler
+    return scheduler(graph, cluster, favourite).run()
 
 
 def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_R
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.graphs.graph import Graph
-from celeritas_core.graphs.levels import cpath, edge_comm_us
+from celeritas_core.graphs.levels import cpath, planning_comm_us
 from celeritas_core.graphs.orders import cpd_topo_order
 from celeritas_core.simulation.live_estimate import SequenceMemory
 
@@ -242,11 +242,13 @@ def optimal_operation_fusion(
 
     ``R`` is the exploration range (ops per cluster at most); the memory cap is
     ``memory_fraction`` × the smallest device memory. Co-location groups are charged to their
-    anchor (first member in the order), so cluster memory matches where the group will live. On a
+    anchor (first member in the order), so cluster memory matches where the group will live. A cut
+    is priced by :func:`~celeritas_core.graphs.levels.planning_comm_us`: the flat model, or with a link
+    topology the fastest link (the one a paid fusion boundary most likely takes). On a
     graph with liveness fields the cap bounds a cluster's liveness-aware peak
     (:class:`~celeritas_core.simulation.live_estimate.SequenceMemory` along the order), not its summed bytes.
     """
-    comm = edge_comm_us(graph, cluster)
+    comm = planning_comm_us(graph, cluster)
     if order is None:
         order = cpd_topo_order(graph, comm, cpath=cpath(graph, comm))
     anchor = colocation_anchor(graph, order)

@@ -15,6 +15,10 @@ Units: µs and bytes. With ``D`` devices of speeds ``s_d`` and the transfer mode
   device) or ``finish(p) + k·bytes + b`` (another device; classic HEFT: no channel contention, a
   tensor is not shared between consumers), and it starts at the first idle gap of ``d`` after that
   long enough for ``time_us / s_d`` (insertion policy); a zero-length op takes no device time.
+* **Link topology.** On a cluster with one, an input from device ``p`` arrives on ``d`` at
+  ``finish(p) + k[p, d]·bytes + b[p, d]`` (its pair's link) and ``c̄(e)`` is the mean over all
+  ordered device pairs of ``k[p, q]·bytes_e + b[p, q]`` (0 for ``p = q``); the shared network
+  ports are not modelled (classic HEFT has no contention).
 * **Memory** (a constraint the paper does not have). ``node_memory`` (default
   ``graph.memory_bytes``) is charged to the device (sum model). A device without room for the op is
   not eligible; the first placed member of a co-location group needs room for the whole group, is
@@ -59,7 +63,11 @@ def upward_rank(graph: Graph, cluster: Cluster) -> np.ndarray:
     mean transfer time ``((D − 1) / D)·(k·bytes + b)`` per edge."""
     num_dev = cluster.num_devices
     mean_time = graph.time_us * float(np.mean(1.0 / cluster.speed))
-    mean_comm = edge_comm_us(graph, cluster) * ((num_dev - 1) / num_dev)
+    if cluster.is_flat:
+        mean_comm = edge_comm_us(graph, cluster) * ((num_dev - 1) / num_dev)
+    else:  # the mean over all ordered device pairs of each pair's link, same device free
+        mean_comm = (float(cluster.pair_slope_us_per_byte.mean()) * graph.edge_bytes
+                     + float(cluster.pair_intercept_us.mean()))
     return blevel(graph, mean_comm, time_us=mean_time)
 
 
@@ -167,11 +175,37 @@ class _Heft:
         self.device[v], self.start[v], self.finish[v] = best_d, best_s, best_f
 
 
+class _LinkedHeft(_Heft):
+    """:class:`_Heft` on a cluster with a link topology: an input from device ``p`` arrives on
+    ``d`` at ``finish + k[p, d]·bytes + b[p, d]`` (classic HEFT: no contention, no shared ports)."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, node_memory: np.ndarray) -> None:
+        super().__init__(graph, cluster, node_memory)
+        self.edge_bytes = graph.edge_bytes.tolist()
+        self.slope = cluster.pair_slope_us_per_byte.tolist()
+        self.intercept = cluster.pair_intercept_us.tolist()
+
+    def arrivals(self, v: int) -> list[float]:
+        """Per device, the time (µs) all of ``v``'s inputs are there (each over its pair's link)."""
+        num_dev = self.num_dev
+        ready = [0.0] * num_dev
+        finish, device, nbytes = self.finish, self.device, self.edge_bytes
+        for k in range(self.pred_ptr[v], self.pred_ptr[v + 1]):
+            p = self.pred_idx[k]
+            src, f, size = device[p], finish[p], nbytes[self.pred_edge[k]]
+            slope, intercept = self.slope[src], self.intercept[src]
+            for d in range(num_dev):
+                t = f if d == src else f + slope[d] * size + intercept[d]
+                if t > ready[d]:
+                    ready[d] = t
+        return ready
+
+
 def heft_schedule(graph: Graph, cluster: Cluster, node_memory: np.ndarray | None = None) -> HeftResult:
     """HEFT with insertion and a memory constraint (module docstring); ``node_memory`` in bytes
     per node defaults to ``graph.memory_bytes``. Never raises for lack of memory (best effort)."""
     mem = graph.memory_bytes if node_memory is None else np.asarray(node_memory, dtype=np.float64)
-    state = _Heft(graph, cluster, mem)
+    state = (_Heft if cluster.is_flat else _LinkedHeft)(graph, cluster, mem)
     for v in heft_order(graph, upward_rank(graph, cluster)).tolist():
         state.step(v)
     return HeftResult(

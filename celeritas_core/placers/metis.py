@@ -4,7 +4,9 @@ Steps: contract each co-location group to one vertex (so groups stay whole), par
 undirected graph into ``k = num_devices`` parts with pymetis (vertex weight = memory bytes, or
 time µs with ``balance_time=1``; edge weight = tensor bytes), map parts to devices (bigger parts
 to bigger devices, among equal devices in topological order), then move vertices off over-full
-devices, cheapest cut increase per byte first. pymetis is imported lazily: the rest of
+devices, cheapest cut increase per byte first. On a cluster with a link topology the parts are then
+moved, among devices of equal memory and speed, so that the heaviest cuts take the fastest links
+(:func:`~celeritas_core.placers.partition.map_to_topology`). pymetis is imported lazily: the rest of
 ``celeritas_core`` stays pure numpy/networkx/scipy.
 """
 
@@ -20,6 +22,7 @@ from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import placement_units
 from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
+from celeritas_core.placers.partition import map_to_topology
 
 #: METIS weights are integers: vertex and edge weights are each scaled so that their total is
 #: about this much (then rounded, at least 1), which fits a 32-bit ``idx_t`` with room to spare.
@@ -41,6 +44,7 @@ class UnitGraph:
     ptr: np.ndarray  # CSR row pointers (num_units + 1)
     nbr: np.ndarray  # neighbour unit per slot; each undirected pair is stored in both rows
     weight_bytes: np.ndarray  # bytes per slot (sum over the distinct tensors between the pair)
+    weight_tensors: np.ndarray | None = None  # distinct tensors per slot (the transfers between the pair)
 
     @property
     def num_units(self) -> int:
@@ -75,6 +79,7 @@ def unit_graph(graph: Graph) -> UnitGraph:
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     pairs, inverse = np.unique(lo * num_units + hi, return_inverse=True)
     pair_bytes = np.bincount(inverse, weights=nbytes, minlength=len(pairs))
+    pair_tensors = np.bincount(inverse, minlength=len(pairs)).astype(np.float64)
     lo, hi = pairs // num_units, pairs % num_units
     rows = np.concatenate([lo, hi])
     cols = np.concatenate([hi, lo])
@@ -82,7 +87,8 @@ def unit_graph(graph: Graph) -> UnitGraph:
     order = np.lexsort((cols, rows))
     ptr = np.zeros(num_units + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=num_units), out=ptr[1:])
-    return UnitGraph(unit_of, memory, time_us, ptr, cols[order], weights[order])
+    return UnitGraph(unit_of, memory, time_us, ptr, cols[order], weights[order],
+                     np.concatenate([pair_tensors, pair_tensors])[order])
 
 
 def metis_weights(values: np.ndarray) -> np.ndarray:
@@ -115,8 +121,9 @@ def metis_target_shares(target: np.ndarray) -> list[float] | None:
 
 
 def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.ndarray,
-               seed: int) -> np.ndarray:
-    """Part per unit from pymetis (k parts, target shares ``target``); one unit per part if ≤ k units."""
+               seed: int, edge_weight: np.ndarray | None = None) -> np.ndarray:
+    """Part per unit from pymetis (k parts, target shares ``target``; edge weights the bytes per
+    slot, or ``edge_weight``); one unit per part if ≤ k units."""
     if k == 1:
         return np.zeros(units.num_units, dtype=np.int64)
     if units.num_units <= k:  # METIS refuses more parts than vertices
@@ -133,7 +140,8 @@ def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.n
     adjncy = units.nbr.astype(dtype)
     kwargs: dict[str, Any] = {
         "vweights": metis_weights(vertex_weight).astype(dtype),
-        "eweights": metis_weights(units.weight_bytes).astype(dtype) if len(adjncy) else None,
+        "eweights": (metis_weights(units.weight_bytes if edge_weight is None else edge_weight).astype(dtype)
+                     if len(adjncy) else None),
         "tpwgts": metis_target_shares(target),
         "options": pymetis.Options(seed=seed),
     }
@@ -255,6 +263,68 @@ def metis_partition(units: UnitGraph, cluster: Cluster, devices: np.ndarray, *,
     return devices[map_parts_to_devices(part_size, device_size, first_unit)[part]]
 
 
+def hierarchical_partition(units: UnitGraph, cluster: Cluster, devices: np.ndarray, *,
+                           seed: int = 0) -> np.ndarray:
+    """Device per unit: METIS along the cluster's link hierarchy, onto ``devices`` (a topology needed).
+
+    The units are first split among the nodes that hold ``devices`` (target shares their devices'
+    memory), then each node's units among its islands, then each island's among its devices
+    (levels with one group are skipped). At every level the edge weight is the transfer time (µs)
+    of the tensors between two units over the link between the groups being split (the mean over
+    their pairs: the network between nodes, the host link between islands, the island link
+    between devices), so the cut at the slowest level is the smallest it can be rather than a
+    share of one flat cut, as topology-aware partitioners do (recursive bisection along the
+    machine's hierarchy). Parts go to groups by size as in :func:`map_parts_to_devices`. No
+    memory repair (:func:`repair_memory`).
+    """
+    topology = cluster.topology
+    if topology is None:
+        raise ValueError("hierarchical_partition needs a cluster with a topology")
+    keys = (topology.node_of, topology.island_of, np.arange(cluster.num_devices))
+    device = np.full(units.num_units, -1, dtype=np.int64)
+    memory = cluster.memory_bytes.astype(np.float64)
+    stack = [(np.arange(units.num_units, dtype=np.int64), np.sort(np.asarray(devices, dtype=np.int64)), 0)]
+    while stack:
+        members, devs, level = stack.pop()
+        while level < len(keys) - 1 and len(np.unique(keys[level][devs])) == 1:
+            level += 1
+        if len(devs) == 1 or len(members) == 0:
+            device[members] = devs[0]
+            continue
+        groups = [devs[keys[level][devs] == g] for g in np.unique(keys[level][devs])]
+        group_of = np.concatenate([np.full(len(g), i) for i, g in enumerate(groups)])
+        cross = group_of[:, None] != group_of[None, :]
+        flat_devs = np.concatenate(groups)
+        slope = float(cluster.pair_slope_us_per_byte[np.ix_(flat_devs, flat_devs)][cross].mean())
+        intercept = float(cluster.pair_intercept_us[np.ix_(flat_devs, flat_devs)][cross].mean())
+        sub = _induced(units, members)
+        size = np.array([memory[g].sum() for g in groups])
+        weight = slope * sub.weight_bytes + intercept * (sub.weight_tensors if sub.weight_tensors is not None
+                                                         else 1.0)
+        part = _partition(sub, len(groups), sub.memory_bytes, size, seed, edge_weight=weight)
+        part_size = np.bincount(part, weights=sub.memory_bytes, minlength=len(groups))
+        first_unit = np.full(len(groups), sub.num_units, dtype=np.int64)
+        np.minimum.at(first_unit, part, np.arange(sub.num_units))
+        group_of_part = map_parts_to_devices(part_size, size, first_unit)[part]
+        for i, g in enumerate(groups):
+            stack.append((members[group_of_part == i], g, level + 1))
+    return device
+
+
+def _induced(units: UnitGraph, members: np.ndarray) -> UnitGraph:
+    """The units ``members`` (ascending) and the edges among them, renumbered 0..len - 1 (its
+    ``unit_of`` stays the whole graph's: only the partition reads the result)."""
+    new = np.full(units.num_units, -1, dtype=np.int64)
+    new[members] = np.arange(len(members))
+    rows = np.repeat(np.arange(units.num_units), np.diff(units.ptr))
+    keep = (new[rows] >= 0) & (new[units.nbr] >= 0)
+    ptr = np.zeros(len(members) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(new[rows[keep]], minlength=len(members)), out=ptr[1:])
+    tensors = units.weight_tensors[keep] if units.weight_tensors is not None else None
+    return UnitGraph(units.unit_of, units.memory_bytes[members], units.time_us[members], ptr,
+                     new[units.nbr[keep]], units.weight_bytes[keep], tensors)
+
+
 @dataclass(frozen=True)
 class MetisParams:
     """The metis placer's parameters.
@@ -315,11 +385,14 @@ def metis_placer(graph: Graph, cluster: Cluster, params: MetisParams) -> PlacerO
                              balance_time=params.balance_time, seed=params.seed)
     cut_before = _cut_bytes(units, device)
     moves = repair_memory(units, device, cluster.memory_bytes.astype(np.float64))
-    return PlacerOutput(
-        assignment=device[units.unit_of],
-        extra={"units": units.num_units, "cut_bytes_before_repair": cut_before,
-               "cut_bytes": _cut_bytes(units, device), "repair_moves": moves},
-    )
+    extra: dict[str, Any] = {"units": units.num_units, "cut_bytes_before_repair": cut_before,
+                             "cut_bytes": _cut_bytes(units, device), "repair_moves": moves}
+    assignment = device[units.unit_of]
+    if not cluster.is_flat:  # parts onto devices: the heavy cuts onto the fast links
+        mapped = map_to_topology(graph, cluster, assignment)
+        extra["topology_remapped"] = bool(np.any(mapped != assignment))
+        assignment = mapped
+    return PlacerOutput(assignment=assignment, extra=extra)
 
 
 register_placer(PlacerSpec(

@@ -53,6 +53,14 @@ paths before/after ``v`` without communication on the fastest device, ``head_v �
 durations and transfers). Identical devices (same speed and memory) are interchangeable: the op
 at topological position ``i`` may use only the first ``i + 1`` devices of its class (valid by
 relabelling devices in order of first use). scipy's ``milp`` takes no warm start.
+
+**Link topology.** On a cluster with one the MILP is solved on :func:`fastest_link_model`: every
+pair at the fastest link, no shared ports. Every transfer of the topology takes at least that
+long and ports only delay, so with ``channels`` the optimum and the bound remain lower bounds on
+every placement's replay on the topology; the returned placement is a good one, not the optimum
+there (``extra["warning"]`` says so). Pricing each pair on its own link is not done: identical
+devices would no longer be interchangeable (the symmetry breaking above would cut off optima),
+and a transfer's length in the channel rows would depend on its sender's device too.
 """
 
 from __future__ import annotations
@@ -73,7 +81,7 @@ if TYPE_CHECKING:  # scipy.optimize (0.15 s) loads when a MILP is built: not for
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
-from celeritas_core.graphs.levels import blevel, tlevel
+from celeritas_core.graphs.levels import blevel, fastest_link, tlevel
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.etf import list_schedule
 from celeritas_core.simulation.simulator import simulate
@@ -971,8 +979,11 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: OptimalParams) -> Pla
     time_limit = params.time_limit
     channels = params.channels
     start = time.perf_counter()
-    problem = build_problem(graph, cluster)
     extra: dict[str, Any] = {"milp_model": MILP_MODELS[int(channels)]}
+    if not cluster.is_flat:
+        cluster, extra["warning"] = fastest_link_model(cluster)
+        extra["milp_model"] += "; every pair at the topology's fastest link, no shared ports"
+    problem = build_problem(graph, cluster)
     fits = memory_feasible(problem, time_limit)
     if fits is False:
         problem = build_problem(graph, cluster, use_memory=False)
@@ -1006,6 +1017,21 @@ def optimal_placer(graph: Graph, cluster: Cluster, params: OptimalParams) -> Pla
     extra.update(milp_status="infeasible_memory" if fits is False else status, milp_makespan_us=makespan,
                  milp_bound_us=bound, milp_gap=gap)
     return PlacerOutput(assignment=assignment, extra=extra)
+
+
+def fastest_link_model(cluster: Cluster) -> tuple[Cluster, str]:
+    """The flat cluster the MILP solves on a cluster with a link topology, and the warning for
+    ``extra``: the same devices with every pair at the fastest link (the least slope and the least
+    intercept over the pairs, :func:`~celeritas_core.graphs.levels.fastest_link`). Every transfer of the
+    topology takes at least that long and shared ports only delay transfers, so the optimum and
+    the bound stay lower bounds on every placement's replay on the topology (with ``channels``);
+    the placement itself is not optimal there, since the MILP does not see which pairs are slow."""
+    slope, intercept = fastest_link(cluster)
+    model = Cluster.build(cluster.device_names, cluster.memory_bytes, cluster.speed,
+                          slope_us_per_byte=slope, intercept_us=intercept)
+    return model, (f"link topology: the MILP prices every pair at the fastest link ({slope:.3g} µs/B + "
+                   f"{intercept:.3g} µs) without shared ports, so its optimum and bound are lower bounds "
+                   "on this topology (channels=1) but the placement is not topology-optimal")
 
 
 def _best_bound(res: MilpResult, extra: Mapping[str, Any]) -> float | None:

@@ -14,10 +14,14 @@ DAC 1982.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import scipy.sparse as sp
 
 from celeritas_core.compiled.jit import jit
+from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
 
 #: Graphs up to this many nodes get the exact Fiedler vector from a dense eigensolver (O(n³), ms).
@@ -698,3 +702,123 @@ def _list_stale(u: int, round_: int, stamp: np.ndarray, stale: np.ndarray, num_s
     stamp[u] = round_
     stale[num_stale] = u
     return num_stale + 1
+
+
+# ---------------------------------------------------------------------------- blocks onto a topology
+#: The device permutations tried exhaustively at most (8! : every mapping of 8 devices of one kind);
+#: above, a steepest-descent search over swaps (:func:`device_permutation`).
+EXACT_MAPPINGS = 40_320
+
+
+def transfer_traffic(graph: Graph, assignment: np.ndarray, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(bytes, count)``, each ``(devices, devices)``: per ordered pair of devices, the bytes and the
+    number of the transfers a replay of ``assignment`` makes between them (one per tensor and
+    destination device, sized by its largest edge there, as the simulator groups edges)."""
+    n = num_devices
+    nbytes, count = np.zeros((n, n)), np.zeros((n, n))
+    if graph.num_edges == 0:
+        return nbytes, count
+    view = graph.tensors
+    dst = assignment[graph.edge_dst]
+    cross = np.flatnonzero(assignment[graph.edge_src] != dst)
+    if not len(cross):
+        return nbytes, count
+    keys, inverse = np.unique(view.edge_tensor[cross] * n + dst[cross], return_inverse=True)
+    size = np.zeros(len(keys))
+    np.maximum.at(size, inverse.reshape(-1), graph.edge_bytes[cross])
+    src = assignment[view.producer[keys // n]]
+    np.add.at(nbytes, (src, keys % n), size)
+    np.add.at(count, (src, keys % n), 1.0)
+    return nbytes, count
+
+
+def device_classes(memory: np.ndarray, speed: np.ndarray) -> np.ndarray:
+    """Per device, the index of its class: devices of equal memory (bytes) and speed, between which
+    a block can move without changing what fits or how long its ops run."""
+    _, cls = np.unique(np.stack([memory, speed], axis=1), axis=0, return_inverse=True)
+    return cls.reshape(-1).astype(np.int64)
+
+
+def mapping_cost(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
+                 perms: np.ndarray) -> np.ndarray:
+    """Per row of ``perms`` (block ``i`` onto device ``perm[i]``): ``Σ bytes[i, j]·k[perm i, perm j] +
+    count[i, j]·b[perm i, perm j]``, the transfers' time (µs) alone on their links."""
+    rows, cols = np.nonzero((nbytes > 0) | (count > 0))
+    if not len(rows):
+        return np.zeros(len(perms))
+    pi, pj = perms[:, rows], perms[:, cols]
+    timed = (slope[pi, pj] * nbytes[rows, cols]).sum(axis=1)
+    return timed + (intercept[pi, pj] * count[rows, cols]).sum(axis=1)
+
+
+def device_permutation(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
+                       classes: np.ndarray) -> np.ndarray:
+    """The permutation ``perm`` (block on device ``i`` → device ``perm[i]``, within ``classes``) that
+    minimises :func:`mapping_cost`: heavy traffic onto fast links.
+
+    Exact when the classes admit at most :data:`EXACT_MAPPINGS` permutations (every one is costed);
+    otherwise steepest descent from the identity over swaps of two devices of one class, to a
+    local optimum. Only a strictly cheaper mapping (by more than 1e-9 of the cost) replaces the
+    identity, so a topology where every pair costs the same keeps the placement as it is. This is
+    the quadratic assignment problem (Koopmans and Beckmann 1957) of mapping process graphs onto
+    machine topologies (e.g. Hoefler and Snir, "Generic topology mapping strategies for
+    large-scale parallel architectures", ICS 2011).
+    """
+    n = len(classes)
+    identity = np.arange(n, dtype=np.int64)
+    members = [np.flatnonzero(classes == c) for c in np.unique(classes)]
+    count_perms = 1
+    for m in members:
+        count_perms *= math.factorial(len(m))
+        if count_perms > EXACT_MAPPINGS:
+            break
+    base = float(mapping_cost(nbytes, count, slope, intercept, identity[None, :])[0])
+    if count_perms <= EXACT_MAPPINGS:
+        perms = _class_permutations(members, n)
+        costs = mapping_cost(nbytes, count, slope, intercept, perms)
+        best = int(np.argmin(costs))
+        return perms[best] if costs[best] < base - 1e-9 * abs(base) else identity
+    current, cost = identity, base
+    pairs = np.array([(a, b) for m in members for i, a in enumerate(m) for b in m[i + 1:]], dtype=np.int64)
+    for _ in range(4 * n * n):
+        trials = np.repeat(current[None, :], len(pairs), axis=0)
+        rows = np.arange(len(pairs))
+        trials[rows, pairs[:, 0]], trials[rows, pairs[:, 1]] = current[pairs[:, 1]], current[pairs[:, 0]]
+        costs = mapping_cost(nbytes, count, slope, intercept, trials)
+        best = int(np.argmin(costs))
+        if not costs[best] < cost - 1e-9 * abs(cost):
+            break
+        current, cost = trials[best], float(costs[best])
+    return current
+
+
+def _class_permutations(members: list[np.ndarray], n: int) -> np.ndarray:
+    """Every permutation of ``n`` devices that keeps each device within its class (the identity first)."""
+    perms = np.arange(n, dtype=np.int64)[None, :]
+    for m in members:
+        if len(m) < 2:
+            continue
+        inside = np.asarray(list(itertools.permutations(m.tolist())), dtype=np.int64)
+        grown = np.repeat(perms, len(inside), axis=0)
+        grown[:, m] = np.tile(inside, (len(perms), 1))
+        perms = grown
+    return perms
+
+
+def topology_permutation(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:
+    """The device permutation (:func:`device_permutation`, among devices of equal memory and speed,
+    unused devices included) that puts ``assignment``'s heaviest traffic on the fastest links; the
+    identity on a flat cluster, where every pair costs the same."""
+    if cluster.is_flat or cluster.num_devices < 2:
+        return np.arange(cluster.num_devices, dtype=np.int64)
+    nbytes, count = transfer_traffic(graph, assignment, cluster.num_devices)
+    return device_permutation(nbytes, count, cluster.pair_slope_us_per_byte, cluster.pair_intercept_us,
+                              device_classes(cluster.memory_bytes, cluster.speed))
+
+
+def map_to_topology(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:
+    """``assignment`` with its device blocks moved by :func:`topology_permutation` (itself on a flat
+    cluster)."""
+    if cluster.is_flat:
+        return assignment
+    return topology_permutation(graph, cluster, assignment)[assignment]

@@ -6,7 +6,10 @@ Baechi's m-SCT (Jeon et al., SoCC 2020). Parallel edges between the same two ops
 into one *pair*; its communication cost is the sum, over the distinct tensors (``src_output``) it
 carries, of ``k·bytes + b`` with ``bytes`` the largest edge of that tensor, i.e. the time to ship
 all of them one after another, as the simulator would. Op weights are ``time_us`` on the fastest
-device. Units: µs and bytes.
+device. On a cluster with a link topology ``k·bytes + b`` is its flat model (by default the mean link over
+the pairs, :meth:`~celeritas_core.graphs.cluster.Cluster.comm_time_us`): the LP chooses favourites before
+any device is known; the list schedule that follows times each transfer on its pair's link.
+Units: µs and bytes.
 
 Variables: ``x_p ∈ [0, 1]`` per pair (``x_p = 0`` ⇔ the child is the parent's favourite and the
 pair's communication is zeroed), start ``s_v ≥ 0`` per op, makespan ``w``. Minimise ``w`` s.t.

@@ -54,6 +54,7 @@ from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.paths import ancestors, turning_point
 from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
 from celeritas_core.placers.local_search import CandidatePool
+from celeritas_core.placers.partition import topology_permutation
 from celeritas_core.simulation.live_estimate import SequenceMemory
 from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
@@ -178,14 +179,27 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
 # ---------------------------------------------------------------------------- cuts
 def boundary_costs(graph: Graph, cluster: Cluster, seq: UnitSequence) -> np.ndarray:
     """``cost[c]``: transfer time (µs) of the tensors whose producer and consumers span the cut
-    before position ``c`` (``c`` = 0..units; the ends cost 0)."""
+    before position ``c`` (``c`` = 0..units; the ends cost 0), under the flat model."""
+    return _spanning(graph, seq, np.asarray(cluster.comm_time_us(graph.tensors.nbytes), dtype=np.float64))
+
+
+def boundary_traffic(graph: Graph, seq: UnitSequence) -> tuple[np.ndarray, np.ndarray]:
+    """``(bytes[c], tensors[c])``: the bytes and the number of the tensors spanning the cut before
+    position ``c``, so that the cut costs ``k·bytes[c] + b·tensors[c]`` µs on a link ``(k, b)``."""
+    view = graph.tensors
+    return (_spanning(graph, seq, view.nbytes.astype(np.float64)),
+            _spanning(graph, seq, np.ones(view.num_tensors)))
+
+
+def _spanning(graph: Graph, seq: UnitSequence, weight: np.ndarray) -> np.ndarray:
+    """Per cut position ``c`` = 0..units, the summed ``weight`` of the tensors whose producer and
+    consumers lie on both sides of it."""
     tensors = graph.tensors
     lo = seq.position[seq.unit_of[tensors.producer]].copy()
     hi = lo.copy()
     at_consumer = seq.position[seq.unit_of[graph.edge_dst]]
     np.minimum.at(lo, tensors.edge_tensor, at_consumer)
     np.maximum.at(hi, tensors.edge_tensor, at_consumer)
-    weight = np.asarray(cluster.comm_time_us(tensors.nbytes), dtype=np.float64)
     diff = np.zeros(seq.num_units + 2)
     np.add.at(diff, lo + 1, weight)
     np.add.at(diff, hi + 1, -weight)
@@ -197,7 +211,9 @@ def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
     (positions ``c_k..c_{k+1}-1``) ends by ``ends[k, c_k]``; None when no split fits.
 
     ``ends`` is K × units (:meth:`~celeritas_core.simulation.live_estimate.SequenceMemory.window_ends` for
-    stage k's device), ``cost`` has units + 1 entries (:func:`boundary_costs`).
+    stage k's device), ``cost`` has units + 1 entries (:func:`boundary_costs`), or is K × (units
+    + 1) when the cut before stage ``k`` costs ``cost[k, c]`` (the link between stages ``k − 1``
+    and ``k``; row 0 unused).
 
     Examples
     --------
@@ -207,13 +223,16 @@ def split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray | None:
     >>> split(np.array([[2, 2, 3, 4]] * 2), np.zeros(5)) is None   # from unit 1 or 2, not to 4
     True
     """
-    cuts = _split(np.ascontiguousarray(ends, dtype=np.int64), np.asarray(cost, dtype=np.float64))
+    ends = np.ascontiguousarray(ends, dtype=np.int64)
+    cost = np.asarray(cost, dtype=np.float64)
+    per_stage = np.ascontiguousarray(np.broadcast_to(cost, (ends.shape[0], ends.shape[1] + 1)))
+    cuts = _split(ends, per_stage)
     return None if len(cuts) and cuts[0] < 0 else cuts
 
 
 @jit
 def _split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray:
-    """:func:`split` by a sliding-window minimum per stage: O(K · units)."""
+    """:func:`split` by a sliding-window minimum per stage: O(K · units); ``cost`` is K × (units + 1)."""
     stages, units = ends.shape
     best = np.full(units + 1, np.inf)
     for c in range(1, ends[0, 0] + 1):
@@ -226,15 +245,15 @@ def _split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray:
         for c in range(1, units + 1):
             a = c - 1
             if best[a] < np.inf:
-                value = best[a] + cost[a]
-                while tail > head and best[window[tail - 1]] + cost[window[tail - 1]] >= value:
+                value = best[a] + cost[k, a]
+                while tail > head and best[window[tail - 1]] + cost[k, window[tail - 1]] >= value:
                     tail -= 1
                 window[tail] = a
                 tail += 1
             while tail > head and ends[k, window[head]] < c:
                 head += 1
             if tail > head:
-                current[c] = best[window[head]] + cost[window[head]]
+                current[c] = best[window[head]] + cost[k, window[head]]
                 parent[k, c] = window[head]
         best = current
     if best[units] == np.inf:
@@ -250,36 +269,58 @@ def _split(ends: np.ndarray, cost: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------- candidates
 @dataclass(frozen=True, eq=False)
 class StagePlan:
-    """One order's data for cutting stages: the order, its stage memory and cut costs."""
+    """One order's data for cutting stages: the order, its stage memory and cut costs (µs, flat
+    model); with a link topology also the bytes and tensors spanning each cut (``traffic``, from
+    which each cut is priced on the link between its two stages' devices)."""
 
     seq: UnitSequence
     memory: SequenceMemory
     cost: np.ndarray
+    traffic: tuple[np.ndarray, np.ndarray] | None = None
+    slope: np.ndarray | None = None
+    intercept: np.ndarray | None = None
 
     @classmethod
     def build(cls, graph: Graph, cluster: Cluster, seq: UnitSequence) -> StagePlan:
         """The plan of ``seq`` on ``graph`` and ``cluster``'s transfer model."""
         memory = SequenceMemory.build(graph, seq.position[seq.unit_of], seq.num_units)
-        return cls(seq, memory, boundary_costs(graph, cluster, seq))
+        if cluster.is_flat:
+            return cls(seq, memory, boundary_costs(graph, cluster, seq))
+        return cls(seq, memory, boundary_costs(graph, cluster, seq), boundary_traffic(graph, seq),
+                   cluster.pair_slope_us_per_byte, cluster.pair_intercept_us)
 
-    def cuts(self, capacity: np.ndarray) -> np.ndarray | None:
-        """Cuts for stages whose devices have ``capacity`` (bytes each, in stage order)."""
+    def stage_costs(self, devices: np.ndarray | None) -> np.ndarray:
+        """The cut costs (µs) for stages on ``devices`` (in stage order): per cut position, or with
+        a topology K × (units + 1), the cut before stage ``k`` priced on the link from device
+        ``k − 1`` to device ``k``."""
+        if self.traffic is None or devices is None or self.slope is None or self.intercept is None:
+            return self.cost
+        nbytes, tensors = self.traffic
+        out = np.zeros((len(devices), len(nbytes)))
+        for k in range(1, len(devices)):
+            a, b = int(devices[k - 1]), int(devices[k])
+            out[k] = self.slope[a, b] * nbytes + self.intercept[a, b] * tensors
+        return out
+
+    def cuts(self, capacity: np.ndarray, devices: np.ndarray | None = None) -> np.ndarray | None:
+        """Cuts for stages whose devices have ``capacity`` (bytes each, in stage order); ``devices``
+        (the stages' devices) prices each cut on its link when the cluster has a topology."""
         by_value = {float(c): self.memory.window_ends(c) for c in np.unique(capacity)}
-        return split(np.stack([by_value[float(c)] for c in capacity]), self.cost)
+        return split(np.stack([by_value[float(c)] for c in capacity]), self.stage_costs(devices))
 
-    def best_effort_cuts(self, capacity: np.ndarray) -> np.ndarray:
+    def best_effort_cuts(self, capacity: np.ndarray, devices: np.ndarray | None = None) -> np.ndarray:
         """Cuts at the least common scale-up of ``capacity`` (bisection, 10 steps: within 0.1 % of
         the least) that admits a split: what fits when nothing does."""
         whole = self.memory.peak(0, self.seq.num_units)
         low, high = 1.0, max(2.0, 2.0 * whole / float(capacity.min()))
         with np.errstate(over="ignore"):  # a device of a few bytes beside big ones: ∞ fits all
-            found = self.cuts(capacity * high)
+            found = self.cuts(capacity * high, devices)
         if found is None:  # one unit overflows even a whole device's share: equal runs
             units = self.seq.num_units
             return (np.arange(1, len(capacity)) * units // len(capacity)).astype(np.int64)
         for _ in range(10):
             middle = 0.5 * (low + high)
-            trial = self.cuts(capacity * middle)
+            trial = self.cuts(capacity * middle, devices)
             if trial is None:
                 low = middle
             else:
@@ -288,8 +329,17 @@ class StagePlan:
 
 
 def stage_devices(cluster: Cluster, k: int) -> np.ndarray:
-    """The ``k`` devices with the most memory (lowest index first on ties), in index order."""
-    return np.sort(np.argsort(-cluster.memory_bytes, kind="stable")[:k])
+    """The ``k`` devices with the most memory (lowest index first on ties), in index order. With a
+    link topology, ties go to the first devices along the hierarchy (node, island, index) and the
+    stages follow it, so consecutive stages sit in one island or node where they can."""
+    if cluster.is_flat:
+        return np.sort(np.argsort(-cluster.memory_bytes, kind="stable")[:k])
+    topology = cluster.topology
+    along = np.lexsort((np.arange(cluster.num_devices), topology.island_of, topology.node_of))
+    rank = np.empty(cluster.num_devices, dtype=np.int64)
+    rank[along] = np.arange(cluster.num_devices)
+    chosen = np.lexsort((rank, -cluster.memory_bytes))[:k]
+    return chosen[np.argsort(rank[chosen], kind="stable")]
 
 
 def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, *, first_always: bool = True,
@@ -310,7 +360,8 @@ def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, *, fir
         plan = StagePlan.build(graph, cluster, seq)
         plans.append(plan)
         counts = range(2, cluster.num_devices + 1)
-        fits = (k for k in counts if plan.cuts(cluster.memory_bytes[stage_devices(cluster, k)]) is not None)
+        fits = (k for k in counts if plan.cuts(cluster.memory_bytes[stage_devices(cluster, k)],
+                                               stage_devices(cluster, k)) is not None)
         first = next(fits, cluster.num_devices)
         if i == 0 and first_always:
             offer_split(graph, cluster, pool, plan, first)
@@ -330,14 +381,16 @@ def offer_split(graph: Graph, cluster: Cluster, pool: CandidatePool, plan: Stage
     planned = capacity.copy()
     replays = 0
     for round_ in range(CALIBRATION_ROUNDS):
-        cuts = plan.cuts(planned)
+        cuts = plan.cuts(planned, devices)
         if cuts is None and round_ > 0:
             break  # the estimate admits no split any more: the repair takes over from the last one
         if cuts is None:
-            cuts = plan.best_effort_cuts(planned)
+            cuts = plan.best_effort_cuts(planned, devices)
         assignment = plan.seq.assignment(cuts, devices)
+        moved = topology_permutation(graph, cluster, assignment)  # the identity on a flat cluster
+        assignment = moved[assignment]
         result = simulate(graph, cluster, assignment)
-        peak = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes[devices]
+        peak = memory_profile(graph, cluster.num_devices, assignment, result).peak_bytes[moved[devices]]
         pool.add(f"stages/{plan.seq.name}/{k}" + (f"#{round_ + 1}" if round_ else ""), assignment,
                  result=result)
         replays += 1

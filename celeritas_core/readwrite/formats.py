@@ -839,6 +839,7 @@ def compare_to_json(comparison: Comparison) -> dict[str, Any]:
         "devices": list(c.cluster.device_names),
         "device_capacity_bytes": [int(x) for x in c.cluster.memory_bytes],
         "comm": {"slope_us_per_byte": c.cluster.slope_us_per_byte, "intercept_us": c.cluster.intercept_us},
+        **({"topology": c.cluster.topology.describe()} if c.cluster.topology is not None else {}),
         "single_device_time_us": _finite_or_none(c.single_device_time_us),
         "lower_bound_us": _finite_or_none(c.lower_bound_us),
         "best": c.best.placer,
