@@ -103,8 +103,8 @@ def cluster_from_args(args: argparse.Namespace, fallback: Cluster | None = None)
         return cluster
     if cluster.num_devices != preset.num_devices:
         hint = "" if args.cluster is not None else " (give --device-memory SIZE for the preset's devices)"
-        raise CeleritasInputError(f"--topology {args.topology} has {preset.num_devices} devices, the cluster "
-                                  f"{cluster.num_devices}{hint}")
+        raise CeleritasInputError(f"--topology {args.topology} has {preset.num_devices} devices, but the "
+                                  f"cluster has {cluster.num_devices}{hint}")
     try:
         return cluster.with_topology(preset.topology(cluster.device_names))
     except CeleritasInputError as exc:

@@ -134,14 +134,19 @@ def _profile_plan(args: argparse.Namespace) -> dict[str, Any]:
     checked before TensorFlow loads."""
     steps = flags.count(args.steps, "--steps")
     plan: dict[str, Any] = {"traced_steps": steps}
+    if args.noise_target is not None:
+        plan["noise_target"] = flags.number(args.noise_target, "--noise-target", low=1e-6, high=1.0)
+        if args.max_steps is None:
+            raise CeleritasInputError("--noise-target needs --max-steps (the most traced steps per batch)")
     if args.max_steps is not None:
         plan["max_traced_steps"] = flags.count(args.max_steps, "--max-steps", low=steps)
-        plan["noise_target"] = flags.number(args.noise_target, "--noise-target", low=1e-6, high=1.0)
     if args.span_target is not None:
         plan["span_target"] = flags.batch(args.span_target, "--span-target")
         if args.device_memory is None:
             raise CeleritasInputError("--span-target needs --device-memory (one device's memory, e.g. 16GiB)")
         plan["device_bytes"] = float(flags.size(args.device_memory, "--device-memory"))
+    elif args.device_memory is not None:
+        raise CeleritasInputError("--device-memory is used only with --span-target (the batch to predict)")
     return plan
 
 
@@ -443,7 +448,7 @@ def _add_profile_and_fit(sub: Any) -> None:
                    help="trace more steps, up to this many per batch size, while the time-weighted "
                         "standard error of the per-op median times is above --noise-target "
                         "(default: no extra steps)")
-    p.add_argument("--noise-target", type=float, default=0.05,
+    p.add_argument("--noise-target", type=float,
                    help="with --max-steps: the standard error to reach, a fraction (default 0.05)")
     p.add_argument("--span-target", type=int, metavar="BATCH",
                    help="the batch to predict: also profile the largest doubling of the largest batch "

@@ -297,7 +297,7 @@ def test_place_with_a_preset_and_a_mixed_cluster_file(tmp_path: Path, capsys) ->
     (["--topology", "2x2:nvlink,ib", "--devices", "3", "--device-memory", "1GiB"],
      "--devices 3 but --topology 2x2:nvlink,ib has 4 devices"),
     (["--topology", "2x2:nvlink,ib"],
-     "--topology 2x2:nvlink,ib has 4 devices, the cluster 1 (give --device-memory"),
+     "--topology 2x2:nvlink,ib has 4 devices, but the cluster has 1 (give --device-memory"),
     (["--topology", "2x2:warp,ib", "--device-memory", "1GiB"], "--topology: unknown link 'warp'"),
     (["--topology", "32x64:nvlink,ib", "--device-memory", "1GiB"],
      "--topology: 2,048 devices, above the limit"),

@@ -231,6 +231,12 @@ def test_the_remeasured_graph_keeps_an_estimate_only_where_nothing_was_measured(
      "--span-target needs --device-memory"),
     (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--steps", "3", "--max-steps", "2",
       "--out", "{out}"], "--max-steps: must be an integer from 3"),
+    (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--noise-target", "0.1", "--out", "{out}"],
+     "--noise-target needs --max-steps"),
+    (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--max-steps", "5", "--noise-target", "-1",
+      "--out", "{out}"], "--noise-target: must be a finite number"),
+    (["profile", "--model", "mlp", "--batch-sizes", "2,4", "--device-memory", "1GiB", "--out", "{out}"],
+     "--device-memory is used only with --span-target"),
     (["fit", "{missing}", "--out", "{out}"], "file not found"),
 ])
 def test_cli_errors_are_one_line(tmp_path, capsys, argv, message):
