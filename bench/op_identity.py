@@ -1,5 +1,5 @@
 """Op identity between processes and batch sizes, per zoo model (``bench/bench_tf.py`` reports it;
-``.venv/bin/python bench/op_identity.py`` runs it alone).
+``.venv/bin/python bench/op_identity.py [--models mlp,nmt]`` runs it alone).
 
 Each zoo model's training step (small configuration) is built in three fresh processes: batch 2
 with ``PYTHONHASHSEED`` 1 and 2, and the large batch with seed 1 (``python -m
@@ -15,6 +15,7 @@ celeritas_tf.identity``). Counted per model:
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -92,7 +93,25 @@ def checks(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-if __name__ == "__main__":
-    table = op_identity([m for m in (sys.argv[1].split(",") if len(sys.argv) > 1 else DEFAULT_MODELS) if m])
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the comparison for ``--models`` and print the table and the checks."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help=f"comma-separated zoo models (default {','.join(DEFAULT_MODELS)})")
+    parser.add_argument("--large-batch", type=int, default=32, help="the large batch (default 32)")
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(models) - set(DEFAULT_MODELS))
+    if not models or unknown or args.large_batch < 3:
+        what = f"unknown models {', '.join(unknown)}" if unknown else (
+            "no models" if not models else f"--large-batch must be at least 3, not {args.large_batch}")
+        print(f"op_identity: {what} (zoo: {', '.join(DEFAULT_MODELS)})", file=sys.stderr)
+        return 2
+    table = op_identity(models, args.large_batch)
     print_table(table)
     print("\n".join(checks(table)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
