@@ -12,8 +12,10 @@ from tasks.contracts import FitResult, Job, ProfileResult
 
 
 def fit_regression(job: Job, profile: ProfileResult) -> FitResult:
-    """Fit ``profile.json`` into ``fits.json`` and log the predicted totals at the large batch."""
-    fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri)
+    """Fit ``profile.json`` into ``fits.json`` (each op's time model as ``time_model`` says) and log the
+    predicted totals at the large batch."""
+    fits = fits_from_profile(storage.read_json(profile.profile_uri), profile.profile_uri,
+                             time_model=job.params.time_model)
     uri = storage.write_json(artifact(job.run_dir, "fits"), fits_to_json(fits))
     time_us, memory = fits.predict(job.params.batch_size)
     metrics = {"predicted_total_time_us": float(time_us.sum()),

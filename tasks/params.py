@@ -113,6 +113,18 @@ class PipelineParams:
         "Small batch sizes profiled on one device to fit per-op costs (at least two).",
         section="Standard Evaluation", items={"type": "integer", "minimum": 1, "maximum": MAX_BATCH_SIZE},
         minItems=2, maxItems=16, uniqueItems=True)
+    time_model: str = _param(
+        "linear", "Per-op time model",
+        "linear: the paper's line in the batch size for every op's time. choose: each op's "
+        "model (line, line with a floor, or power law) by leave-one-out error on the profiled "
+        "batches; needs more batches than the model has parameters (docs/tensorflow.md).",
+        section="Standard Evaluation", enum=["linear", "choose"])
+    profile_span: bool = _param(
+        False, "Profile a batch towards the target",
+        "Also profile the largest doubling of the largest profiling batch, up to half the batch "
+        "size, whose predicted one-device peak fits one device, so the fits span towards the "
+        "batch they predict (docs/tensorflow.md).",
+        section="Standard Evaluation", optional=True)
     num_devices: int = _param(
         4, "Devices", "Number of GPUs (logical CPU devices where there are none).",
         section="Cluster", minimum=1, maximum=64)

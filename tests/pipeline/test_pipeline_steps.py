@@ -558,3 +558,19 @@ def test_celeritas_run_bad_flags_are_one_line(store, capsys):
         code = main(["run", *argv])
         _, err = capsys.readouterr()
         assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+@needs_stack
+def test_the_time_model_and_the_span_batch_reach_the_profile_and_the_fits(store):
+    """``profile_span`` adds the batch towards ``batch_size`` that fits one device (2, 4 → 8 for
+    batch 16), and ``time_model=choose`` writes each op's chosen model (``celeritas-fits/2``)."""
+    params = {**TINY, "device_memory": "64MiB", "profile_span": True, "time_model": "choose"}
+    job = prepare(params, job_id="job-span").job
+    profile = profile_small_batches(job)
+    assert profile.batch_sizes == (2, 4, 8)
+    fits = storage.read_json(fit_regression(job, profile).fits_uri)
+    assert fits["format"] == "celeritas-fits/2"
+    plain = prepare({**TINY, "device_memory": "64MiB"}, job_id="job-plain").job
+    plain_profile = profile_small_batches(plain)
+    assert plain_profile.batch_sizes == (2, 4)
+    assert storage.read_json(fit_regression(plain, plain_profile).fits_uri)["format"] == "celeritas-fits/1"

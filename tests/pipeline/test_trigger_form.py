@@ -93,7 +93,8 @@ def test_the_form_submits_with_its_defaults_and_with_the_optional_fields_emptied
 
 
 def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
-    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm", "topology"}
+    assert set(OPTIONAL) == {"run_dir", "model_knobs", "paper_config", "calibrate_comm", "topology",
+                             "profile_span"}
     for name in FIELDS:
         param = form_params.get_param(name)
         assert _required_in_form(param.schema) == (name not in OPTIONAL), name
@@ -105,7 +106,7 @@ def test_optional_fields_are_the_ones_that_may_be_empty(form_params) -> None:
 def test_the_switches_carry_no_asterisk_and_null_means_their_default(form_params) -> None:
     """A switch always holds true or false; its type admits null only so that the form does not mark
     it required (its `*`, and its "required" error when switched off)."""
-    for name in ("paper_config", "calibrate_comm"):
+    for name in ("paper_config", "calibrate_comm", "profile_span"):
         assert not _required_in_form(form_params.get_param(name).schema), name
         assert form_params.get_param(name).schema["type"][0] == "boolean"  # still rendered as a switch
     resolved = resolve_params({"paper_config": None, "calibrate_comm": None})
