@@ -1,1 +1,11 @@
 """Compiled hot loops: the Numba wrapper, its two-layer cache and the precompile command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The prebuilt cache, ``compiled/_jitcache/`` inside the installed package
+#: (``python -m celeritas_core.compiled.precompile`` fills it): declared here, where both
+#: :mod:`~celeritas_core.compiled.jit` (which must not load Numba) and
+#: :mod:`~celeritas_core.compiled.jitcache` (which does) read it without importing each other.
+CACHE_DIR = Path(__file__).resolve().parent / "_jitcache"

@@ -50,8 +50,9 @@ import importlib.util
 import os
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
+
+from celeritas_core.compiled import CACHE_DIR as CACHE_DIR  # re-exported: the prebuilt cache
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,9 +61,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 ENABLED = (os.environ.get("CELERITAS_NO_JIT", "") in ("", "0")
            and importlib.util.find_spec("numba") is not None)
 
-#: The prebuilt cache: a folder of the installed package (``python -m celeritas_core.compiled.precompile``;
-#: :data:`celeritas_core.compiled.jitcache.CACHE_DIR`, the same folder, is what the loops load from).
-CACHE_DIR = Path(__file__).resolve().parent / "_jitcache"
 
 #: A call whose largest array has this many elements or more loads Numba.
 SMALL_CALL = 20_000

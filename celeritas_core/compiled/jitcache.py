@@ -17,14 +17,12 @@ from typing import Any
 
 from numba.core import caching
 
+from celeritas_core.compiled import CACHE_DIR as CACHE_DIR  # re-exported: the prebuilt cache
+
 _log = logging.getLogger(__name__)
 
 #: The package whose loops the prebuilt cache holds (``celeritas_core``, above this subpackage).
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
-#: The prebuilt cache, ``compiled/_jitcache/`` inside the package: the folder
-#: :data:`celeritas_core.compiled.jit.CACHE_DIR` names for the modules that must not load Numba (this one
-#: does, so jit does not import it at the top; tests/core/test_jit_cache.py checks they agree).
-CACHE_DIR = Path(__file__).resolve().parent / "_jitcache"
 
 
 class PrebuiltLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
