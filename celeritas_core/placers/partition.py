@@ -14,7 +14,6 @@ DAC 1982.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -705,9 +704,11 @@ def _list_stale(u: int, round_: int, stamp: np.ndarray, stale: np.ndarray, num_s
 
 
 # ---------------------------------------------------------------------------- blocks onto a topology
-#: The device permutations tried exhaustively at most (8! : every mapping of 8 devices of one kind);
-#: above, a steepest-descent search over swaps (:func:`device_permutation`).
-EXACT_MAPPINGS = 40_320
+#: The distinct device mappings tried exhaustively at most (:func:`device_permutation`): about
+#: 10 ms of costing on the build machine; above, a steepest-descent search over swaps. Mappings
+#: that differ only among interchangeable devices (:func:`interchangeable_groups`) count once, so
+#: a node of 4 devices beside another is 70 mappings, not 8!.
+EXACT_MAPPINGS = 5_040
 
 
 def transfer_traffic(graph: Graph, assignment: np.ndarray, num_devices: int) -> tuple[np.ndarray, np.ndarray]:
@@ -751,12 +752,40 @@ def mapping_cost(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray, inter
     return timed + (intercept[pi, pj] * count[rows, cols]).sum(axis=1)
 
 
+def interchangeable_groups(slope: np.ndarray, intercept: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """Per device, its group: devices of one class whose swap leaves every link (``slope``,
+    ``intercept``, each ``(devices, devices)``) as it was, e.g. the devices of one NVLink island.
+
+    A swap that changes nothing is an automorphism of the link matrices, and the swaps that are
+    form an equivalence relation, so each device is compared with each group's first member only.
+    Mappings that differ only within groups cost the same (:func:`mapping_cost`).
+    """
+    n = len(classes)
+    group = np.full(n, -1, dtype=np.int64)
+    first: list[int] = []
+    for j in range(n):
+        for g, i in enumerate(first):
+            if classes[i] != classes[j]:
+                continue
+            swap = np.arange(n)
+            swap[[i, j]] = swap[[j, i]]
+            if (np.array_equal(slope[np.ix_(swap, swap)], slope)
+                    and np.array_equal(intercept[np.ix_(swap, swap)], intercept)):
+                group[j] = g
+                break
+        else:
+            group[j] = len(first)
+            first.append(j)
+    return group
+
+
 def device_permutation(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray, intercept: np.ndarray,
                        classes: np.ndarray) -> np.ndarray:
     """The permutation ``perm`` (block on device ``i`` → device ``perm[i]``, within ``classes``) that
     minimises :func:`mapping_cost`: heavy traffic onto fast links.
 
-    Exact when the classes admit at most :data:`EXACT_MAPPINGS` permutations (every one is costed);
+    Exact when the classes admit at most :data:`EXACT_MAPPINGS` distinct mappings (every one is
+    costed; mappings that differ only among :func:`interchangeable_groups` count once);
     otherwise steepest descent from the identity over swaps of two devices of one class, to a
     local optimum. Only a strictly cheaper mapping (by more than 1e-9 of the cost) replaces the
     identity, so a topology where every pair costs the same keeps the placement as it is. This is
@@ -767,20 +796,24 @@ def device_permutation(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray,
     n = len(classes)
     identity = np.arange(n, dtype=np.int64)
     members = [np.flatnonzero(classes == c) for c in np.unique(classes)]
-    count_perms = 1
+    group = interchangeable_groups(slope, intercept, classes)
+    count_maps = 1
     for m in members:
-        count_perms *= math.factorial(len(m))
-        if count_perms > EXACT_MAPPINGS:
+        count_maps *= _multinomial(np.unique(group[m], return_counts=True)[1])
+        if count_maps > EXACT_MAPPINGS:
             break
     base = float(mapping_cost(nbytes, count, slope, intercept, identity[None, :])[0])
-    if count_perms <= EXACT_MAPPINGS:
-        perms = _class_permutations(members, n)
+    if count_maps <= EXACT_MAPPINGS:
+        perms = _distinct_mappings(members, group, n)
         costs = mapping_cost(nbytes, count, slope, intercept, perms)
         best = int(np.argmin(costs))
         return perms[best] if costs[best] < base - 1e-9 * abs(base) else identity
     current, cost = identity, base
-    pairs = np.array([(a, b) for m in members for i, a in enumerate(m) for b in m[i + 1:]], dtype=np.int64)
+    pairs = np.array([(a, b) for m in members for i, a in enumerate(m) for b in m[i + 1:]
+                      if group[a] != group[b]], dtype=np.int64).reshape(-1, 2)
     for _ in range(4 * n * n):
+        if not len(pairs):
+            break
         trials = np.repeat(current[None, :], len(pairs), axis=0)
         rows = np.arange(len(pairs))
         trials[rows, pairs[:, 0]], trials[rows, pairs[:, 1]] = current[pairs[:, 1]], current[pairs[:, 0]]
@@ -792,17 +825,46 @@ def device_permutation(nbytes: np.ndarray, count: np.ndarray, slope: np.ndarray,
     return current
 
 
-def _class_permutations(members: list[np.ndarray], n: int) -> np.ndarray:
-    """Every permutation of ``n`` devices that keeps each device within its class (the identity first)."""
+def _multinomial(counts: np.ndarray) -> int:
+    """The number of distinct orderings of a multiset with these multiplicities."""
+    total = math.factorial(int(counts.sum()))
+    for c in counts.tolist():
+        total //= math.factorial(c)
+    return total
+
+
+def _distinct_mappings(members: list[np.ndarray], group: np.ndarray, n: int) -> np.ndarray:
+    """Every permutation of ``n`` devices that keeps each device within its class (``members``),
+    one per assignment of blocks to interchangeable ``group`` (within a group, blocks go to its
+    devices in ascending order, so the identity is among them)."""
     perms = np.arange(n, dtype=np.int64)[None, :]
     for m in members:
-        if len(m) < 2:
+        labels = group[m]
+        if len(np.unique(labels)) < 2:
             continue
-        inside = np.asarray(list(itertools.permutations(m.tolist())), dtype=np.int64)
+        rows = []
+        for arrangement in _multiset_permutations(sorted(labels.tolist())):
+            target = np.empty(len(m), dtype=np.int64)
+            for g in set(arrangement):
+                target[[i for i, a in enumerate(arrangement) if a == g]] = m[labels == g]
+            rows.append(target)
+        inside = np.asarray(rows, dtype=np.int64)
         grown = np.repeat(perms, len(inside), axis=0)
         grown[:, m] = np.tile(inside, (len(perms), 1))
         perms = grown
     return perms
+
+
+def _multiset_permutations(items: list[int]) -> list[tuple[int, ...]]:
+    """The distinct orderings of ``items`` (sorted), in lexicographic order."""
+    if len(items) <= 1:
+        return [tuple(items)]
+    out = []
+    for i, head in enumerate(items):
+        if i and items[i - 1] == head:
+            continue
+        out.extend((head, *rest) for rest in _multiset_permutations(items[:i] + items[i + 1:]))
+    return out
 
 
 def topology_permutation(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from celeritas_core.placers.metis import hierarchical_partition, unit_graph
 from celeritas_core.placers.partition import (
     device_classes,
     device_permutation,
+    interchangeable_groups,
     map_to_topology,
     mapping_cost,
     transfer_traffic,
@@ -125,6 +126,36 @@ def test_the_mapping_is_exact_on_small_clusters_and_never_worse_than_the_identit
         if n <= 4:  # against every permutation
             import itertools
             every = np.array(list(itertools.permutations(range(n))))
+            assert cost == pytest.approx(mapping_cost(nbytes, count, k, b, every).min())
+
+
+def test_the_exact_mapping_counts_interchangeable_devices_once_and_loses_nothing() -> None:
+    """2 nodes of 4: 70 distinct mappings stand for the 8! permutations and reach their optimum;
+    a per-pair override makes its two devices distinct from their node's others."""
+    import itertools
+
+    names = [f"gpu:{i}" for i in range(8)]
+    nodes = [NodeSpec(f"n{j}", (tuple(names[4 * j:4 * j + 4]),), "fast") for j in range(2)]
+    plain = build_topology(names, [FAST, SLOW], nodes, network="slow")
+    odd = build_topology(names, [FAST, SLOW, Link("mid", 1e-5, 5.0)], nodes, network="slow",
+                         pairs=[("gpu:0", "gpu:1", "mid")])
+    every = np.array(list(itertools.permutations(range(8))))
+    rng = np.random.default_rng(3)
+    for topology, groups in ((plain, [0, 0, 0, 0, 1, 1, 1, 1]), (odd, None)):
+        cluster = Cluster.homogeneous(8, 1e9).with_topology(topology)
+        k, b = cluster.pair_slope_us_per_byte, cluster.pair_intercept_us
+        group = interchangeable_groups(k, b, np.zeros(8, dtype=np.int64))
+        if groups is not None:
+            assert group.tolist() == groups
+        else:  # gpu:0 and gpu:1 swap with each other, not with gpu:2 or gpu:3
+            assert group[0] == group[1] != group[2] == group[3] != group[4]
+        for _ in range(3):
+            nbytes = rng.random((8, 8)) * (rng.random((8, 8)) < 0.4) * 1e8
+            np.fill_diagonal(nbytes, 0.0)
+            count = (nbytes > 0).astype(float)
+            perm = device_permutation(nbytes, count, k, b, np.zeros(8, dtype=np.int64))
+            assert sorted(perm.tolist()) == list(range(8))
+            cost = mapping_cost(nbytes, count, k, b, perm[None, :])[0]
             assert cost == pytest.approx(mapping_cost(nbytes, count, k, b, every).min())
 
 
