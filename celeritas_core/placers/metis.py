@@ -12,6 +12,11 @@ moved, among devices of equal memory and speed, so that the heaviest cuts take t
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,11 +150,50 @@ def _partition(units: UnitGraph, k: int, vertex_weight: np.ndarray, target: np.n
         "tpwgts": metis_target_shares(target),
         "options": pymetis.Options(seed=seed),
     }
-    if hasattr(pymetis, "CSRAdjacency"):
-        result = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
-    else:  # pymetis < 2025.2
-        result = pymetis.part_graph(k, xadj=xadj, adjncy=adjncy, **kwargs)
+    with metis_warnings_dropped():
+        if hasattr(pymetis, "CSRAdjacency"):
+            result = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
+        else:  # pymetis < 2025.2
+            result = pymetis.part_graph(k, xadj=xadj, adjncy=adjncy, **kwargs)
     return np.asarray(result[1], dtype=np.int64)
+
+
+@contextmanager
+def metis_warnings_dropped() -> Iterator[None]:
+    """Drop METIS's own warnings from the process's standard output and error while the block runs.
+
+    METIS (C code, under pymetis) prints ``***Cannot bisect a graph with 0 vertices!`` and
+    ``***You are trying to partition a graph into too many parts!`` with ``printf`` when its
+    recursive bisection meets a few units that outweigh the others (VGG16's dense layers onto 16
+    devices); it still returns a partition, which the caller repairs. On standard output the
+    lines would corrupt what a command prints there (a JSON document). File descriptors 1 and 2
+    go to temporary files meanwhile; lines that start with ``***`` are dropped and anything else
+    is written back to ``sys.stdout`` or ``sys.stderr``.
+    """
+    streams = ((1, sys.stdout), (2, sys.stderr))
+    try:
+        for _, stream in streams:
+            stream.flush()
+        saved = [os.dup(fd) for fd, _ in streams]
+    except (OSError, ValueError, AttributeError):  # no descriptors to borrow: leave everything as it is
+        yield
+        return
+    with ExitStack() as files:
+        caught = [files.enter_context(tempfile.TemporaryFile()) for _ in streams]
+        try:
+            for (fd, _), file in zip(streams, caught, strict=True):
+                os.dup2(file.fileno(), fd)
+            yield
+        finally:
+            for (fd, stream), file, old in zip(streams, caught, saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+                file.seek(0)
+                text = file.read().decode(errors="replace")
+                kept = [line for line in text.splitlines(keepends=True)
+                        if not line.lstrip().startswith("***")]
+                if kept:
+                    stream.write("".join(kept))
 
 
 def map_parts_to_devices(part_size: np.ndarray, device_size: np.ndarray,

@@ -211,3 +211,22 @@ def test_baselines_on_random_dags_are_valid_and_above_the_lower_bound(seed):
         assert p.predicted_step_time_us >= p.lower_bound_us * (1 - 1e-9), name
         if name != "single" and sum(memories) >= 2 * total:  # room to spare: the splitters fit
             assert not p.oom, name
+
+
+def test_metis_warnings_never_reach_standard_output_or_error(capfd):
+    """A few units outweighing the rest make METIS's recursive bisection print ``***`` warnings
+    (with printf, to file descriptor 1, where a command may be printing JSON); they are dropped,
+    and what else is written meanwhile still comes through."""
+    memory = [100.0] * 70
+    memory[5] = memory[40] = 1e9
+    graph = _chain(memory)
+    from celeritas_core.placers.metis import metis_warnings_dropped
+
+    p = place(graph, Cluster.homogeneous(16, 2e9), "metis")
+    assert not p.oom
+    out, err = capfd.readouterr()
+    assert "***" not in out + err
+    with metis_warnings_dropped():
+        print("kept line", flush=True)
+        print("kept on error", file=sys.stderr, flush=True)
+    assert capfd.readouterr() == ("kept line\n", "kept on error\n")
