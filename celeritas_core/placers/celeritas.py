@@ -236,7 +236,7 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
     capacity = cluster.memory_bytes.astype(np.float64)
     refined = connectivity_refine(ops.nets, ops.net_cost, ops.unit_mem, capacity,
                                   winner.assignment[ops.units])
-    pool.add(winner.name + "+refined", refined[ops.unit_of])
+    pool.add(winner.name + "+refined", map_to_topology(graph, cluster, refined[ops.unit_of]))
 
 
 #: Estimated cost of the optional stages, in µs per op plus edge of the graph: the largest of one
@@ -252,14 +252,35 @@ STAGE_US_PER_ITEM: dict[str, float] = {
 }
 
 
+#: The same on a cluster with a link topology (the largest measured on the real Keras steps and the
+#: 36k-op step on the presets ``2x4:nvlink,ib`` and ``2x8:nvlink,ib``): the list schedules time each
+#: transfer on its pair's link and ports, ETF's device scan grows with the devices (16 there), and
+#: every partition and stage split is mapped onto the topology
+#: (:func:`~celeritas_core.placers.partition.map_to_topology`).
+TOPOLOGY_STAGE_US_PER_ITEM: dict[str, float] = {
+    "multilevel": 2.6, "heft": 51.0, "etf/fused": 9.7, "sct/fused": 32.4, "etf": 19.4, "sct": 101.0,
+    "stages": 5.8, "order-place": 1.8, "m-topo": 0.9,
+}
+#: The devices :data:`TOPOLOGY_STAGE_US_PER_ITEM` was measured with; the list schedules' estimates
+#: grow in proportion above it.
+TOPOLOGY_MEASURED_DEVICES = 16
+_LIST_SCHEDULES = ("heft", "etf/fused", "sct/fused", "etf", "sct")
+
+
 #: Estimated cost of one replay (µs per op plus edge) on that machine, for stages that replay
-#: (0.07 measured on the same graphs; a replay's setup makes small graphs dearer per item).
+#: (0.07 measured on the same graphs, 0.14-0.19 for the memory repair's replays with their memory
+#: profiles; a replay's setup makes small graphs dearer per item).
 REPLAY_US_PER_ITEM = 0.3
 
 
-def stage_estimate_us(graph: Graph, stage: str) -> float:
-    """Estimated cost (nominal µs) of the optional ``stage`` on ``graph`` (:data:`STAGE_US_PER_ITEM`)."""
-    return STAGE_US_PER_ITEM[stage] * (graph.num_nodes + graph.num_edges)
+def stage_estimate_us(graph: Graph, stage: str, cluster: Cluster | None = None) -> float:
+    """Estimated cost (nominal µs) of the optional ``stage`` on ``graph``: :data:`STAGE_US_PER_ITEM`,
+    or :data:`TOPOLOGY_STAGE_US_PER_ITEM` on a ``cluster`` with a link topology."""
+    items = graph.num_nodes + graph.num_edges
+    if cluster is None or cluster.is_flat:
+        return STAGE_US_PER_ITEM[stage] * items
+    scale = max(1.0, cluster.num_devices / TOPOLOGY_MEASURED_DEVICES) if stage in _LIST_SCHEDULES else 1.0
+    return TOPOLOGY_STAGE_US_PER_ITEM[stage] * items * scale
 
 
 def multilevel_candidates(graph: Graph, cluster: Cluster,
@@ -291,12 +312,18 @@ def multilevel_candidates(graph: Graph, cluster: Cluster,
     first = max(2, parts_needed(units.memory_bytes, capacity))
     for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
         offer(k)
-    if not cluster.is_flat:  # the cut along the link hierarchy: the slowest links cut least
-        for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
-            device = hierarchical_partition(units, cluster, stage_devices(cluster, k))
-            repair_memory(units, device, capacity)
-            pool.add(f"hierarchical/{k}", map_to_topology(graph, cluster, device[units.unit_of]))
-    return [(f"multilevel/{k}", partial(offer, k)) for k in range(first + 1, cluster.num_devices)]
+    def along_links(k: int) -> None:
+        device = hierarchical_partition(units, cluster, stage_devices(cluster, k))
+        repair_memory(units, device, capacity)
+        pool.add(f"hierarchical/{k}", map_to_topology(graph, cluster, device[units.unit_of]))
+
+    if cluster.is_flat:
+        return [(f"multilevel/{k}", partial(offer, k)) for k in range(first + 1, cluster.num_devices)]
+    for k in dict.fromkeys((min(first, cluster.num_devices), cluster.num_devices)):
+        along_links(k)  # the cut along the link hierarchy: the slowest links cut least
+    return [entry for k in range(first + 1, cluster.num_devices)
+            for entry in ((f"multilevel/{k}", partial(offer, k)),
+                          (f"hierarchical/{k}", partial(along_links, k)))]
 
 
 def _min_cut_candidates(fusion: Fusion, cluster: Cluster, order: np.ndarray,
@@ -502,7 +529,7 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     robust = budget.reserve("robust ranking", ROBUST_FINALISTS * len(ROBUST_DISPATCH) * REPLAY_US_PER_ITEM
                             * (graph.num_nodes + graph.num_edges))
     pool = CandidatePool(graph, cluster)
-    plans = _candidates(graph, cluster, fusion, coarse_order, pool, budget)
+    plans = _candidates(graph, cluster, fusion, coarse_order, pool, budget, params, extra)
     if graph.liveness is not None and not pool.best.fits:
         if peak_lower_bound(graph).cannot_fit(cluster.memory_bytes):
             extra["memory_repair"] = {"skipped": "no placement fits these devices (memory lower bound)"}
@@ -521,8 +548,18 @@ def _refined(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.nd
     return best.assignment
 
 
+#: On a cluster with a link topology, the share of the work budget (``work_seconds``) that the
+#: optional repair of candidates that overflow but replay faster than the best one that fits may
+#: use, in trial replays of :data:`REPLAY_US_PER_ITEM` each (never more than ``repair_budget``).
+FITTING_REPAIR_SHARE = 0.25
+
+#: An optional stage: its name, its estimated cost (nominal µs) and what runs it.
+OptionalStage = tuple[str, float, Callable[[], None]]
+
+
 def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
-                pool: CandidatePool, budget: StageBudget) -> list[StagePlan]:
+                pool: CandidatePool, budget: StageBudget, params: CeleritasParams,
+                extra: dict[str, Any]) -> list[StagePlan]:
     """Fill ``pool``: the candidates that always run, then the optional ones in order of what they
     usually add, each when the work ``budget`` admits it; refine the best on the ops. Returns the
     pipeline orders' stage plans (the paired one first, when the graph has it)."""
@@ -534,19 +571,73 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
     single_device_candidate(graph, cluster, pool)
     more_multilevel = multilevel_candidates(graph, cluster, pool)
     plans, first_split, more_splits = [], [], []
-    if graph.liveness is not None or stage_estimate_us(graph, "stages") <= budget.work_us:
+    if graph.liveness is not None or stage_estimate_us(graph, "stages", cluster) <= budget.work_us:
         plans, first_split, more_splits = stage_candidates(graph, cluster, pool,
-                                                           first_always=graph.liveness is not None)
+                                                           first_always=graph.liveness is not None,
+                                                           nearest_first=not cluster.is_flat)
     else:  # not even one split fits the work budget: do not build the orders either
         budget.skipped.append("stages")
-    optional = (simple_candidates(graph, cluster, fusion, coarse_order, pool) + first_split
-                + list_schedule_candidates(graph, cluster, pool) + more_multilevel + more_splits)
-    for name, run in optional:
-        kind = name.split("/")[0] if name.startswith(("multilevel", "stages")) else name
-        if budget.allow(name, stage_estimate_us(graph, kind)):
+
+    def estimated(entries: list[tuple[str, Callable[[], Any]]]) -> list[OptionalStage]:
+        return [(name, stage_estimate_us(graph, _stage_kind(name), cluster), run) for name, run in entries]
+
+    simple = estimated(simple_candidates(graph, cluster, fusion, coarse_order, pool))
+    schedules = estimated(list_schedule_candidates(graph, cluster, pool))
+    if cluster.is_flat:
+        optional = (simple + estimated(first_split) + schedules + estimated(more_multilevel)
+                    + estimated(more_splits))
+    else:  # a repair of fast candidates that overflow, the cheap partitions, list schedules cheapest first
+        unit_rank = plans[0].seq.position if plans else None
+        optional = (simple + estimated(first_split)
+                    + _fitting_repair(graph, cluster, pool, params, unit_rank, extra)
+                    + estimated(more_multilevel) + sorted(schedules, key=lambda entry: entry[1])
+                    + estimated(more_splits))
+    for name, estimate_us, run in optional:
+        if name == FITTING_REPAIR and not _worth_repairing(pool):
+            continue
+        if budget.allow(name, estimate_us):
             run()
     refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
     return plans
+
+
+def _stage_kind(name: str) -> str:
+    """The key of an optional stage's estimate: ``multilevel/K``, ``hierarchical/K`` (a multilevel
+    partition per level) and ``stages/ORDER/K`` by their kind, the others by name."""
+    kind = name.split("/")[0]
+    if kind in ("multilevel", "hierarchical"):
+        return "multilevel"
+    return kind if kind == "stages" else name
+
+
+#: The optional stage that repairs, within a share of the work budget, the candidates that
+#: overflow a device but replay faster than the best that fits (:func:`_fitting_repair`).
+FITTING_REPAIR = "memory repair"
+
+
+def _fitting_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, params: CeleritasParams,
+                    unit_rank: np.ndarray | None, extra: dict[str, Any]) -> list[OptionalStage]:
+    """The optional repair stage: :func:`memory_repair` with :data:`FITTING_REPAIR_SHARE` of the
+    work budget in trial replays, run when :func:`_worth_repairing` (else it is not listed); none
+    without liveness fields or when the share pays for no replay."""
+    if graph.liveness is None:
+        return []
+    estimate_us = FITTING_REPAIR_SHARE * params.work_seconds * 1e6
+    per_replay_us = REPLAY_US_PER_ITEM * (graph.num_nodes + graph.num_edges)
+    replayed_ops = min(params.repair_budget, int(estimate_us // per_replay_us) * graph.num_nodes)
+    if replayed_ops < graph.num_nodes:  # not one replay
+        return []
+
+    def run() -> None:
+        extra["memory_repair"] = memory_repair(graph, cluster, pool, replayed_ops, unit_rank)
+
+    return [(FITTING_REPAIR, estimate_us, run)]
+
+
+def _worth_repairing(pool: CandidatePool) -> bool:
+    """Whether a candidate fits and another, which overflows, replays faster than every one that fits."""
+    fitting = [c.step_time_us for c in pool.candidates if c.fits]
+    return bool(fitting) and any(not c.fits and c.step_time_us < min(fitting) for c in pool.candidates)
 
 
 #: How many of the pool's best candidates are ranked again by their robust step over the dispatch

@@ -342,20 +342,25 @@ def stage_devices(cluster: Cluster, k: int) -> np.ndarray:
     return chosen[np.argsort(rank[chosen], kind="stable")]
 
 
+SplitRun = tuple[str, Callable[[], int]]
+
+
 def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, *, first_always: bool = True,
-                     ) -> tuple[list[StagePlan], list[tuple[str, Callable[[], int]]],
-                                list[tuple[str, Callable[[], int]]]]:
+                     nearest_first: bool = False) -> tuple[list[StagePlan], list[SplitRun], list[SplitRun]]:
     """Offer ``pool`` the first order's stage split onto the fewest devices it fits (by the
     estimate; all devices when it fits none), unless ``first_always`` is false, and return the
     other splits for the caller's work budget as ``(name, run)``: first (that one and) the split
-    onto all devices and the other order's first split, then every other device count. Each split
-    is replayed and calibrated (:func:`offer_split`). Returns (the orders' plans, the paired one
+    onto all devices and the other order's first split, then every other device count, ascending
+    per order, or with ``nearest_first`` the counts the estimate says fit first, nearest that
+    fewest one first (the two orders alternating), then those it says do not. Each split is
+    replayed and calibrated (:func:`offer_split`). Returns (the orders' plans, the paired one
     first when the graph has it; the second splits; the rest).
     """
     plans: list[StagePlan] = []
     if cluster.num_devices < 2 or graph.num_nodes < 2:
         return plans, [], []
-    second, rest = [], []
+    second: list[SplitRun] = []
+    rest: list[tuple[tuple[bool, int, int], SplitRun]] = []
     for i, seq in enumerate(pipeline_sequences(graph)):
         plan = StagePlan.build(graph, cluster, seq)
         plans.append(plan)
@@ -369,8 +374,13 @@ def stage_candidates(graph: Graph, cluster: Cluster, pool: CandidatePool, *, fir
             if i == 0 and k == first and first_always:
                 continue
             entry = (f"stages/{seq.name}/{k}", partial(offer_split, graph, cluster, pool, plan, k))
-            (second if k == first or (i == 0 and k == cluster.num_devices) else rest).append(entry)
-    return plans, second, rest
+            if k == first or (i == 0 and k == cluster.num_devices):
+                second.append(entry)
+            else:
+                rank = (k < first, abs(k - first), i) if nearest_first else (False, 0, 0)
+                rest.append((rank, entry))
+    rest.sort(key=lambda r: r[0])  # stable: without nearest_first, the order as built
+    return plans, second, [entry for _, entry in rest]
 
 
 def offer_split(graph: Graph, cluster: Cluster, pool: CandidatePool, plan: StagePlan, k: int) -> int:

@@ -280,6 +280,81 @@ def test_placement_and_compare_documents_record_the_topology() -> None:
     assert "topology" not in compare_to_json(compare_placers(graph, cluster.flat(), ["m-topo"]))
 
 
+# ---------------------------------------------------------------------------- the celeritas placer's budget
+def _live_step_on(preset: str | None, node_share: float, devices: int = 8) -> tuple[Graph, Cluster]:
+    """The family-a live training step on ``devices`` devices holding ``node_share`` of its
+    one-device peak per four devices, on ``preset``'s topology (flat when None)."""
+    from celeritas_core.simulation.memory import one_device_peak_bytes
+
+    graph = next(i.graph for i in benchmark_instances("a", quick=True) if i.variant == "live")
+    cluster = Cluster.homogeneous(devices, node_share * one_device_peak_bytes(graph) / 4)
+    if preset is not None:
+        cluster = cluster.with_topology(parse_preset(preset).topology(cluster.device_names))
+    return graph, cluster
+
+
+def test_stage_estimates_on_a_topology_use_its_table_and_grow_with_devices_for_list_schedules() -> None:
+    from celeritas_core.placers.celeritas import (
+        STAGE_US_PER_ITEM,
+        TOPOLOGY_STAGE_US_PER_ITEM,
+        stage_estimate_us,
+    )
+
+    graph = chain()
+    items = graph.num_nodes + graph.num_edges
+    flat = Cluster.homogeneous(32, 1e9)
+    big = flat.with_topology(parse_preset("4x8:nvlink,ib").topology(flat.device_names))
+    small = two_islands(1e9)
+    for stage in ("etf", "sct", "stages", "multilevel"):
+        assert stage_estimate_us(graph, stage) == STAGE_US_PER_ITEM[stage] * items
+        assert stage_estimate_us(graph, stage, flat) == STAGE_US_PER_ITEM[stage] * items
+        assert stage_estimate_us(graph, stage, small) == TOPOLOGY_STAGE_US_PER_ITEM[stage] * items
+    assert stage_estimate_us(graph, "etf", big) == 2 * TOPOLOGY_STAGE_US_PER_ITEM["etf"] * items  # 32 of 16
+    assert stage_estimate_us(graph, "stages", big) == TOPOLOGY_STAGE_US_PER_ITEM["stages"] * items
+
+
+def test_on_a_topology_the_stage_splits_the_estimate_admits_come_first_nearest_the_fewest() -> None:
+    from celeritas_core.placers.local_search import CandidatePool
+    from celeritas_core.placers.stages import stage_candidates
+
+    graph, cluster = _live_step_on("2x8:nvlink,ib", 0.75, devices=16)
+    for nearest in (False, True):
+        _, _, rest = stage_candidates(graph, cluster, CandidatePool(graph, cluster), nearest_first=nearest)
+        for order in ("paired", "topo"):
+            ks = [int(name.split("/")[2]) for name, _ in rest if name.split("/")[1] == order]
+            assert ks, order
+            if not nearest:
+                assert ks == sorted(ks)
+                continue
+            turn = next((i for i in range(1, len(ks)) if ks[i] < ks[i - 1]), len(ks))
+            above, below = ks[:turn], ks[turn:]
+            assert above == sorted(above) and below == sorted(below, reverse=True), ks
+            assert not below or not above or below[0] < above[0]
+
+
+def test_on_a_topology_a_faster_candidate_that_overflows_is_repaired_within_the_work_budget() -> None:
+    """When a candidate fits and a faster one overflows, the optional repair (a quarter of the work
+    budget) runs on a topology cluster; a flat cluster keeps today's behaviour (no such stage)."""
+    graph, cluster = _live_step_on("2x4:nvlink,ib", 1.5)
+    p = place(graph, cluster, "celeritas")
+    assert "memory repair" in p.extra["stages"]["ran"]
+    report = p.extra["memory_repair"]
+    assert report["starts"] >= 1 and report["replays"] >= 1
+    assert not p.oom and "+repair" in p.extra["chosen"]
+    flat = place(graph, cluster.flat(), "celeritas")
+    assert "memory repair" not in flat.extra["stages"]["ran"] + flat.extra["stages"]["skipped_for_work"]
+    starved = place(graph, cluster, "celeritas", {"work_seconds": 0.0})  # its share pays for no replay
+    assert "memory repair" not in starved.extra["stages"]["ran"] and "memory_repair" not in starved.extra
+
+
+def test_on_a_topology_the_hierarchical_partitions_cover_every_device_count_the_budget_admits() -> None:
+    graph, cluster = _live_step_on("2x4:nvlink,ib", 1.5)
+    p = place(graph, cluster, "celeritas", {"work_seconds": 100.0})
+    counts = {int(name.split("/")[1].split("+")[0]) for name in p.extra["candidates"]
+              if name.startswith("hierarchical/")}
+    assert len(counts) > 2 and cluster.num_devices in counts
+
+
 def test_on_a_flat_cluster_the_mapping_returns_the_assignment_itself() -> None:
     inst = benchmark_instances("a", quick=True)[0]
     assignment = place(inst.graph, inst.cluster, "metis").assignment
