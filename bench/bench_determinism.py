@@ -10,8 +10,9 @@ the search's replays. Graphs: family a's training steps with liveness fields on 
 (``celeritas_core.generators.families``), the 36k-op transformer-shaped step of ``bench_engine.py`` at 30 %
 of its memory on 4 devices, and the real Keras graphs ``bench_real.py`` cached under
 ``build/bench/real/`` (skipped with a note when that cache is empty) at 45 % of their one-device
-peak on 4 devices. Prints each instance's placement seconds idle and busy and whether they match,
-then a PASS/MISS line. Exit 0 either way; figures in ``build/bench/determinism.json``.
+peak on 4 devices, and the same memory on eight devices in two nodes (``2x4:nvlink,ib``). Prints
+each instance's placement seconds idle and busy and whether they match, then a PASS/MISS line.
+Exit 0 either way; figures in ``build/bench/determinism.json``.
 
 Run: ``make bench`` (or ``.venv/bin/python bench/bench_determinism.py --help``).
 """
@@ -35,6 +36,7 @@ from celeritas_core.generators.families import benchmark_instances  # noqa: E402
 from celeritas_core.generators.synthetic import paper_shaped_graph  # noqa: E402
 from celeritas_core.graphs.cluster import Cluster  # noqa: E402
 from celeritas_core.graphs.graph import Graph  # noqa: E402
+from celeritas_core.graphs.topology import parse_preset  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
 from celeritas_core.readwrite.formats import load_graph, write_json_atomic  # noqa: E402
 from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
@@ -42,6 +44,7 @@ from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
 REAL_CACHE = Path("build/bench/real")
 REAL_FRACTION = 0.45
 REAL_DEVICES = 4
+TOPOLOGY_PRESET = "2x4:nvlink,ib"
 
 
 def instances(quick: bool) -> Iterator[tuple[str, Graph, Cluster]]:
@@ -56,6 +59,10 @@ def instances(quick: bool) -> Iterator[tuple[str, Graph, Cluster]]:
         graph = load_graph(path)
         cluster = Cluster.homogeneous(REAL_DEVICES, REAL_FRACTION * one_device_peak_bytes(graph))
         yield f"{path.stem.split('-b')[0]}/{REAL_DEVICES}x{REAL_FRACTION:.0%}", graph, cluster
+        if not quick:  # the same memory over two nodes of four (NVLink inside, a network between)
+            eight = Cluster.homogeneous(8, REAL_FRACTION * one_device_peak_bytes(graph) / 2)
+            topology = parse_preset(TOPOLOGY_PRESET).topology(eight.device_names)
+            yield (f"{path.stem.split('-b')[0]}/{TOPOLOGY_PRESET}", graph, eight.with_topology(topology))
 
 
 def placement_key(graph: Graph, cluster: Cluster) -> dict[str, Any]:
