@@ -79,9 +79,6 @@ def check_cluster_flags(args: argparse.Namespace) -> None:
     if args.devices is not None and args.devices != preset.num_devices:
         raise CeleritasInputError(f"--devices {args.devices} but --topology {args.topology} has "
                                   f"{preset.num_devices} devices")
-    if preset.num_devices > MAX_DEVICES:
-        raise CeleritasInputError(f"--topology: {preset.num_devices:,} devices, above the limit of "
-                                  f"{MAX_DEVICES:,}")
 
 
 def topology_preset(args: argparse.Namespace) -> TopologyPreset | None:

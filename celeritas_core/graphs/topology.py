@@ -34,6 +34,7 @@ import numpy as np
 from celeritas_core.defaults import LINK_ALIASES, LINK_PRESETS
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.limits import (
+    MAX_DEVICES,
     MAX_SLOPE_US_PER_BYTE,
     MAX_TIME_US,
     as_float,
@@ -475,7 +476,7 @@ def topology_to_json(topology: Topology, device_names: Sequence[str],
 
 
 # ---------------------------------------------------------------------------- presets
-_SHAPE = re.compile(r"^\s*(\d{1,4})\s*x\s*(\d{1,4})(?:\s*x\s*(\d{1,4}))?\s*$", re.IGNORECASE)
+_SHAPE = re.compile(r"^\s*(\d{1,9})\s*x\s*(\d{1,9})(?:\s*x\s*(\d{1,9}))?\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -532,6 +533,9 @@ def parse_preset(text: str, flag: str = "--topology") -> TopologyPreset:
     if min(counts) < 1:
         raise CeleritasInputError(f"{flag}: every count must be at least 1, got {short_repr(text)}")
     nodes, islands, devices = (counts[0], 1, counts[1]) if len(counts) == 2 else counts
+    if nodes * islands * devices > MAX_DEVICES:
+        raise CeleritasInputError(f"{flag}: {nodes * islands * devices:,} devices, above the limit of "
+                                  f"{MAX_DEVICES:,}")
     tokens = [t.strip() for t in rest.split(",")]
     options = [t for t in tokens if "=" in t or t == "host-shared"]
     names = [t for t in tokens if t not in options]
@@ -540,13 +544,13 @@ def parse_preset(text: str, flag: str = "--topology") -> TopologyPreset:
         need = "LINK[,NETWORK]" if islands == 1 else "LINK,HOST_LINK[,NETWORK]"
         raise CeleritasInputError(f"{flag}: {short_repr(text)} needs {need} after the shape (got "
                                   f"{len([n for n in names if n])} link names)")
-    if nodes > 1 and len(names) == want:
-        raise CeleritasInputError(f"{flag}: {nodes} nodes need a network link, e.g. "
-                                  f"{shape.strip()}:{rest},ib")
     try:
         links = [Link.preset(name.lower()) for name in names]
     except CeleritasInputError as exc:
         raise CeleritasInputError(f"{flag}: {exc.message}") from None
+    if nodes > 1 and len(names) == want:
+        raise CeleritasInputError(f"{flag}: {nodes} nodes need a network link, e.g. "
+                                  f"{shape.strip()}:{rest},ib")
     nics, shared = 1, False
     for option in options:
         key, _, value = option.partition("=")

@@ -109,6 +109,7 @@ def test_port_ids_send_and_receive_sides_are_disjoint_and_within_num_ports() -> 
     ("2x4:nvlink,ib,nics=5", "unknown option 'nics=5'"),
     ("2x4:nvlink,ib,fast", "needs LINK[,NETWORK] after the shape (got 3 link names)"),
     ("1x4:nvlink,host-shared", "unknown option 'host-shared'"), ("2x4:nvlink,ib,pcie,ib", "needs LINK"),
+    ("2x4:warp", "unknown link 'warp'"), ("99999x99999:nvlink,ib", "above the limit of 1,024"),
 ])
 def test_bad_presets_are_one_line_errors_naming_the_flag(text: str, needle: str) -> None:
     with pytest.raises(CeleritasInputError) as err:
