@@ -34,6 +34,10 @@ other placer that fits and Celeritas / it. Then geometric means and PASS/MISS li
 * on every topology instance where Celeritas and another placer fit, Celeritas / the best other
   at most 1.01.
 
+Then the same on shapes outside the targets (``OTHER_SETUPS``: ``1x2x4:nvlink,pcie4`` with and
+without a shared uplink, ``4x2:nvlink,ib``, ``2x2x2:nvlink,pcie,ib``, ``4x4:nvlink,100gbe``), an
+out-of-sample check with its own summary line and no target.
+
 Targets are reported, not enforced (exit 0). Figures go to ``build/bench/topology.json``.
 Run: ``make bench`` (or ``.venv/bin/python bench/bench_topology.py --help``; ``--quick``: two
 graphs on ``2x4/tight`` and ``mixed/topo``).
@@ -95,6 +99,15 @@ SETUPS = (
     Setup("2x8/tight", "2x8:nvlink,ib", 0.75), Setup("2x8/roomy", "2x8:nvlink,ib", 1.5),
     Setup("mixed/topo", "2x4:nvlink,ib", 1.2, mixed=True),
     Setup("mixed/flat", "2x4:nvlink,ib", 1.2, mixed=True, flat=True),
+)
+#: Shapes outside the targets, reported as an out-of-sample check (no code was tuned on them): one
+#: node of two PCIe islands (and with a shared uplink), four nodes of two, two nodes of two islands
+#: of two, and four nodes of four on 100 GbE.
+OTHER_SETUPS = (
+    Setup("1x2x4/pcie", "1x2x4:nvlink,pcie4", 0.75),
+    Setup("1x2x4/shared", "1x2x4:nvlink,pcie4,host-shared", 0.75),
+    Setup("4x2/ib", "4x2:nvlink,ib", 0.5), Setup("2x2x2", "2x2x2:nvlink,pcie,ib", 0.75),
+    Setup("4x4/100gbe", "4x4:nvlink,100gbe", 0.4),
 )
 
 
@@ -310,12 +323,27 @@ def main(argv: list[str] | None = None) -> int:
     lines = targets(summary)
     for line in lines:
         print(line)
+    other: list[Row] = []
+    if not args.quick:
+        print("other shapes (out of sample, no targets):")
+        other = run(found, OTHER_SETUPS)
+        print(other_line(other))
     seconds = time.perf_counter() - started
-    print(f"{len(rows)} instances in {seconds:.0f} s")
+    print(f"{len(rows) + len(other)} instances in {seconds:.0f} s")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(args.out, {"rows": rows, "summary": summary, "targets": lines, "notes": notes,
+                                 "other_rows": other, "other_summary": other_line(other) if other else None,
                                  "seconds": seconds}, indent=1)
     return 0
+
+
+def other_line(rows: Sequence[Row]) -> str:
+    """The out-of-sample shapes' figures: blind / aware where both fit, Celeritas / best other."""
+    both = [r["blind_vs_aware"] for r in rows if r["blind_vs_aware"] is not None]
+    vs_best = [r["vs_best"] for r in rows if r["vs_best"] is not None]
+    return (f"other shapes: blind / aware geomean {_fmt(geomean(both))} over {len(both)} instances where "
+            f"both fit (lowest {_fmt(min(both, default=None))}); Celeritas / best other geomean "
+            f"{_fmt(geomean(vs_best))}, worst {_fmt(max(vs_best, default=None))} over {len(vs_best)}")
 
 
 if __name__ == "__main__":
