@@ -63,6 +63,7 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
                  f"speed-up {placement.speedup_vs_single:.2f}x")
     lines.append(f"lower bound            {format_us(placement.lower_bound_us):>12}   "
                  f"gap {placement.gap_to_lower_bound * 100:+.1f} %")
+    lines.append(f"transfers              {_traffic_text(graph, cluster, placement)}")
     lines.append("")
     busy = placement.device_busy_us if len(placement.device_busy_us) else None
     lines.append(f"{'device':<10} {'ops':>7} {'peak memory':>12} {'sum':>12} {'capacity':>12} {'peak %':>7} "
@@ -84,6 +85,18 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
         lines.append("OOM: none")
     lines.append(_memory_bound_line(placement))
     return "\n".join(lines)
+
+
+def _traffic_text(graph: Graph, cluster: Cluster, placement: Placement) -> str:
+    """The replay's transfers and bytes, per kind of link on a topology (slowest first)."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    from celeritas_core.placers.partition import traffic_by_link
+
+    rows = traffic_by_link(graph, cluster, placement.assignment)
+    if not rows:
+        return "none"
+    return ", ".join(f"{count:,}{' over ' + name if name else ''} ({format_bytes(nbytes)})"
+                     for name, count, nbytes in rows)
 
 
 def _transfer_text(cluster: Cluster) -> str:

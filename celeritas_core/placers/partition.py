@@ -733,6 +733,35 @@ def transfer_traffic(graph: Graph, assignment: np.ndarray, num_devices: int) -> 
     return nbytes, count
 
 
+def traffic_by_link(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> list[tuple[str, int, float]]:
+    """What a replay of ``assignment`` sends over each kind of link: ``(link name, transfers,
+    bytes)``, slowest link (largest ``k``) first, links that carry nothing left out; on a flat
+    cluster one row named ``""``. Transfers as :func:`transfer_traffic` counts them.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster, Graph
+    >>> from celeritas_core.graphs.topology import parse_preset
+    >>> graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[1.0] * 3,
+    ...     memory_bytes=[1] * 3, edge_src=[0, 1], edge_dst=[1, 2], edge_bytes=[1000, 500])
+    >>> flat = Cluster.homogeneous(4, 1e9)
+    >>> cluster = flat.with_topology(parse_preset("2x2:nvlink,ib").topology(flat.device_names))
+    >>> traffic_by_link(graph, cluster, np.array([0, 1, 2]))
+    [('ib-ndr', 1, 500.0), ('nvlink4', 1, 1000.0)]
+    """
+    nbytes, count = transfer_traffic(graph, assignment, cluster.num_devices)
+    if cluster.topology is None:
+        return [("", int(count.sum()), float(nbytes.sum()))] if count.sum() else []
+    link = cluster.topology.pair_link()
+    rows = []
+    for index in sorted(range(len(cluster.topology.links)),
+                        key=lambda i: -cluster.topology.links[i].slope_us_per_byte):
+        on = link == index
+        if count[on].sum():
+            rows.append((cluster.topology.links[index].name, int(count[on].sum()), float(nbytes[on].sum())))
+    return rows
+
+
 def device_classes(memory: np.ndarray, speed: np.ndarray) -> np.ndarray:
     """Per device, the index of its class: devices of equal memory (bytes) and speed, between which
     a block can move without changing what fits or how long its ops run."""

@@ -284,6 +284,8 @@ def test_place_with_a_preset_and_a_mixed_cluster_file(tmp_path: Path, capsys) ->
     text = capsys.readouterr().out
     assert code == 0
     assert "topology 2 nodes x 2 devices, islands nvlink4, network ib-ndr (1 NIC per node)" in text
+    transfers = next(line for line in text.splitlines() if line.startswith("transfers "))
+    assert " over ib-ndr (" in transfers or " over nvlink4 (" in transfers or transfers.endswith("none")
     doc = json.loads(out.read_text())
     cluster = mixed.with_topology(parse_preset("2x2:nvlink,ib").topology(mixed.device_names))
     graph = load_graph(EXAMPLE)

@@ -355,6 +355,24 @@ def test_on_a_topology_the_hierarchical_partitions_cover_every_device_count_the_
     assert len(counts) > 2 and cluster.num_devices in counts
 
 
+def test_traffic_by_link_counts_the_replays_transfers_on_each_kind_of_link() -> None:
+    from celeritas_core.placers.partition import traffic_by_link
+
+    graph, cluster = _live_step_on("2x4:nvlink,ib", 1.5)
+    assignment = place(graph, cluster, "metis").assignment
+    transfers = simulate(graph, cluster, assignment).transfers
+    link = cluster.topology.pair_link()[transfers.src_device, transfers.dst_device]
+    rows = traffic_by_link(graph, cluster, assignment)
+    assert [name for name, _, _ in rows] == ["ib-ndr", "nvlink4"]  # the slowest first
+    for name, count, nbytes in rows:
+        index = [x.name for x in cluster.topology.links].index(name)
+        on = link == index
+        assert count == int(on.sum()) and nbytes == pytest.approx(transfers.bytes[on].sum())
+    flat = traffic_by_link(graph, cluster.flat(), assignment)
+    assert flat == [("", len(transfers), pytest.approx(float(transfers.bytes.sum())))]
+    assert traffic_by_link(graph, cluster, np.zeros(graph.num_nodes, dtype=np.int64)) == []
+
+
 def test_on_a_flat_cluster_the_mapping_returns_the_assignment_itself() -> None:
     inst = benchmark_instances("a", quick=True)[0]
     assignment = place(inst.graph, inst.cluster, "metis").assignment
