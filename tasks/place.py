@@ -5,8 +5,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers.compare import compare_placers
+from celeritas_core.placers.partition import traffic_by_link
 from celeritas_core.plots import gantt_chart, memory_chart
 from celeritas_core.readwrite.formats import compare_to_json, save_placement
 from tasks import storage, tracking
@@ -53,6 +58,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
             }
             if p.coarse_nodes is not None:
                 metrics["coarse_nodes"] = float(p.coarse_nodes)
+            metrics.update(_traffic_metrics(graph, cluster, p.assignment))
             charts = Path(tmp) / "charts" / p.placer
             charts.mkdir(parents=True)
             gantt_chart(graph, cluster, p, charts / "gantt.png")
@@ -81,3 +87,15 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
                        simulated_step_time_us={p.placer: p.predicted_step_time_us
                                                for p in comparison.placements},
                        oom={p.placer: p.oom for p in comparison.placements})
+
+
+def _traffic_metrics(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> dict[str, float]:
+    """The replay's ``transfers`` and ``transfer_bytes``, and on a link topology each per kind of
+    link (``transfers_ib-ndr``, ``transfer_bytes_nvlink4``, ...), for MLflow's compare view."""
+    rows = traffic_by_link(graph, cluster, assignment)
+    metrics = {"transfers": float(sum(r[1] for r in rows)), "transfer_bytes": float(sum(r[2] for r in rows))}
+    if cluster.topology is not None:
+        for name, count, nbytes in rows:
+            metrics[f"transfers_{name}"] = float(count)
+            metrics[f"transfer_bytes_{name}"] = nbytes
+    return metrics

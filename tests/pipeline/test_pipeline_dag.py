@@ -162,7 +162,8 @@ def _check_run(client, runs, expected_placers, run_id_prefix="manual"):
     validated = 0
     for child in children:
         assert child.info.run_name == f"{child.data.tags['celeritas.placer']} · {parent.info.run_name}"
-        for metric in ("placement_time_s", "simulated_step_time_ms", "speedup_vs_single", "oom"):
+        for metric in ("placement_time_s", "simulated_step_time_ms", "speedup_vs_single", "oom", "transfers",
+                       "transfer_bytes"):
             assert metric in child.data.metrics, (child.info.run_name, metric)
         assert not [m for m in child.data.metrics if "step_time" in m and not m.endswith("_ms")]
         assert any(a.path.endswith(".json") for a in client.list_artifacts(child.info.run_id, "placement"))

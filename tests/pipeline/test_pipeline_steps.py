@@ -574,3 +574,24 @@ def test_the_time_model_and_the_span_batch_reach_the_profile_and_the_fits(store)
     plain_profile = profile_small_batches(plain)
     assert plain_profile.batch_sizes == (2, 4)
     assert storage.read_json(fit_regression(plain, plain_profile).fits_uri)["format"] == "celeritas-fits/1"
+
+
+def test_place_metrics_count_the_transfers_per_kind_of_link_on_a_topology():
+    import numpy as np
+
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.graph import Graph
+    from celeritas_core.graphs.topology import parse_preset
+    from tasks.place import _traffic_metrics
+
+    graph = Graph.from_arrays(name="chain", node_names=["a", "b", "c"], time_us=[1.0] * 3,
+                              memory_bytes=[1] * 3, edge_src=[0, 1], edge_dst=[1, 2], edge_bytes=[1000, 500])
+    flat = Cluster.homogeneous(4, 1e9)
+    topo = flat.with_topology(parse_preset("2x2:nvlink,ib").topology(flat.device_names))
+    spread = np.array([0, 1, 2])
+    assert _traffic_metrics(graph, flat, spread) == {"transfers": 2.0, "transfer_bytes": 1500.0}
+    assert _traffic_metrics(graph, topo, spread) == {
+        "transfers": 2.0, "transfer_bytes": 1500.0, "transfers_ib-ndr": 1.0, "transfer_bytes_ib-ndr": 500.0,
+        "transfers_nvlink4": 1.0, "transfer_bytes_nvlink4": 1000.0}
+    one_device = np.zeros(3, dtype=np.int64)
+    assert _traffic_metrics(graph, topo, one_device) == {"transfers": 0.0, "transfer_bytes": 0.0}
