@@ -239,6 +239,51 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
     pool.add(winner.name + "+refined", map_to_topology(graph, cluster, refined[ops.unit_of]))
 
 
+def refine_along_links(graph: Graph, cluster: Cluster, pool: CandidatePool, ops: OpNets) -> None:
+    """On a cluster of several nodes, offer ``pool.best`` refined along the link hierarchy
+    (``NAME+links``): :func:`~celeritas_core.placers.partition.connectivity_refine` first with the
+    nodes as parts and every tensor priced on the network link (node memory the sum of its
+    devices'), units that change node going to the device of their new node with the most room;
+    then inside each node among its devices, priced on the mean link between them. The slowest
+    links are cut least first, as :func:`~celeritas_core.placers.metis.hierarchical_partition`
+    does for partitions. Nothing on a flat cluster or a single node."""
+    topology = cluster.topology
+    winner = pool.best
+    if topology is None or topology.num_nodes < 2 or winner.name.endswith("+links"):
+        return
+    capacity = cluster.memory_bytes.astype(np.float64)
+    network = topology.links[topology.network]
+    nets, cost = tensor_nets(graph, network.time_us(graph.edge_bytes), ops.unit_of, len(ops.units))
+    device = winner.assignment[ops.units].copy()
+    node_of = topology.node_of
+    node_capacity = np.bincount(node_of, weights=capacity, minlength=topology.num_nodes)
+    node = connectivity_refine(nets, cost, ops.unit_mem, node_capacity, node_of[device])
+    load = np.bincount(device, weights=ops.unit_mem, minlength=cluster.num_devices)
+    for u in np.flatnonzero(node != node_of[device]).tolist():
+        inside = np.flatnonzero(node_of == node[u])
+        target = int(inside[np.argmax(capacity[inside] - load[inside])])
+        load[device[u]] -= ops.unit_mem[u]
+        load[target] += ops.unit_mem[u]
+        device[u] = target
+    slope, intercept = cluster.pair_slope_us_per_byte, cluster.pair_intercept_us
+    _, net_bytes = tensor_nets(graph, graph.edge_bytes.astype(np.float64), ops.unit_of, len(ops.units))
+    for n in range(topology.num_nodes):
+        inside = np.flatnonzero(node_of == n)
+        members = np.flatnonzero(node == n)
+        if len(inside) < 2 or len(members) < 2:
+            continue
+        pairs = np.ix_(inside, inside)
+        off = ~np.eye(len(inside), dtype=bool)
+        k, b = float(slope[pairs][off].mean()), float(intercept[pairs][off].mean())
+        sub = nets[:, members].tocsr()
+        keep = np.diff(sub.indptr) > 1
+        local = np.searchsorted(inside, device[members])
+        refined = connectivity_refine(sub[keep], k * net_bytes[keep] + b, ops.unit_mem[members],
+                                      capacity[inside], local)
+        device[members] = inside[refined]
+    pool.add(winner.name + "+links", device[ops.unit_of])
+
+
 #: Estimated cost of the optional stages, in µs per op plus edge of the graph: the largest of one
 #: core of the 2-core build machine on the real Keras training steps of ``bench/bench_real.py``
 #: (4-25k ops) and the 36k-op transformer-shaped step (HEFT's insertion search is superlinear there:
@@ -598,6 +643,8 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
         if budget.allow(name, estimate_us):
             run()
     refine_best_on_ops(graph, fusion.anchor, cluster, pool, op_nets)
+    if op_nets is not None:
+        refine_along_links(graph, cluster, pool, op_nets)
     return plans
 
 

@@ -373,6 +373,31 @@ def test_traffic_by_link_counts_the_replays_transfers_on_each_kind_of_link() -> 
     assert traffic_by_link(graph, cluster, np.zeros(graph.num_nodes, dtype=np.int64)) == []
 
 
+def test_the_refinement_along_the_links_takes_the_heavy_tensors_off_the_network() -> None:
+    """op0 -> op1 and op2 -> op3 carry 1 MB, op1 -> op2 one byte; the start puts both heavy
+    tensors across nodes. Refined with the nodes as parts first, nothing crosses the network."""
+    from celeritas_core.placers.celeritas import OpNets, refine_along_links
+    from celeritas_core.placers.local_search import CandidatePool
+    from celeritas_core.placers.partition import traffic_by_link
+
+    graph = Graph.from_arrays(name="pairs", node_names=[f"op{i}" for i in range(4)], time_us=[10.0] * 4,
+                              memory_bytes=[100] * 4, edge_src=[0, 1, 2], edge_dst=[1, 2, 3],
+                              edge_bytes=[1e6, 1.0, 1e6])
+    flat = Cluster.homogeneous(4, 250.0)  # two ops per device: one node holds them all
+    cluster = flat.with_topology(parse_preset("2x2:nvlink,ib").topology(flat.device_names))
+    pool = CandidatePool(graph, cluster)
+    start = pool.add("crossed", np.array([0, 2, 1, 3]))
+    refine_along_links(graph, cluster, pool, OpNets.build(graph, np.arange(4), cluster))
+    refined = next(c for c in pool.candidates if c.name == "crossed+links")
+    network = {name: nbytes for name, _, nbytes in traffic_by_link(graph, cluster, refined.assignment)}
+    assert "ib-ndr" not in network and refined.fits
+    assert refined.step_time_us < start.step_time_us
+    alone = CandidatePool(graph, flat)  # nothing on a flat cluster
+    alone.add("crossed", np.array([0, 2, 1, 3]))
+    refine_along_links(graph, flat, alone, OpNets.build(graph, np.arange(4), flat))
+    assert [c.name for c in alone.candidates] == ["crossed"]
+
+
 def test_on_a_flat_cluster_the_mapping_returns_the_assignment_itself() -> None:
     inst = benchmark_instances("a", quick=True)[0]
     assignment = place(inst.graph, inst.cluster, "metis").assignment
