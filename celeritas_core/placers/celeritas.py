@@ -243,10 +243,11 @@ def refine_along_links(graph: Graph, cluster: Cluster, pool: CandidatePool, ops:
     """On a cluster of several nodes, offer ``pool.best`` refined along the link hierarchy
     (``NAME+links``): :func:`~celeritas_core.placers.partition.connectivity_refine` first with the
     nodes as parts and every tensor priced on the network link (node memory the sum of its
-    devices'), units that change node going to the device of their new node with the most room;
-    then inside each node among its devices, priced on the mean link between them. The slowest
-    links are cut least first, as :func:`~celeritas_core.placers.metis.hierarchical_partition`
-    does for partitions. Nothing on a flat cluster or a single node."""
+    devices'), units that change node going to the device of their new node with the most room
+    (staying where they were when even that one has no room for them); then inside each node
+    among its devices, priced on the mean link between them. The slowest links are cut least
+    first, as :func:`~celeritas_core.placers.metis.hierarchical_partition` does for partitions.
+    Nothing on a flat cluster or a single node."""
     topology = cluster.topology
     winner = pool.best
     if topology is None or topology.num_nodes < 2 or winner.name.endswith("+links"):
@@ -262,6 +263,9 @@ def refine_along_links(graph: Graph, cluster: Cluster, pool: CandidatePool, ops:
     for u in np.flatnonzero(node != node_of[device]).tolist():
         inside = np.flatnonzero(node_of == node[u])
         target = int(inside[np.argmax(capacity[inside] - load[inside])])
+        if load[target] + ops.unit_mem[u] > capacity[target]:  # no device of that node has room
+            node[u] = node_of[device[u]]
+            continue
         load[device[u]] -= ops.unit_mem[u]
         load[target] += ops.unit_mem[u]
         device[u] = target
