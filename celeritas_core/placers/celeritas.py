@@ -242,50 +242,56 @@ def refine_best_on_ops(graph: Graph, anchor: np.ndarray, cluster: Cluster, pool:
 def refine_along_links(graph: Graph, cluster: Cluster, pool: CandidatePool, ops: OpNets) -> None:
     """On a cluster of several nodes, offer ``pool.best`` refined along the link hierarchy
     (``NAME+links``): :func:`~celeritas_core.placers.partition.connectivity_refine` first with the
-    nodes as parts and every tensor priced on the network link (node memory the sum of its
-    devices'), units that change node going to the device of their new node with the most room
-    (staying where they were when even that one has no room for them); then inside each node
-    among its devices, priced on the mean link between them. The slowest links are cut least
-    first, as :func:`~celeritas_core.placers.metis.hierarchical_partition` does for partitions.
-    Nothing on a flat cluster or a single node."""
+    nodes as parts and every tensor priced on the network link (:func:`_refine_nodes`), then inside
+    each node among its devices, priced on the mean link between them. The slowest links are cut
+    least first, as :func:`~celeritas_core.placers.metis.hierarchical_partition` does for
+    partitions. Nothing on a flat cluster or a single node."""
     topology = cluster.topology
     winner = pool.best
     if topology is None or topology.num_nodes < 2 or winner.name.endswith("+links"):
         return
+    _, net_bytes = tensor_nets(graph, graph.edge_bytes.astype(np.float64), ops.unit_of, len(ops.units))
+    device = _refine_nodes(cluster, ops, net_bytes, winner.assignment[ops.units])
     capacity = cluster.memory_bytes.astype(np.float64)
-    network = topology.links[topology.network]
-    nets, cost = tensor_nets(graph, network.time_us(graph.edge_bytes), ops.unit_of, len(ops.units))
-    device = winner.assignment[ops.units].copy()
+    slope, intercept = cluster.pair_slope_us_per_byte, cluster.pair_intercept_us
+    for n in range(topology.num_nodes):
+        inside = np.flatnonzero(topology.node_of == n)
+        members = np.flatnonzero(topology.node_of[device] == n)
+        if len(inside) < 2 or len(members) < 2:
+            continue
+        pairs, off = np.ix_(inside, inside), ~np.eye(len(inside), dtype=bool)
+        k, b = float(slope[pairs][off].mean()), float(intercept[pairs][off].mean())
+        sub = ops.nets[:, members].tocsr()
+        keep = np.diff(sub.indptr) > 1
+        refined = connectivity_refine(sub[keep], k * net_bytes[keep] + b, ops.unit_mem[members],
+                                      capacity[inside], np.searchsorted(inside, device[members]))
+        device[members] = inside[refined]
+    pool.add(winner.name + "+links", device[ops.unit_of])
+
+
+def _refine_nodes(cluster: Cluster, ops: OpNets, net_bytes: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """Device per unit after :func:`~celeritas_core.placers.partition.connectivity_refine` with the
+    nodes as parts (each net of ``ops`` priced on the network link for its ``net_bytes``; a node's
+    memory the sum of its devices'): a unit that changes node goes to the device of its new node
+    with the most room, and stays where it was when even that one has none (the summed memory is
+    not a bin packing)."""
+    topology = cluster.topology
+    assert topology is not None
+    capacity = cluster.memory_bytes.astype(np.float64)
     node_of = topology.node_of
     node_capacity = np.bincount(node_of, weights=capacity, minlength=topology.num_nodes)
-    node = connectivity_refine(nets, cost, ops.unit_mem, node_capacity, node_of[device])
+    cost = topology.links[topology.network].time_us(net_bytes)
+    node = connectivity_refine(ops.nets, cost, ops.unit_mem, node_capacity, node_of[device])
+    device = device.copy()
     load = np.bincount(device, weights=ops.unit_mem, minlength=cluster.num_devices)
     for u in np.flatnonzero(node != node_of[device]).tolist():
         inside = np.flatnonzero(node_of == node[u])
         target = int(inside[np.argmax(capacity[inside] - load[inside])])
-        if load[target] + ops.unit_mem[u] > capacity[target]:  # no device of that node has room
-            node[u] = node_of[device[u]]
-            continue
-        load[device[u]] -= ops.unit_mem[u]
-        load[target] += ops.unit_mem[u]
-        device[u] = target
-    slope, intercept = cluster.pair_slope_us_per_byte, cluster.pair_intercept_us
-    _, net_bytes = tensor_nets(graph, graph.edge_bytes.astype(np.float64), ops.unit_of, len(ops.units))
-    for n in range(topology.num_nodes):
-        inside = np.flatnonzero(node_of == n)
-        members = np.flatnonzero(node == n)
-        if len(inside) < 2 or len(members) < 2:
-            continue
-        pairs = np.ix_(inside, inside)
-        off = ~np.eye(len(inside), dtype=bool)
-        k, b = float(slope[pairs][off].mean()), float(intercept[pairs][off].mean())
-        sub = nets[:, members].tocsr()
-        keep = np.diff(sub.indptr) > 1
-        local = np.searchsorted(inside, device[members])
-        refined = connectivity_refine(sub[keep], k * net_bytes[keep] + b, ops.unit_mem[members],
-                                      capacity[inside], local)
-        device[members] = inside[refined]
-    pool.add(winner.name + "+links", device[ops.unit_of])
+        if load[target] + ops.unit_mem[u] <= capacity[target]:
+            load[device[u]] -= ops.unit_mem[u]
+            load[target] += ops.unit_mem[u]
+            device[u] = target
+    return device
 
 
 #: Estimated cost of the optional stages, in µs per op plus edge of the graph: the largest of one
