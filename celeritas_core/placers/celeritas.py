@@ -693,8 +693,9 @@ def _fitting_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, params:
 
 def _worth_repairing(pool: CandidatePool) -> bool:
     """Whether a candidate fits and another, which overflows, replays faster than every one that fits."""
-    fitting = [c.step_time_us for c in pool.candidates if c.fits]
-    return bool(fitting) and any(not c.fits and c.step_time_us < min(fitting) for c in pool.candidates)
+    fastest_fitting = min((c.step_time_us for c in pool.candidates if c.fits), default=None)
+    return fastest_fitting is not None and any(not c.fits and c.step_time_us < fastest_fitting
+                                               for c in pool.candidates)
 
 
 #: How many of the pool's best candidates are ranked again by their robust step over the dispatch
