@@ -19,8 +19,12 @@ from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cl
 from celeritas_core.defaults import (
     ALTERNATIVE_DISPATCH,
     DEFAULT_MEMORY_FRACTION,
+    DEFAULT_ORDER_MODE,
     DEFAULT_R,
     DOCUMENTED_DISPATCH,
+    ENFORCED_ORDER,
+    FREE_ORDER,
+    ORDER_MODES,
 )
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES
@@ -56,6 +60,7 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
                  f"placed in {placement.placement_seconds:.3f} s")
     lines.append("")
     lines.append(f"step time (simulated)  {format_us(placement.predicted_step_time_us):>12}")
+    lines.append(f"execution order        {placement.order_mode:>12}   {_ORDER_TEXT[placement.order_mode]}")
     if dispatch is not None:
         lines.append(f"dispatch order         {dispatch:>12}   breaks ties between ready ops (documented: "
                      f"{DOCUMENTED_DISPATCH})")
@@ -85,6 +90,11 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
         lines.append("OOM: none")
     lines.append(_memory_bound_line(placement))
     return "\n".join(lines)
+
+
+#: What each execution order means, on the summary's line (docs/simulator.md, "Enforced order").
+_ORDER_TEXT = {ENFORCED_ORDER: "each device runs its ops in the order recorded in the placement",
+               FREE_ORDER: "the runtime picks among ready ops its own way (predicted: one such way)"}
 
 
 def _traffic_text(graph: Graph, cluster: Cluster, placement: Placement) -> str:
@@ -148,7 +158,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else \
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")  # as given: `--out dir/` is refused
     graph, cluster, inputs = _placing_inputs(args, [out])
-    placement = place(graph, cluster, args.placer, params, headroom=args.headroom)
+    placement = place(graph, cluster, args.placer, params, headroom=args.headroom, order_mode=args.order)
     save_placement(placement, out, inputs=inputs, graph=graph)
     print(_summary(graph, cluster, placement))
     print(f"wrote {out}")
@@ -181,16 +191,35 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         placed = placement_from_json(doc, graph, cluster)
     except CeleritasInputError as exc:
         raise exc.with_source(args.placement) from None
+    placed = _with_order_flag(placed, args.order, args.placement)
     every = dispatch == _ALL_DISPATCH
     replayed = DOCUMENTED_DISPATCH if every else dispatch
-    placement = evaluate_placement(graph, cluster, placed, dispatch=replayed)
+    try:
+        placement = evaluate_placement(graph, cluster, placed, dispatch=replayed)
+    except CeleritasInputError as exc:  # an enforced order that deadlocks against the graph
+        raise exc.with_source(args.placement) from None
     print(_summary(graph, cluster, placement, None if replayed == DOCUMENTED_DISPATCH else replayed))
     if every:
         spread = dispatch_spread(graph, cluster, placement.assignment, ALTERNATIVE_DISPATCH,
-                                 documented_us=placement.predicted_step_time_us)
+                                 documented_us=placement.predicted_step_time_us,
+                                 device_order=placement.enforced_order)
         print()
         print(_dispatch_table(spread))
     return 0
+
+
+def _with_order_flag(placed: Placement, flag: str | None, source: str) -> Placement:
+    """``simulate --order``: the placement replayed in that mode (None: its own ``order_mode``);
+    ``enforced`` needs a recorded ``device_order``."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    from dataclasses import replace
+
+    if flag is None or flag == placed.order_mode:
+        return placed
+    if flag == ENFORCED_ORDER and placed.device_order is None:
+        raise CeleritasInputError("--order enforced: the placement records no device_order (written before "
+                                  "orders were recorded): place the graph again", source=source)
+    return replace(placed, order_mode=flag)
 
 
 #: ``simulate --dispatch all``: the documented order and every alternative.
@@ -467,6 +496,11 @@ def _add_place(sub: typing.Any) -> None:
                    help="any other placer parameter (repeatable; `celeritas placers` lists them)")
     p.add_argument("--out", metavar="FILE",
                    help="where to write the placement (default: GRAPH_STEM.PLACER.placement.json)")
+    p.add_argument("--order", choices=ORDER_MODES, default=DEFAULT_ORDER_MODE,
+                   help="execution order the placement asks of the runtime (recorded in the file): "
+                        f"{ENFORCED_ORDER} (default): each device runs its ops in the order the simulator "
+                        f"ran them, so the predicted step is the one that runs; {FREE_ORDER}: the runtime "
+                        "picks among ready ops (docs/simulator.md, \"Enforced order\")")
     p.set_defaults(func=_cmd_place)
 
 
@@ -493,6 +527,10 @@ def _add_simulate(sub: typing.Any) -> None:
                         f"random:N (N >= 0); {_ALL_DISPATCH} prints the summary under "
                         f"{DOCUMENTED_DISPATCH}, then the step under it and under each of "
                         f"{', '.join(ALTERNATIVE_DISPATCH)}")
+    s.add_argument("--order", choices=ORDER_MODES, default=None,
+                   help=f"replay with the placement's recorded order {ENFORCED_ORDER} (each device runs its "
+                        f"ops in that order) or {FREE_ORDER} (ready ops dispatched by --dispatch); default: "
+                        "the placement's own order_mode (enforced when it records a device_order)")
     s.set_defaults(func=_cmd_simulate)
 
 

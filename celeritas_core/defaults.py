@@ -39,3 +39,14 @@ LINK_PRESETS: dict[str, tuple[float, float]] = {
 }
 #: Short names of :data:`LINK_PRESETS` entries: the current generation of each kind.
 LINK_ALIASES: dict[str, str] = {"nvlink": "nvlink4", "pcie": "pcie4", "ib": "ib-ndr"}
+
+#: Execution-order modes of a placement (docs/formats.md, ``order_mode``). ``enforced``: each
+#: device runs its ops in the order recorded in the placement (``device_order``), the order the
+#: simulator ran them, whatever else is ready; the runtime adds control dependencies for it.
+#: ``free``: the runtime picks among ready ops its own way (the simulator's dispatch orders).
+ENFORCED_ORDER = "enforced"
+FREE_ORDER = "free"
+ORDER_MODES: tuple[str, ...] = (ENFORCED_ORDER, FREE_ORDER)
+#: The mode ``place`` records and the pipeline and the consumer run by default (decided by
+#: measurement: docs/tensorflow.md, "Enforced execution order").
+DEFAULT_ORDER_MODE = ENFORCED_ORDER

@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import DEFAULT_ORDER_MODE, ENFORCED_ORDER, ORDER_MODES
+from celeritas_core.errors import CeleritasInputError
+
 
 def _frozen_array(values: Any, dtype: Any = np.float64) -> np.ndarray:
     """A read-only copy of ``values`` (a frozen dataclass must not be changed through its arrays)."""
@@ -113,6 +116,12 @@ class Placement:
     returns a copy that carries one; the evaluation's figures are also readable on the placement
     itself (``predicted_step_time_us``, ``oom``, …: NaN or empty before evaluation).
 
+    ``device_order`` (None until evaluated or read from a file that records it) lists, per
+    device, its node indices in the order the replay ran them; ``order_mode`` says whether the
+    runtime is to follow it (``"enforced"``: the predicted step is the replay with that order
+    enforced) or to dispatch ready ops its own way (``"free"``; docs/simulator.md, "Enforced
+    order").
+
     Made by :func:`~celeritas_core.placers.place`; read from a file with
     :func:`~celeritas_core.readwrite.formats.load_placement`.
 
@@ -130,6 +139,8 @@ class Placement:
     (95.1, 120.0, 70.0)
     >>> round(placement.speedup_vs_single, 2), placement.oom
     (1.26, False)
+    >>> placement.order_mode, [order.tolist() for order in placement.device_order]
+    ('enforced', [[0, 1], [2, 3]])
     """
 
     placer: str
@@ -142,11 +153,25 @@ class Placement:
     coarse_nodes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     evaluation: PlacementEvaluation | None = None
+    device_order: tuple[np.ndarray, ...] | None = None
+    order_mode: str = DEFAULT_ORDER_MODE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignment", _frozen_array(self.assignment, np.int64))
         object.__setattr__(self, "devices", tuple(self.devices))
         object.__setattr__(self, "node_names", tuple(self.node_names))
+        if self.order_mode not in ORDER_MODES:
+            raise CeleritasInputError(f"order mode must be one of {', '.join(ORDER_MODES)}, "
+                                      f"got {self.order_mode!r}")
+        if self.device_order is not None:
+            object.__setattr__(self, "device_order",
+                               tuple(_frozen_array(order, np.int64) for order in self.device_order))
+
+    @property
+    def enforced_order(self) -> tuple[np.ndarray, ...] | None:
+        """The order the runtime is to follow: ``device_order`` when ``order_mode`` is
+        ``"enforced"``, else None (free dispatch)."""
+        return self.device_order if self.order_mode == ENFORCED_ORDER else None
 
     @property
     def evaluated(self) -> PlacementEvaluation:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.compiled import jit
+from celeritas_core.defaults import DEFAULT_ORDER_MODE
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import colocation_respected
@@ -32,7 +33,7 @@ from celeritas_core.simulation.memory import (
     peak_lower_bound,
     planning_memory_bytes,
 )
-from celeritas_core.simulation.simulator import DOCUMENTED_DISPATCH, simulate
+from celeritas_core.simulation.simulator import DOCUMENTED_DISPATCH, recorded_order, simulate
 
 
 @dataclass
@@ -221,6 +222,7 @@ def place(
     *,
     evaluate: bool = True,
     headroom: float = 0.0,
+    order_mode: str = DEFAULT_ORDER_MODE,
 ) -> Placement:
     """Run placer ``placer`` on ``graph`` over ``cluster`` and return an evaluated Placement.
 
@@ -248,13 +250,16 @@ def place(
     headroom : float, optional
         Fraction in [0, 1) of each device's memory the placer leaves free, for what the planning
         bytes do not see (received copies); the evaluation still checks the full capacity.
+    order_mode : str, optional
+        ``"enforced"`` (default): the runtime is to run each device's ops in the order the
+        evaluation's replay ran them (recorded in ``device_order``); ``"free"``: in its own.
 
     Returns
     -------
     Placement
         The device of every op, the resolved parameters, the placer's wall-clock seconds and, with
         ``evaluate``, the simulated step time (µs), the replayed peak memory of every device
-        (bytes), the devices that overflow (OOM) and the reference times.
+        (bytes), the devices that overflow (OOM), the reference times and each device's order.
 
     Raises
     ------
@@ -318,6 +323,7 @@ def place(
         placement_seconds=seconds,
         coarse_nodes=out.coarse_nodes,
         extra=dict(out.extra, **({"headroom": float(headroom)} if headroom else {})),
+        order_mode=order_mode,
     )
     return evaluate_placement(graph, cluster, placement) if evaluate else placement
 
@@ -329,6 +335,9 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
     object; ``placement`` is unchanged). ``dispatch`` names the order that breaks ties between
     ready ops in the replay (:func:`~celeritas_core.simulation.simulator.dispatch_order`; default the
     documented ``"rank"``, the one every placer is scored with); the peaks follow that replay.
+    A placement whose ``order_mode`` is ``"enforced"`` and that records a ``device_order`` (read
+    from a file) is replayed with that order enforced; any other gets the order its replay ran
+    recorded in ``device_order``.
 
     Parameters
     ----------
@@ -376,7 +385,10 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
             f"placement uses device {int(placement.assignment.max())} but the cluster has "
             f"{cluster.num_devices} devices"
         )
-    result = simulate(graph, cluster, placement.assignment, dispatch=dispatch)
+    enforced = placement.enforced_order
+    result = simulate(graph, cluster, placement.assignment, dispatch=dispatch, device_order=enforced)
+    order = enforced if enforced is not None else recorded_order(result, placement.assignment,
+                                                                 cluster.num_devices)
     peak = memory_profile(graph, cluster.num_devices, placement.assignment, result).peak_bytes
     over = np.flatnonzero(peak > cluster.memory_bytes)
     bound = peak_lower_bound(graph)
@@ -395,7 +407,7 @@ def evaluate_placement(graph: Graph, cluster: Cluster, placement: Placement, *,
         cannot_fit=bound.cannot_fit(cluster.memory_bytes),
         topology=cluster.topology.describe() if cluster.topology is not None else None,
     )
-    return replace(placement, devices=cluster.device_names, evaluation=evaluation)
+    return replace(placement, devices=cluster.device_names, evaluation=evaluation, device_order=order)
 
 
 def device_memory(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> np.ndarray:

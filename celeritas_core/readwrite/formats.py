@@ -11,14 +11,14 @@ import contextlib
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from celeritas_core.defaults import DOCUMENTED_DISPATCH
+from celeritas_core.defaults import DOCUMENTED_DISPATCH, ENFORCED_ORDER, FREE_ORDER, ORDER_MODES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.graphs.graph import Graph, Liveness
@@ -71,6 +71,7 @@ from celeritas_core.readwrite.limits import (
     short_repr,
 )
 from celeritas_core.readwrite.safe_io import read_input_bytes, write_atomic
+from celeritas_core.simulation.simulator import order_indices
 from celeritas_core.statistics.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
 from celeritas_core.statistics.regression import CostFits
 
@@ -703,6 +704,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
     if len(devices) > MAX_DEVICES:
         raise CeleritasInputError(
             f"field 'devices': {len(devices):,} devices, above the limit of {MAX_DEVICES:,}")
+    _check_placement_devices(doc, devices)
     if cluster is not None and len(devices) != cluster.num_devices:
         raise CeleritasInputError(
             f"placement uses {len(devices)} devices but the cluster has {cluster.num_devices}"
@@ -743,7 +745,50 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         graph_name=graph.name,
         placement_seconds=float(seconds or 0.0),
         coarse_nodes=coarse_nodes,
+        device_order=_device_order_indices(doc, graph, result),
+        order_mode=placement_order_mode(doc),
     )
+
+
+def _check_placement_devices(doc: Mapping[str, Any], devices: list[str]) -> None:
+    """A placement's device names are distinct and non-empty, and its ``device_capacity_bytes``,
+    when recorded, gives each a number of bytes ``>= 0`` (checked whatever cluster replays it)."""
+    for i, name in enumerate(devices):
+        if not name.strip():
+            raise CeleritasInputError(f"field 'devices[{i}]' must be a non-empty device name")
+    if len(set(devices)) != len(devices):
+        twice = next(name for i, name in enumerate(devices) if name in devices[:i])
+        raise CeleritasInputError(f"field 'devices': device {twice!r} is listed twice")
+    caps = doc.get("device_capacity_bytes")
+    if caps is None or caps == []:  # not recorded (an unevaluated placement writes [])
+        return
+    if not isinstance(caps, list) or len(caps) != len(devices):
+        raise CeleritasInputError(f"field 'device_capacity_bytes' must be an array of {len(devices)} "
+                                  f"byte counts (one per device), got {short_repr(caps)}")
+    for i, cap in enumerate(caps):
+        if not is_number(cap) or not math.isfinite(as_float(cap)) or cap < 0 or cap > MAX_BYTES:
+            raise CeleritasInputError(f"field 'device_capacity_bytes[{i}]' must be a number of bytes >= 0, "
+                                      f"got {short_repr(cap)}")
+
+
+def _device_order_indices(doc: Mapping[str, Any], graph: Graph,
+                          assignment: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """The document's ``device_order`` as node indices, checked against ``assignment`` (every
+    node once, on its own device); None when the document records none. Dependencies are
+    checked by the replay (:func:`~celeritas_core.simulation.simulator.simulate`)."""
+    names = placement_device_order(doc)
+    if names is None:
+        return None
+    index = graph.index
+    order = []
+    for ops in names:
+        try:
+            order.append(np.fromiter(map(index.__getitem__, ops), dtype=np.int64, count=len(ops)))
+        except KeyError as exc:
+            raise CeleritasInputError(
+                f"device_order: op {exc.args[0]!r} is not in graph {graph.name!r}") from None
+    order_indices(graph, assignment, len(names), order)
+    return tuple(order)
 
 
 def placement_op_keys_digest(doc: Any, source: str | None = None) -> str | None:
@@ -754,6 +799,102 @@ def placement_op_keys_digest(doc: Any, source: str | None = None) -> str | None:
         raise CeleritasInputError(f"field 'op_keys_digest' must be a string of 1 to {MAX_KEY_CHARS} "
                                   f"characters, got {short_repr(digest)}", source=source)
     return digest
+
+
+def placement_order_mode(doc: Any, source: str | None = None) -> str:
+    """A placement document's ``order_mode`` (docs/formats.md): ``"enforced"`` or ``"free"``.
+
+    Absent, it is ``"enforced"`` when the document records a ``device_order`` and ``"free"``
+    otherwise (files written before the order was recorded).
+
+    Examples
+    --------
+    >>> placement_order_mode({}), placement_order_mode({"device_order": [["a"]]})
+    ('free', 'enforced')
+    >>> placement_order_mode({"order_mode": "sorted"})
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: field 'order_mode' must be one of enforced, free, got 'sorted'
+    """
+    mode = doc.get("order_mode") if isinstance(doc, dict) else None
+    if mode is None:
+        return ENFORCED_ORDER if isinstance(doc, dict) and doc.get("device_order") is not None else FREE_ORDER
+    if mode not in ORDER_MODES:
+        raise CeleritasInputError(f"field 'order_mode' must be one of {', '.join(ORDER_MODES)}, "
+                                  f"got {short_repr(mode)}", source=source)
+    return str(mode)
+
+
+def placement_device_order(doc: Any, source: str | None = None) -> tuple[tuple[str, ...], ...] | None:
+    """A placement document's ``device_order``: per device index, the names of its ops in the
+    order they run (None when absent). Checks the shape only: one array of strings per device of
+    ``devices``; :func:`check_device_order` checks the names against an assignment.
+
+    Examples
+    --------
+    >>> placement_device_order({"devices": ["g0", "g1"], "device_order": [["a", "b"], ["c"]]})
+    (('a', 'b'), ('c',))
+    >>> placement_device_order({"devices": ["g0", "g1"], "device_order": [["a", "b"]]})
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: field 'device_order' has 1 entries for 2 devices
+    """
+    order = doc.get("device_order") if isinstance(doc, dict) else None
+    if order is None:
+        return None
+    devices = doc.get("devices")
+    if not isinstance(order, list):
+        raise CeleritasInputError("field 'device_order' must be an array of arrays of op names, one per "
+                                  "device", source=source)
+    if isinstance(devices, list) and len(order) != len(devices):
+        raise CeleritasInputError(f"field 'device_order' has {len(order)} entries for {len(devices)} devices",
+                                  source=source)
+    for d, ops in enumerate(order):
+        if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
+            raise CeleritasInputError(f"field 'device_order[{d}]' must be an array of op names, got "
+                                      f"{short_repr(ops)}", source=source)
+    return tuple(tuple(ops) for ops in order)
+
+
+def check_device_order(order: Sequence[Sequence[str]], assignment: Mapping[str, int],
+                       source: str | None = None) -> None:
+    """Check that ``order`` lists every op of ``assignment`` exactly once, on its own device.
+
+    ``order[d]`` names device ``d``'s ops in the order they run; ``assignment`` maps every op name
+    to its device index. Dependencies are checked by whoever holds them
+    (:func:`~celeritas_core.simulation.simulator.order_indices` for a graph).
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the first op that is unknown, listed twice, listed on another device than
+        its assignment's, or missing.
+
+    Examples
+    --------
+    >>> check_device_order([["a", "b"], ["c"]], {"a": 0, "b": 0, "c": 1})
+    >>> check_device_order([["a"], ["c", "b"]], {"a": 0, "b": 0, "c": 1})
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: device_order: op 'b' is listed on device 1, assigned to 0
+    """
+    seen: set[str] = set()
+    for d, ops in enumerate(order):
+        for op in ops:
+            device = assignment.get(op)
+            if device is None:
+                raise CeleritasInputError(f"device_order: op {op!r} is not an op of the placement",
+                                          source=source)
+            if op in seen:
+                raise CeleritasInputError(f"device_order: op {op!r} is listed twice", source=source)
+            if device != d:
+                raise CeleritasInputError(f"device_order: op {op!r} is listed on device {d}, assigned to "
+                                          f"{device}", source=source)
+            seen.add(op)
+    if len(seen) != len(assignment):
+        missing = next(op for op in assignment if op not in seen)
+        raise CeleritasInputError(f"device_order: op {missing!r} is not listed "
+                                  f"({len(assignment) - len(seen)} ops missing)", source=source)
 
 
 def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -> np.ndarray:
@@ -811,6 +952,10 @@ def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None
         doc["coarse_nodes"] = p.coarse_nodes
     if op_keys_digest:
         doc["op_keys_digest"] = str(op_keys_digest)
+    doc["order_mode"] = p.order_mode
+    if p.device_order is not None:
+        names = p.node_names
+        doc["device_order"] = [[names[i] for i in order.tolist()] for order in p.device_order]
     extra = dict(p.extra)
     if p.evaluation is not None:
         extra.update(p.evaluation.extra_json())

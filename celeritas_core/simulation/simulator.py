@@ -139,7 +139,8 @@ def _other_order(graph: Graph, dispatch: str) -> np.ndarray:
 
 
 def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
-             channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH) -> SimulationResult:
+             channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH,
+             device_order: Sequence[np.ndarray] | None = None) -> SimulationResult:
     """Replay ``assignment`` (device index per node) on ``cluster`` and return its timings (µs).
 
     ``channels=False`` drops channel contention: every transfer starts when its producer finishes
@@ -160,6 +161,13 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
         each; False: transfers never wait for each other.
     dispatch : str, optional
         ``"rank"`` (default), ``"fifo"`` or ``"random:N"`` (:func:`check_dispatch`).
+    device_order : sequence of int arrays, optional
+        The enforced order (docs/simulator.md, "Enforced order"): ``device_order[d]`` lists the
+        node indices of device ``d`` in the order they must run (:func:`order_indices` checks
+        one); an op then starts only after the op before it on its device has finished,
+        whatever else is ready. None (default): the free order, ties broken by ``dispatch``.
+        Replaying a placement with the order its own replay recorded (:func:`recorded_order`)
+        gives that replay again, bit for bit.
 
     Returns
     -------
@@ -171,8 +179,9 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     Raises
     ------
     CeleritasInputError
-        When ``assignment`` does not give one device of the cluster to every node, or
-        ``dispatch`` names no order.
+        When ``assignment`` does not give one device of the cluster to every node, ``dispatch``
+        names no order, or ``device_order`` lists a node twice, on another device than
+        ``assignment``'s, misses one, or contradicts the graph's dependencies (a deadlock).
 
     See Also
     --------
@@ -200,6 +209,18 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     >>> simulate(graph, cluster, [0, 0, 0, 0]).step_time_us   # one device: the sum of op times
     120.0
 
+    The order the replay ran each device's ops, enforced, gives the same replay; another order
+    that respects the dependencies gives its own:
+
+    >>> order = recorded_order(result, [0, 0, 1, 1], 2)
+    >>> [o.tolist() for o in order]
+    [[0, 1], [2, 3]]
+    >>> simulate(graph, cluster, [0, 0, 1, 1], device_order=order).step_time_us
+    95.1
+    >>> other = [np.array([0, 2, 1, 3]), np.array([])]
+    >>> simulate(graph, cluster, [0, 0, 0, 0], device_order=other).step_time_us
+    120.0
+
     Two outputs of ``a`` sent to two devices share ``a``'s send channel unless ``channels`` is off:
 
     >>> fan = Graph.from_arrays(name="fan", node_names=["a", "b", "c"], time_us=[10.0, 10.0, 10.0],
@@ -217,8 +238,11 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     speed = np.asarray(cluster.speed, dtype=np.float64)
     dur = graph.time_us / speed[assign]
     groups = _transfer_groups(graph, cluster, assign)
+    chain_next = np.full(n, -1, dtype=np.int64)
+    if device_order is not None:
+        chain_next = order_indices(graph, assign, num_dev, device_order)
     start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels, dispatch,
-                                                cluster.num_ports)
+                                                cluster.num_ports, chain_next)
     transfers = Transfers(
         src_node=groups.src,
         src_output=groups.output,
@@ -278,7 +302,8 @@ class DispatchSpread:
 
 def dispatch_spread(graph: Graph, cluster: Cluster, assignment: np.ndarray,
                     dispatches: Sequence[str] = ALTERNATIVE_DISPATCH, *,
-                    documented_us: float | None = None, channels: bool = True) -> DispatchSpread:
+                    documented_us: float | None = None, channels: bool = True,
+                    device_order: Sequence[np.ndarray] | None = None) -> DispatchSpread:
     """Replay ``assignment`` under each order in ``dispatches`` and under the documented one.
 
     The runtime that executes a placement breaks ties between ready ops its own way, so a step
@@ -294,8 +319,9 @@ def dispatch_spread(graph: Graph, cluster: Cluster, assignment: np.ndarray,
         The orders to replay (:func:`check_dispatch` names); at least one.
     documented_us
         The step (µs) under the documented order when the caller already has it: saves a replay.
-    channels
-        As for :func:`simulate`.
+    channels, device_order
+        As for :func:`simulate`: with an enforced ``device_order`` the orders only break ties
+        between events at one instant (which transfer takes a channel first).
 
     Returns
     -------
@@ -315,10 +341,149 @@ def dispatch_spread(graph: Graph, cluster: Cluster, assignment: np.ndarray,
     for name in dispatches:
         check_dispatch(name)
     if documented_us is None:
-        documented_us = simulate(graph, cluster, assignment, channels=channels).step_time_us
-    steps = tuple((name, simulate(graph, cluster, assignment, channels=channels, dispatch=name).step_time_us)
+        documented_us = simulate(graph, cluster, assignment, channels=channels,
+                                 device_order=device_order).step_time_us
+    steps = tuple((name, simulate(graph, cluster, assignment, channels=channels, dispatch=name,
+                                  device_order=device_order).step_time_us)
                   for name in dispatches)
     return DispatchSpread(float(documented_us), steps)
+
+
+# ---------------------------------------------------------------------------- enforced order
+def recorded_order(result: SimulationResult, assignment: np.ndarray,
+                   num_devices: int) -> tuple[np.ndarray, ...]:
+    """Each device's nodes in the order ``result``'s replay started them (ties: the smaller index).
+
+    This is what ``place`` records in a placement (``device_order``, docs/formats.md) and what
+    an enforced replay (:func:`simulate` with ``device_order``) and the runtime follow.
+
+    Parameters
+    ----------
+    result : SimulationResult
+        A replay of ``assignment``.
+    assignment : array_like of int
+        Node ``i``'s device index.
+    num_devices : int
+        The cluster's device count (devices without ops get an empty array).
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``order[d]``: the int64 node indices of device ``d``, first started first.
+
+    Examples
+    --------
+    >>> from celeritas_core.generators.synthetic import small_training_graph
+    >>> from celeritas_core import Cluster
+    >>> g = small_training_graph(0)
+    >>> assign = np.arange(g.num_nodes) % 2
+    >>> order = recorded_order(simulate(g, Cluster.homogeneous(2, 2**40), assign), assign, 2)
+    >>> sum(len(o) for o in order) == g.num_nodes, bool((assign[order[1]] == 1).all())
+    (True, True)
+    """
+    assign = np.asarray(assignment, dtype=np.int64)
+    by_start = np.lexsort((np.arange(len(assign)), result.start_us, assign))
+    bounds = np.searchsorted(assign[by_start], np.arange(num_devices + 1))
+    return tuple(by_start[bounds[d]:bounds[d + 1]].astype(np.int64) for d in range(num_devices))
+
+
+def order_indices(graph: Graph, assignment: np.ndarray, num_devices: int,
+                  device_order: Sequence[np.ndarray]) -> np.ndarray:
+    """Check an enforced order against ``assignment`` and return each node's successor on its
+    device (-1: the last), the form the event loop takes.
+
+    ``device_order[d]`` must list exactly the nodes that ``assignment`` puts on device ``d``, each
+    once. Whether it respects the dependencies shows in the replay (a deadlock), which then
+    names the ops that wait for each other.
+
+    Raises
+    ------
+    CeleritasInputError
+        One line naming the first node listed twice, on the wrong device or not at all.
+
+    Examples
+    --------
+    >>> from celeritas_core import Graph
+    >>> g = Graph.from_arrays(name="pair", node_names=["a", "b"], time_us=[1.0, 1.0], memory_bytes=[0, 0],
+    ...                       edge_src=[0], edge_dst=[1], edge_bytes=[8])
+    >>> order_indices(g, np.array([0, 0]), 1, [np.array([0, 1])]).tolist()
+    [1, -1]
+    >>> order_indices(g, np.array([0, 1]), 2, [np.array([0, 1]), np.array([], dtype=int)])
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: device_order: op 'b' is listed on device 0, assigned to 1
+    """
+    n = graph.num_nodes
+    if len(device_order) != num_devices:
+        raise CeleritasInputError(f"device_order has {len(device_order)} entries for {num_devices} devices")
+    chain_next = np.full(n, -1, dtype=np.int64)
+    seen = np.zeros(n, dtype=np.int64)
+    for d, ops in enumerate(device_order):
+        ops = np.asarray(ops, dtype=np.int64).reshape(-1)
+        if len(ops) and (ops.min() < 0 or ops.max() >= n):
+            bad = int(ops[(ops < 0) | (ops >= n)][0])
+            raise CeleritasInputError(f"device_order[{d}] names node index {bad}, but graph {graph.name!r} "
+                                      f"has {n} nodes")
+        np.add.at(seen, ops, 1)
+        wrong = np.flatnonzero(assignment[ops] != d)
+        if len(wrong):
+            u = int(ops[wrong[0]])
+            raise CeleritasInputError(f"device_order: op {graph.node_names[u]!r} is listed on device {d}, "
+                                      f"assigned to {int(assignment[u])}")
+        chain_next[ops[:-1]] = ops[1:]
+    twice = np.flatnonzero(seen > 1)
+    if len(twice):
+        raise CeleritasInputError(f"device_order: op {graph.node_names[int(twice[0])]!r} is listed twice")
+    missing = np.flatnonzero(seen == 0)
+    if len(missing):
+        raise CeleritasInputError(f"device_order: op {graph.node_names[int(missing[0])]!r} is not listed "
+                                  f"({len(missing)} ops missing)")
+    _check_order_dependencies(graph, assignment, chain_next)
+    return chain_next
+
+
+def _check_order_dependencies(graph: Graph, assignment: np.ndarray, chain_next: np.ndarray) -> None:
+    """Raise when the graph's edges and the order's chains together hold a cycle (the enforced
+    replay would deadlock): Kahn's algorithm on both, O(nodes + edges)."""
+    n = graph.num_nodes
+    has_next = chain_next >= 0
+    out_degree = np.diff(graph.succ_ptr)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(out_degree + has_next, out=ptr[1:])
+    successors = np.empty(ptr[-1], dtype=np.int64)
+    owner = np.repeat(np.arange(n), out_degree)
+    successors[ptr[owner] + np.arange(len(owner)) - graph.succ_ptr[owner]] = graph.succ_idx
+    successors[ptr[1:][has_next] - 1] = chain_next[has_next]
+    in_degree = graph.in_degree + np.bincount(chain_next[has_next], minlength=n)
+    reached = fifo_order(ptr, successors, in_degree)
+    if len(reached) < n:
+        ran = np.zeros(n, dtype=bool)
+        ran[reached] = True
+        raise CeleritasInputError(_deadlock_message(graph, assignment, chain_next, ran))
+
+
+def _deadlock_message(graph: Graph, assign: np.ndarray, chain_next: np.ndarray, ran: np.ndarray) -> str:
+    """The one line for an enforced order that contradicts the dependencies (``ran``: the ops
+    that can run before the deadlock): the first device whose next op waits for an input that
+    its own device, or another stuck device, runs later."""
+    prev = np.full(graph.num_nodes, -1, dtype=np.int64)
+    has_next = chain_next >= 0
+    prev[chain_next[has_next]] = np.flatnonzero(has_next)
+    # a stuck device's head: not run, and its predecessor on the device (if any) ran
+    heads = [int(v) for v in np.flatnonzero(~ran) if prev[v] < 0 or ran[prev[v]]]
+    names = graph.node_names
+    for head in heads:
+        inputs = graph.edge_src[graph.edge_dst == head]
+        waiting = [int(w) for w in inputs if not ran[w]]
+        if not waiting:
+            continue
+        w, d = waiting[0], int(assign[head])
+        if assign[w] == d:
+            return (f"device_order contradicts the graph's dependencies: device {d} runs {names[head]!r} "
+                    f"before its input {names[w]!r}")
+        return (f"device_order contradicts the graph's dependencies: {names[head]!r} (next on device {d}) "
+                f"waits for its input {names[w]!r}, which the order of device {int(assign[w])} holds back")
+    return "device_order contradicts the graph's dependencies (the enforced replay deadlocks)"
 
 
 # ---------------------------------------------------------------------------- input checks
@@ -411,27 +576,43 @@ def _transfer_groups(graph: Graph, cluster: Cluster, assign: np.ndarray) -> _Gro
 def _run_events(
     graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
     channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH, num_ports: int = 0,
+    chain_next: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`) and ``num_ports``
-    shared port sides; return op start, op finish, transfer start, transfer end (µs)."""
+    """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`), ``num_ports``
+    shared port sides and the enforced order ``chain_next`` (each node's successor on its device,
+    -1: none; None: the free order); return op start, op finish, transfer start, transfer end (µs).
+    Raises CeleritasInputError when the enforced order deadlocks against the dependencies."""
     order, rank = dispatch_order(graph, dispatch)
-    return _replay(order, rank, assign, dur, graph.in_degree,
-                   graph.succ_ptr, graph.succ_idx, groups.edge_group[graph.succ_edge], groups.ptr,
-                   groups.dst_dev, groups.comm_us, groups.egress, groups.ingress, num_dev, num_ports,
-                   channels)
+    n = graph.num_nodes
+    if chain_next is None:
+        chain_next = np.full(n, -1, dtype=np.int64)
+    pending = graph.in_degree.astype(np.int64, copy=True)
+    pending += np.bincount(chain_next[chain_next >= 0], minlength=n)
+    start, finish, t_start, t_end, started = _replay(
+        order, rank, assign, dur, pending, graph.succ_ptr, graph.succ_idx,
+        groups.edge_group[graph.succ_edge], groups.ptr, groups.dst_dev, groups.comm_us, groups.egress,
+        groups.ingress, chain_next, num_dev, num_ports, channels)
+    if started < n:
+        # the event loop leaves -1 on the ops it never started
+        raise CeleritasInputError(_deadlock_message(graph, assign, chain_next, start >= 0))
+    return start, finish, t_start, t_end
 
 
 @jit
-def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarray, in_degree: np.ndarray,
+def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarray, pending: np.ndarray,
             succ_ptr: np.ndarray, succ_idx: np.ndarray, slot_group: np.ndarray, g_ptr: np.ndarray,
             g_dst: np.ndarray, g_comm: np.ndarray, g_egress: np.ndarray, g_ingress: np.ndarray,
-            num_dev: int, num_ports: int,
-            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The event loop: returns op start, op finish, transfer start, transfer end (µs).
+            chain_next: np.ndarray, num_dev: int, num_ports: int,
+            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The event loop: returns op start, op finish, transfer start, transfer end (µs) and how many
+    ops started (fewer than all: the enforced order deadlocked).
 
     Node ``u`` runs on device ``dev[u]`` for ``dur[u]`` µs; its successors are
     ``succ_idx[succ_ptr[u]:succ_ptr[u + 1]]``, each reached through transfer ``slot_group[k]``
-    (-1: same device); its transfers are ``g_ptr[u]:g_ptr[u + 1]``, to device ``g_dst`` lasting
+    (-1: same device), and, in an enforced order, ``chain_next[u]`` (-1: none), the op after it on
+    its device, which waits for ``u`` to finish; ``pending[v]`` counts what ``v`` waits for (its
+    inputs and its predecessor on its device; consumed). Its transfers are
+    ``g_ptr[u]:g_ptr[u + 1]``, to device ``g_dst`` lasting
     ``g_comm`` µs and holding the shared port sides ``g_egress``, ``g_ingress`` (ids below
     ``num_ports``, -1: none). Queues and events hold topological ranks (``order[r]`` is the node of rank
     ``r``). Time by time: phase 1 pops every event at the current time (finishes first, then by
@@ -439,24 +620,25 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
     every device touched in phase 1 that is idle, its queued op with the smallest (ready time, rank).
     """
     n = len(order)
-    start, finish = np.zeros(n), np.zeros(n)
+    start, finish = np.full(n, -1.0), np.zeros(n)  # -1: never started (an enforced order deadlocked)
     g_start, g_end = np.zeros(len(g_comm)), np.zeros(len(g_comm))
-    ready_at, pending = np.zeros(n), in_degree.copy()
+    ready_at = np.zeros(n)
     send_free, recv_free, port_free = np.zeros(num_dev), np.zeros(num_dev), np.zeros(num_ports)
     busy = np.zeros(num_dev, dtype=np.bool_)
     touched, stamp = np.zeros(num_dev, dtype=np.int64), np.full(num_dev, -1, dtype=np.int64)
     heap_t, heap_k, base, size = _new_heaps(dev, num_dev)
     events = num_dev  # heaps 0..num_dev-1 are the device queues
-    num_touched, step, now = 0, 0, 0.0
+    num_touched, step, now, started = 0, 0, 0.0, 0
     for r in range(n):  # phase 1 at time 0: the sources are ready (queued in order: no sifting)
         d = dev[order[r]]
-        if in_degree[order[r]] == 0:
+        if pending[order[r]] == 0:
             _heap_push(heap_t, heap_k, base, size, d, 0.0, r)
             num_touched = _touch(touched, num_touched, stamp, step, d)
     while True:
-        _dispatch(now, touched, num_touched, busy, order, dur, start, finish, heap_t, heap_k, base, size)
+        started += _dispatch(now, touched, num_touched, busy, order, dur, start, finish, heap_t, heap_k, base,
+                             size)
         if size[events] == 0:
-            return start, finish, g_start, g_end
+            return start, finish, g_start, g_end, started
         now, num_touched, step = heap_t[base[events]], 0, step + 1
         while size[events] > 0 and heap_t[base[events]] == now:  # phase 1
             key = _heap_pop(heap_t, heap_k, base, size, events)
@@ -471,27 +653,42 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
             _reserve_transfers(d, now, g_ptr[u], g_ptr[u + 1], g_dst, g_comm, g_egress, g_ingress, g_start,
                                g_end, send_free, recv_free, port_free, channels)
             for k in range(succ_ptr[u], succ_ptr[u + 1]):
-                v = succ_idx[k]
                 avail = now if slot_group[k] < 0 else g_end[slot_group[k]]
-                if avail > ready_at[v]:
-                    ready_at[v] = avail
-                pending[v] -= 1
-                if pending[v] > 0:
-                    continue
-                if ready_at[v] == now:  # ready at once: straight to its device's queue
-                    _heap_push(heap_t, heap_k, base, size, dev[v], now, rank[v])
-                    num_touched = _touch(touched, num_touched, stamp, step, dev[v])
-                else:
-                    _heap_push(heap_t, heap_k, base, size, events, ready_at[v], _READY * n + rank[v])
+                num_touched = _release(succ_idx[k], avail, now, n, rank, dev, ready_at, pending, touched,
+                                       num_touched, stamp, step, heap_t, heap_k, base, size)
+            if chain_next[u] >= 0:  # the next op of u's device in an enforced order
+                num_touched = _release(chain_next[u], now, now, n, rank, dev, ready_at, pending, touched,
+                                       num_touched, stamp, step, heap_t, heap_k, base, size)
+
+
+@jit
+def _release(v: int, avail: float, now: float, n: int, rank: np.ndarray, dev: np.ndarray,
+             ready_at: np.ndarray, pending: np.ndarray, touched: np.ndarray, num_touched: int,
+             stamp: np.ndarray, step: int, heap_t: np.ndarray, heap_k: np.ndarray, base: np.ndarray,
+             size: np.ndarray) -> int:
+    """One thing node ``v`` waits for is available at ``avail`` µs (now ``now``): when it was the
+    last, queue ``v`` on its device (ready at once) or schedule its ready event; new touched count."""
+    if avail > ready_at[v]:
+        ready_at[v] = avail
+    pending[v] -= 1
+    if pending[v] > 0:
+        return num_touched
+    if ready_at[v] == now:  # ready at once: straight to its device's queue
+        _heap_push(heap_t, heap_k, base, size, dev[v], now, rank[v])
+        return _touch(touched, num_touched, stamp, step, dev[v])
+    _heap_push(heap_t, heap_k, base, size, len(size) - 1, ready_at[v], _READY * n + rank[v])
+    return num_touched
 
 
 @jit
 def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarray, order: np.ndarray,
               dur: np.ndarray, start: np.ndarray, finish: np.ndarray, heap_t: np.ndarray, heap_k: np.ndarray,
-              base: np.ndarray, size: np.ndarray) -> None:
+              base: np.ndarray, size: np.ndarray) -> int:
     """Phase 2 at ``now`` µs: each device of ``touched[:num_touched]`` that is idle starts the op of
-    smallest (ready time, rank) in its queue, for ``dur`` µs; its finish becomes an event (last heap)."""
+    smallest (ready time, rank) in its queue, for ``dur`` µs; its finish becomes an event (last heap).
+    Returns how many ops started."""
     events, n = len(size) - 1, len(order)
+    started = 0
     for d in touched[:num_touched]:
         if not busy[d] and size[d] > 0:
             r = _heap_pop(heap_t, heap_k, base, size, d)
@@ -499,7 +696,9 @@ def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarra
             busy[d] = True
             start[u] = now
             finish[u] = now + dur[u]
+            started += 1
             _heap_push(heap_t, heap_k, base, size, events, finish[u], _FINISH * n + r)
+    return started
 
 
 @jit

@@ -601,6 +601,7 @@ def _evaluated_placement(graph: Graph, cluster: Cluster) -> Placement:
         placement_seconds=0.125,
         coarse_nodes=3,
         evaluation=evaluation,
+        device_order=(np.array([0]), np.array([1, 2, 3])),
     )
 
 
