@@ -64,6 +64,8 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from enforced_check import EnforcedReplayCheck  # noqa: E402
+
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
 from celeritas_core.generators.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
 from celeritas_core.graphs.colocation import colocation_respected  # noqa: E402
@@ -101,6 +103,8 @@ CHEAP_TARGET = 1.01  # Celeritas / best of LIST_SCHEDULES that fits, every cheap
 DISPATCH_TARGET = 0.03  # |median step under the alternative dispatch orders / predicted - 1|
 
 Row = dict[str, Any]
+#: Every placement of this run replayed with its recorded order enforced (docs/simulator.md).
+ENFORCED = EnforcedReplayCheck()
 
 
 # ---------------------------------------------------------------------------- running
@@ -110,6 +114,7 @@ def _run_placer(inst: Instance, name: str, params: Mapping[str, Any] | None = No
         p = place(inst.graph, inst.cluster, name, params)
     except Exception as exc:  # a placer's failure is a result to report, not a reason to stop
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    ENFORCED.check(inst.graph, inst.cluster, p, f"{inst.name} {name}")
     # "fits" is the replay's liveness-aware peak against every device's capacity (``p.oom``; the
     # sum of op memory for graphs without liveness fields), as Celeritas itself ranks candidates
     row: Row = {"step_time_us": float(p.predicted_step_time_us), "oom": bool(p.oom),
@@ -469,6 +474,7 @@ def targets(rows: dict[str, list[Row]], notes: Sequence[str]) -> list[str]:
         lines.append(_cheap_target(every))
     lines.append(_groups_target(every))
     lines.append(_dispatch_target(every))
+    lines.append(ENFORCED.line())
     return lines
 
 

@@ -57,7 +57,7 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from bench_quality import PLACER_NAMES, VARIANTS, placer_of  # noqa: E402
+from bench_quality import ENFORCED, PLACER_NAMES, VARIANTS, placer_of  # noqa: E402
 from real_models import MODELS, TEST_MODELS  # noqa: E402
 
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
@@ -176,6 +176,7 @@ def run_placer(graph: Graph, cluster: Cluster, label: str) -> tuple[Row, Placeme
         p = place(graph, cluster, name, params)
     except Exception as exc:  # a placer's failure is a result to report, not a reason to stop
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}, None
+    ENFORCED.check(graph, cluster, p, f"{graph.name} {label}")
     peak = p.evaluation.device_peak_memory_bytes if p.evaluation is not None else []
     row: Row = {"step_time_us": float(p.predicted_step_time_us), "oom": bool(p.oom), "fits": not p.oom,
                 "placement_seconds": float(p.placement_seconds),
@@ -306,7 +307,7 @@ def targets(rows: Sequence[Row]) -> list[str]:
     """PASS/MISS (SKIP when nothing to judge) lines for targets (a)–(c), and the largest Celeritas
     placement time."""
     return [_fit_target(rows), _speed_target(rows), _dispatch_target(rows), _bound_line(rows),
-            _seconds_line(rows)]
+            _seconds_line(rows), ENFORCED.line()]
 
 
 def _fit_target(rows: Sequence[Row]) -> str:

@@ -51,14 +51,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from bench_quality import PLACER_NAMES, placer_of  # noqa: E402
+from bench_quality import ENFORCED, PLACER_NAMES, placer_of  # noqa: E402
 
 from celeritas_core.generators.families import benchmark_instances  # noqa: E402
 from celeritas_core.generators.synthetic import paper_shaped_graph  # noqa: E402
@@ -174,10 +174,15 @@ def run_instance(graph: Graph, setup: Setup) -> Row:
                 "cross_node_forced": cross_node_forced(graph, cluster), "placers": {}}
     for label in [p for p in PLACER_NAMES if placer_of(p)[0] in PLACERS]:
         name, params = placer_of(label)
-        row["placers"][label] = _figures(cluster, place(graph, cluster, name, params))
+        placement = place(graph, cluster, name, params)
+        ENFORCED.check(graph, cluster, placement, f"{graph.name} {setup.name} {label}")
+        row["placers"][label] = _figures(cluster, placement)
     if cluster.topology is not None:  # planned on the flat model, replayed on the true cluster
-        blind = place(graph, cluster.flat(), "celeritas")
-        row["blind"] = _figures(cluster, evaluate_placement(graph, cluster, blind))
+        # the assignment alone, replayed free on the true cluster (its flat order is not carried over)
+        blind = evaluate_placement(graph, cluster, replace(place(graph, cluster.flat(), "celeritas"),
+                                                           device_order=None, order_mode="free"))
+        ENFORCED.check(graph, cluster, blind, f"{graph.name} {setup.name} blind")
+        row["blind"] = _figures(cluster, blind)
     return _ratios(row)
 
 
@@ -271,6 +276,7 @@ def targets(summary: Row) -> list[str]:
         f"{_verdict(worst is not None and worst <= WORST_TARGET)} Celeritas / best other placer worst "
         f"{_fmt(worst)} (target <= {WORST_TARGET}) on {summary['topology_instances_compared']} topology "
         f"instances ({summary['vs_best_worst_instance']})",
+        ENFORCED.line(),
     ]
 
 
