@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_R
+from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_ORDER_MODE, DEFAULT_R, ORDER_MODES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.limits import MAX_BYTES
 from celeritas_core.readwrite.units import parse_size
@@ -159,6 +159,13 @@ class PipelineParams:
         "Celeritas and the baselines to run; each becomes a child run in MLflow.",
         section="Placement", items={"type": "string", "enum": PLACERS}, minItems=1, uniqueItems=True,
         examples=PLACERS)
+    order_mode: str = _param(
+        DEFAULT_ORDER_MODE, "Execution order",
+        "enforced: each device runs its ops in the order the simulator ran them (recorded in the "
+        "placement; TensorFlow follows it through control dependencies), so the step that runs is "
+        "the one predicted. free: TensorFlow picks among ready ops its own way. Validation times "
+        "both; this one competes for promotion and is what the champion asks of its consumers.",
+        section="Placement", enum=list(ORDER_MODES))
     validation_steps: int = _param(
         50, "Timed steps", "Training steps timed per placement after warm-up (paper: 50).",
         section="Validation", minimum=1, maximum=10000)

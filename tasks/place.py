@@ -30,7 +30,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     graph = load_graph_uri(measured.measured_graph_uri)
     cluster = run_cluster(calibration)
     shared = {"R": params.R, "memory_fraction": float(params.memory_fraction)}
-    comparison = compare_placers(graph, cluster, list(params.placers), shared)
+    comparison = compare_placers(graph, cluster, list(params.placers), shared, order_mode=params.order_mode)
     if all(p.oom for p in comparison.placements):
         worst = comparison.best
         raise CeleritasInputError(

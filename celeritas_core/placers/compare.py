@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import DEFAULT_ORDER_MODE
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
@@ -188,6 +189,7 @@ def compare_placers(
     *,
     progress: ProgressFn | None = None,
     headroom: float = 0.0,
+    order_mode: str = DEFAULT_ORDER_MODE,
 ) -> Comparison:
     """Run each placer in ``placers`` and evaluate it with the simulator; every placer keeps
     ``headroom`` (a fraction) of each device's memory free.
@@ -217,6 +219,10 @@ def compare_placers(
         ``index == total`` and an empty name.
     headroom : float, optional
         Fraction in [0, 1) of each device's memory every placer leaves free (:func:`place`).
+    order_mode : str, optional
+        The execution order every placement records (:func:`place`): ``"enforced"`` (default)
+        or ``"free"``. The other dispatch orders are replayed free either way: they show what a
+        runtime left to its own order would run.
 
     Returns
     -------
@@ -262,7 +268,8 @@ def compare_placers(
     for i, name in enumerate(placers):
         if progress is not None:
             progress(i, len(placers), name)
-        placement = place(graph, cluster, name, params_for(name, shared), headroom=headroom)
+        placement = place(graph, cluster, name, params_for(name, shared), headroom=headroom,
+                          order_mode=order_mode)
         placements.append(placement)
         spreads.append(dispatch_spread(graph, cluster, placement.assignment, ALTERNATIVE_DISPATCH,
                                        documented_us=placement.predicted_step_time_us))
