@@ -65,6 +65,9 @@ class SimulationResult:
     device_busy_us: np.ndarray
     device_memory_bytes: np.ndarray
     transfers: Transfers
+    #: The order ops started in (0 first): ops started at one instant on one device (zero-duration
+    #: ops) ran in this order, which their start times cannot tell.
+    start_sequence: np.ndarray | None = None
 
     @property
     def num_transfers(self) -> int:
@@ -241,8 +244,8 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
     chain_next = np.full(n, -1, dtype=np.int64)
     if device_order is not None:
         chain_next = order_indices(graph, assign, num_dev, device_order)
-    start, finish, t_start, t_end = _run_events(graph, assign, dur, groups, num_dev, channels, dispatch,
-                                                cluster.num_ports, chain_next)
+    start, finish, t_start, t_end, sequence = _run_events(graph, assign, dur, groups, num_dev, channels,
+                                                          dispatch, cluster.num_ports, chain_next)
     transfers = Transfers(
         src_node=groups.src,
         src_output=groups.output,
@@ -261,6 +264,7 @@ def simulate(graph: Graph, cluster: Cluster, assignment: np.ndarray, *,
             np.float64
         ),
         transfers=transfers,
+        start_sequence=sequence,
     )
 
 
@@ -352,7 +356,8 @@ def dispatch_spread(graph: Graph, cluster: Cluster, assignment: np.ndarray,
 # ---------------------------------------------------------------------------- enforced order
 def recorded_order(result: SimulationResult, assignment: np.ndarray,
                    num_devices: int) -> tuple[np.ndarray, ...]:
-    """Each device's nodes in the order ``result``'s replay started them (ties: the smaller index).
+    """Each device's nodes in the order ``result``'s replay started them (its ``start_sequence``;
+    a result without one: by start time, ties by node index).
 
     This is what ``place`` records in a placement (``device_order``, docs/formats.md) and what
     an enforced replay (:func:`simulate` with ``device_order``) and the runtime follow.
@@ -382,7 +387,10 @@ def recorded_order(result: SimulationResult, assignment: np.ndarray,
     (True, True)
     """
     assign = np.asarray(assignment, dtype=np.int64)
-    by_start = np.lexsort((np.arange(len(assign)), result.start_us, assign))
+    if result.start_sequence is not None:
+        by_start = np.lexsort((result.start_sequence, assign))
+    else:
+        by_start = np.lexsort((np.arange(len(assign)), result.start_us, assign))
     bounds = np.searchsorted(assign[by_start], np.arange(num_devices + 1))
     return tuple(by_start[bounds[d]:bounds[d + 1]].astype(np.int64) for d in range(num_devices))
 
@@ -580,7 +588,8 @@ def _run_events(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`), ``num_ports``
     shared port sides and the enforced order ``chain_next`` (each node's successor on its device,
-    -1: none; None: the free order); return op start, op finish, transfer start, transfer end (µs).
+    -1: none; None: the free order); return op start, op finish, transfer start, transfer end (µs)
+    and the order the ops started in.
     Raises CeleritasInputError when the enforced order deadlocks against the dependencies."""
     order, rank = dispatch_order(graph, dispatch)
     n = graph.num_nodes
@@ -588,14 +597,14 @@ def _run_events(
         chain_next = np.full(n, -1, dtype=np.int64)
     pending = graph.in_degree.astype(np.int64, copy=True)
     pending += np.bincount(chain_next[chain_next >= 0], minlength=n)
-    start, finish, t_start, t_end, started = _replay(
+    start, finish, t_start, t_end, sequence, started = _replay(
         order, rank, assign, dur, pending, graph.succ_ptr, graph.succ_idx,
         groups.edge_group[graph.succ_edge], groups.ptr, groups.dst_dev, groups.comm_us, groups.egress,
         groups.ingress, chain_next, num_dev, num_ports, channels)
     if started < n:
         # the event loop leaves -1 on the ops it never started
         raise CeleritasInputError(_deadlock_message(graph, assign, chain_next, start >= 0))
-    return start, finish, t_start, t_end
+    return start, finish, t_start, t_end, sequence
 
 
 @jit
@@ -603,9 +612,10 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
             succ_ptr: np.ndarray, succ_idx: np.ndarray, slot_group: np.ndarray, g_ptr: np.ndarray,
             g_dst: np.ndarray, g_comm: np.ndarray, g_egress: np.ndarray, g_ingress: np.ndarray,
             chain_next: np.ndarray, num_dev: int, num_ports: int,
-            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """The event loop: returns op start, op finish, transfer start, transfer end (µs) and how many
-    ops started (fewer than all: the enforced order deadlocked).
+            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The event loop: returns op start, op finish, transfer start, transfer end (µs), each op's
+    place in the order ops started, and how many started (fewer than all: the enforced order
+    deadlocked).
 
     Node ``u`` runs on device ``dev[u]`` for ``dur[u]`` µs; its successors are
     ``succ_idx[succ_ptr[u]:succ_ptr[u + 1]]``, each reached through transfer ``slot_group[k]``
@@ -621,6 +631,7 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
     """
     n = len(order)
     start, finish = np.full(n, -1.0), np.zeros(n)  # -1: never started (an enforced order deadlocked)
+    sequence = np.full(n, -1, dtype=np.int64)
     g_start, g_end = np.zeros(len(g_comm)), np.zeros(len(g_comm))
     ready_at = np.zeros(n)
     send_free, recv_free, port_free = np.zeros(num_dev), np.zeros(num_dev), np.zeros(num_ports)
@@ -635,10 +646,10 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
             _heap_push(heap_t, heap_k, base, size, d, 0.0, r)
             num_touched = _touch(touched, num_touched, stamp, step, d)
     while True:
-        started += _dispatch(now, touched, num_touched, busy, order, dur, start, finish, heap_t, heap_k, base,
-                             size)
+        started = _dispatch(now, touched, num_touched, busy, order, dur, start, finish, sequence, started,
+                            heap_t, heap_k, base, size)
         if size[events] == 0:
-            return start, finish, g_start, g_end, started
+            return start, finish, g_start, g_end, sequence, started
         now, num_touched, step = heap_t[base[events]], 0, step + 1
         while size[events] > 0 and heap_t[base[events]] == now:  # phase 1
             key = _heap_pop(heap_t, heap_k, base, size, events)
@@ -682,13 +693,12 @@ def _release(v: int, avail: float, now: float, n: int, rank: np.ndarray, dev: np
 
 @jit
 def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarray, order: np.ndarray,
-              dur: np.ndarray, start: np.ndarray, finish: np.ndarray, heap_t: np.ndarray, heap_k: np.ndarray,
-              base: np.ndarray, size: np.ndarray) -> int:
+              dur: np.ndarray, start: np.ndarray, finish: np.ndarray, sequence: np.ndarray, started: int,
+              heap_t: np.ndarray, heap_k: np.ndarray, base: np.ndarray, size: np.ndarray) -> int:
     """Phase 2 at ``now`` µs: each device of ``touched[:num_touched]`` that is idle starts the op of
-    smallest (ready time, rank) in its queue, for ``dur`` µs; its finish becomes an event (last heap).
-    Returns how many ops started."""
+    smallest (ready time, rank) in its queue, for ``dur`` µs, numbered ``started``, ``started + 1``,
+    … in ``sequence``; its finish becomes an event (last heap). Returns the ops started so far."""
     events, n = len(size) - 1, len(order)
-    started = 0
     for d in touched[:num_touched]:
         if not busy[d] and size[d] > 0:
             r = _heap_pop(heap_t, heap_k, base, size, d)
@@ -696,6 +706,7 @@ def _dispatch(now: float, touched: np.ndarray, num_touched: int, busy: np.ndarra
             busy[d] = True
             start[u] = now
             finish[u] = now + dur[u]
+            sequence[u] = started
             started += 1
             _heap_push(heap_t, heap_k, base, size, events, finish[u], _FINISH * n + r)
     return started

@@ -58,6 +58,20 @@ def test_enforcing_the_recorded_order_replays_the_same_schedule_bit_for_bit(seed
     _assert_same_replay(graph, Cluster.homogeneous(devices, 2**40), assignment, dispatch)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), devices=st.integers(2, 4), zero_share=st.floats(0.3, 0.9))
+def test_ops_that_start_together_are_recorded_in_the_order_they_ran(seed, devices, zero_share):
+    """Zero-duration ops (shapes, constants: most ops of a real step) start at one instant on one
+    device; the recorded order must be the order they ran in, not their index order."""
+    base = layered_dag(tasks=60 + seed % 40, ccr=1.0, seed=seed)
+    rng = np.random.default_rng(seed)
+    times = np.where(rng.random(base.num_nodes) < zero_share, 0.0, base.time_us)
+    names = [f"op{i}" for i in range(base.num_nodes)][::-1]  # index order unlike the dispatch order
+    graph = Graph.from_arrays(name="zeros", node_names=names, time_us=times, memory_bytes=base.memory_bytes,
+                              edge_src=base.edge_src, edge_dst=base.edge_dst, edge_bytes=base.edge_bytes)
+    _assert_same_replay(graph, Cluster.homogeneous(devices, 2**40), rng.integers(0, devices, graph.num_nodes))
+
+
 def test_same_replay_on_a_link_topology_and_for_every_placer():
     graph = small_training_graph(1)
     flat = Cluster.homogeneous(4, 2**40)

@@ -24,7 +24,8 @@ from celeritas_core.simulation import simulator
 def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: simulator._Groups,
                      num_dev: int, channels: bool, num_ports: int = 0) -> tuple[np.ndarray, ...]:
     """The replay's event loop as it was on Python lists and ``heapq`` tuples ``(time, kind, rank)``,
-    with the shared ports of a topology added: op start, op finish, transfer start, transfer end (µs)."""
+    with the shared ports of a topology added: op start, op finish, transfer start, transfer end (µs)
+    and the order the ops started in."""
     finish_kind, ready_kind = 0, 1
     rank, node_of_rank = graph.topological_rank.tolist(), graph.topological_order.tolist()
     dev, dur_l = assign.tolist(), dur.tolist()
@@ -36,6 +37,7 @@ def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: 
     g_start, g_end = [0.0] * len(g_comm), [0.0] * len(g_comm)
     n = graph.num_nodes
     pending, ready_at, start, finish = graph.in_degree.tolist(), [0.0] * n, [0.0] * n, [0.0] * n
+    sequence: list[int] = [-1] * n
     send_free, recv_free, idle = [0.0] * num_dev, [0.0] * num_dev, [True] * num_dev
     queues: list[list[tuple[float, int]]] = [[] for _ in range(num_dev)]
     events = [(0.0, ready_kind, r) for r in sorted(graph.topological_rank[graph.in_degree == 0].tolist())]
@@ -78,8 +80,10 @@ def reference_events(graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: 
                 u = node_of_rank[r]
                 idle[d] = False
                 start[u], finish[u] = now, now + dur_l[u]
+                sequence[u] = max(sequence) + 1
                 heapq.heappush(events, (finish[u], finish_kind, r))
-    return tuple(np.asarray(x, dtype=np.float64) for x in (start, finish, g_start, g_end))
+    times = tuple(np.asarray(x, dtype=np.float64) for x in (start, finish, g_start, g_end))
+    return (*times, np.asarray(sequence, dtype=np.int64))
 
 
 # ---------------------------------------------------------------------------- random inputs
