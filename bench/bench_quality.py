@@ -64,12 +64,13 @@ from typing import Any
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-from enforced_check import EnforcedReplayCheck  # noqa: E402
-
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
 from celeritas_core.generators.families import FAMILIES, Instance, benchmark_instances  # noqa: E402
+from celeritas_core.graphs.cluster import Cluster  # noqa: E402
 from celeritas_core.graphs.colocation import colocation_respected  # noqa: E402
+from celeritas_core.graphs.graph import Graph  # noqa: E402
 from celeritas_core.graphs.levels import ccr  # noqa: E402
+from celeritas_core.graphs.placement import Placement  # noqa: E402
 from celeritas_core.placers import PLACERS, place  # noqa: E402
 from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
 from celeritas_core.readwrite.units import format_us  # noqa: E402
@@ -103,6 +104,39 @@ CHEAP_TARGET = 1.01  # Celeritas / best of LIST_SCHEDULES that fits, every cheap
 DISPATCH_TARGET = 0.03  # |median step under the alternative dispatch orders / predicted - 1|
 
 Row = dict[str, Any]
+
+
+class EnforcedReplayCheck:
+    """Every placement this benchmark (and bench_real, bench_topology) makes, replayed with its
+    recorded order enforced (``device_order``, docs/simulator.md "Enforced order"): is the step
+    the one predicted, bit for bit? The prediction is the free replay under the documented
+    dispatch order; the enforced replay is what a runtime that follows the order runs."""
+
+    def __init__(self) -> None:
+        self.checked = 0
+        self.differing: list[str] = []
+
+    def check(self, graph: Graph, cluster: Cluster, placement: Placement, label: str) -> None:
+        """Replay ``placement`` (evaluated on ``cluster``) with its recorded order enforced."""
+        self.checked += 1
+        if placement.device_order is None:
+            self.differing.append(f"{label}: no recorded order")
+            return
+        order = placement.device_order
+        step = simulate(graph, cluster, placement.assignment, device_order=order).step_time_us
+        if step != placement.predicted_step_time_us:
+            self.differing.append(f"{label}: enforced {step!r} µs, predicted "
+                                  f"{placement.predicted_step_time_us!r} µs")
+
+    def line(self) -> str:
+        """The target's PASS/MISS line, with the first placements that differ."""
+        verdict = _verdict(not self.differing and self.checked > 0)
+        shown = "; ".join(self.differing[:3])
+        return (f"{verdict} every placement's replay with its recorded order enforced is its predicted step, "
+                f"bit for bit ({self.checked - len(self.differing)} of {self.checked} placements)"
+                + (f": {shown}" if shown else ""))
+
+
 #: Every placement of this run replayed with its recorded order enforced (docs/simulator.md).
 ENFORCED = EnforcedReplayCheck()
 
