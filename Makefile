@@ -59,6 +59,7 @@ bench: setup
 	$(PY) bench/bench_real.py
 	$(PY) bench/bench_topology.py
 	$(PY) bench/bench_tf.py
+	$(PY) bench/bench_order.py
 	$(PY) bench/bench_io.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_determinism.py
