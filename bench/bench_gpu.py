@@ -5,14 +5,18 @@ The first GPU is split into ``--devices`` logical GPUs of ``--device-memory`` Mi
 zoo model (small configurations; the paper's with ``--paper``) the pipeline runs as in
 ``bench/bench_tf.py`` and the Airflow DAG: profile small batches on GPU 0, fit per-op lines,
 re-measure the large batch placed sequentially, place the re-measured graph with every placer on
-the calibrated cluster of logical GPUs, then run each placement (5 warm-up + ``--steps`` timed
-steps, :func:`celeritas_tf.evaluation.validate`). Per model and placer it reports:
+the calibrated cluster of logical GPUs, then run each placement in both execution-order modes,
+interleaved in blocks (:func:`celeritas_tf.evaluation.validate_interleaved`): free (TensorFlow's
+own dispatch) and enforced (each device runs its ops in the order the simulator ran them, through
+control dependencies), ``--steps`` timed steps each after 5 warm-up steps per block. Per model
+and placer it reports:
 
 * peak memory per logical GPU: predicted (the placement's liveness replay) and measured
   (TensorFlow's allocator, ``tf.config.experimental.get_memory_info(..)['peak']`` after
   ``reset_memory_stats``), and their relative error ``predicted / measured − 1``;
 * step time: simulated (the placement's ``predicted_step_time_us``) and measured (mean of the
-  timed steps), and per model the Spearman rank correlation of the two across the placers that ran.
+  timed steps) in each mode, their ratio, and per model and mode the Spearman rank correlation of
+  the two across the placers that ran.
 
 Without a GPU it prints one line saying so, writes nothing and exits 0. ``--cpu-rehearsal`` runs the
 same steps on logical CPU devices (peaks from TensorFlow's allocation records, no memory limits) to
@@ -34,6 +38,7 @@ from typing import Any, NoReturn
 import numpy as np
 from scipy.stats import spearmanr
 
+from celeritas_core.defaults import ENFORCED_ORDER, FREE_ORDER
 from celeritas_core.errors import CeleritasInputError, one_line
 from celeritas_core.placers import PLACERS
 from celeritas_core.placers.compare import DEFAULT_PLACERS
@@ -49,6 +54,10 @@ DEFAULT_DEVICE_MIB = 8192
 DEFAULT_STEPS = 50
 WARMUP_STEPS = 5
 DEFAULT_TRACED = 3
+#: Each placement's timed steps are spread over this many blocks, the two modes taking turns.
+BLOCKS = 5
+#: The execution-order modes timed, free first (the figures before the order was recorded).
+MODES = (FREE_ORDER, ENFORCED_ORDER)
 MAX_DEVICES = 16
 MIN_BATCH = 8
 #: Profiled batch sizes are the large batch divided by these (32 -> 2, 4, 8, as bench_tf.py).
@@ -69,7 +78,10 @@ class PlacerRun:
     """Per logical device: the placement's replayed peak memory (bytes)."""
     predicted_oom: bool
     step_seconds: tuple[float, ...] = ()
-    """The timed steps (s); empty when the placement did not run."""
+    """The timed steps in the free order, TensorFlow's own dispatch (s); empty when the placement
+    did not run."""
+    enforced_step_seconds: tuple[float, ...] = ()
+    """The timed steps with the simulator's order enforced (s), interleaved with the free ones."""
     measured_peak_bytes: tuple[float | None, ...] = ()
     """Per logical device: the measured peak (bytes; None where unknown)."""
     peak_source: str = "allocator"
@@ -147,19 +159,29 @@ def memory_table(predicted: Sequence[float], measured: Sequence[float | None]) -
     return rows
 
 
-def placer_row(run: PlacerRun) -> dict[str, Any]:
-    """The JSON figures of one placer's run: step times (µs), memory per device, errors."""
-    seconds = np.asarray(run.step_seconds, dtype=float)
+def mode_figures(step_seconds: Sequence[float], simulated_us: float) -> dict[str, Any]:
+    """The step-time figures of one mode's timed steps (µs): mean, median, p90, how many, and
+    the ratio of the mean to the simulated step (None where nothing ran)."""
+    seconds = np.asarray(step_seconds, dtype=float)
     ran = seconds.size > 0
     measured_us = float(seconds.mean() * 1e6) if ran else None
-    known = [m for m in run.measured_peak_bytes if m is not None]
-    return {"placer": run.placer, "simulated_us": run.simulated_us, "predicted_oom": run.predicted_oom,
-            "ran": ran, "error": run.error, "measured_mean_us": measured_us,
+    return {"measured_mean_us": measured_us,
             "measured_median_us": float(np.median(seconds) * 1e6) if ran else None,
             "measured_p90_us": float(np.percentile(seconds, 90) * 1e6) if ran else None,
             "timed_steps": int(seconds.size),
-            "measured_over_simulated": (measured_us / run.simulated_us
-                                        if ran and run.simulated_us > 0 else None),
+            "measured_over_simulated": (measured_us / simulated_us
+                                        if measured_us is not None and simulated_us > 0 else None)}
+
+
+def placer_row(run: PlacerRun) -> dict[str, Any]:
+    """The JSON figures of one placer's run: step times (µs; at the top level the free order's,
+    under ``modes`` each mode's), memory per device, errors."""
+    free = mode_figures(run.step_seconds, run.simulated_us)
+    enforced = mode_figures(run.enforced_step_seconds, run.simulated_us)
+    known = [m for m in run.measured_peak_bytes if m is not None]
+    return {"placer": run.placer, "simulated_us": run.simulated_us, "predicted_oom": run.predicted_oom,
+            "ran": free["timed_steps"] > 0, "error": run.error, **free,
+            "modes": {FREE_ORDER: free, ENFORCED_ORDER: enforced},
             "peak_source": run.peak_source,
             "memory": memory_table(run.predicted_peak_bytes, run.measured_peak_bytes),
             "fullest_error": relative_error(max(run.predicted_peak_bytes, default=None),
@@ -168,15 +190,21 @@ def placer_row(run: PlacerRun) -> dict[str, Any]:
 
 
 def model_row(result: ModelResult) -> dict[str, Any]:
-    """The JSON figures of one model: every placer's row and the Spearman rank correlation of
-    simulated and measured step time across the placers that ran."""
+    """The JSON figures of one model: every placer's row and, per mode, the Spearman rank
+    correlation of simulated and measured (mean) step time across the placers that ran in it
+    (``spearman``: the free order's, as before the order was recorded)."""
     rows = [placer_row(r) for r in result.runs]
     ran = [r for r in rows if r["ran"]]
     errors = [abs(r["fullest_error"]) for r in rows if r["fullest_error"] is not None]
+    by_mode = {}
+    for mode in MODES:
+        timed = [r for r in rows if r["modes"][mode]["timed_steps"] > 0]
+        by_mode[mode] = spearman([r["simulated_us"] for r in timed],
+                                 [r["modes"][mode]["measured_mean_us"] for r in timed])
     return {"model": result.model, "batch": result.batch, "profile_batches": list(result.profile_batches),
             "ops": result.ops, "ops_off_device": result.ops_off_device,
             "estimation": {"memory_dev": _finite(result.memory_dev), "time_dev": _finite(result.time_dev)},
-            "spearman": spearman([r["simulated_us"] for r in ran], [r["measured_mean_us"] for r in ran]),
+            "spearman": by_mode[FREE_ORDER], "spearman_by_mode": by_mode,
             "placers_ran": len(ran), "worst_fullest_memory_error": max(errors, default=None),
             "placers": rows, "seconds": result.seconds}
 
@@ -190,18 +218,26 @@ def _percent(value: float | None, *, sign: bool = True) -> str:
     return "n/a" if value is None else f"{value * 100:{'+' if sign else ''}.1f}%"
 
 
+def _mode_cells(figures: dict[str, Any]) -> str:
+    """A mode's measured mean and its ratio to the simulated step, as two columns."""
+    if not figures["timed_steps"]:
+        return f"{'-':>12} {'':>8}"
+    ratio = figures["measured_over_simulated"]
+    return f"{format_us(figures['measured_mean_us']):>12} {'n/a' if ratio is None else f'{ratio:.2f}':>8}"
+
+
 def _placer_line(row: dict[str, Any], kind: str) -> str:
-    """One line of a model's table: times, then predicted / measured peak per device."""
+    """One line of a model's table: times (free, then enforced), then predicted / measured peak
+    per device."""
     sim = format_us(row["simulated_us"]) + (" OOM" if row["predicted_oom"] else "")
     if row["ran"]:
-        meas, ratio = format_us(row["measured_mean_us"]), row["measured_over_simulated"]
-        ratio_text = "n/a" if ratio is None else f"{ratio:.2f}"
+        times = "  ".join(_mode_cells(row["modes"][mode]) for mode in MODES)
     else:
-        meas, ratio_text = "did not run", ""
+        times = f"{'did not run':>12} {'':>8}  {'':>12} {'':>8}"
     cells = [f"{kind}{m['device']} {format_bytes(m['predicted_bytes'] or 0)} / "
              f"{'?' if m['measured_bytes'] is None else format_bytes(m['measured_bytes'])} "
              f"({_percent(m['error'])})" for m in row["memory"]]
-    line = f"  {row['placer']:<12} {sim:>14} {meas:>12} {ratio_text:>8}   " + "  ".join(cells)
+    line = f"  {row['placer']:<12} {sim:>14} {times}   " + "  ".join(cells)
     return line + (f"\n  {'':<12} {row['error']}" if row["error"] else "")
 
 
@@ -217,7 +253,8 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         if "error" in m:
             lines += [f"{m['model']}: failed: {m['error']}", ""]
             continue
-        rho = "n/a" if m["spearman"] is None else f"{m['spearman']:.3f}"
+        rhos = m.get("spearman_by_mode") or {FREE_ORDER: m["spearman"]}
+        rho = ", ".join(f"{mode} {'n/a' if r is None else f'{r:.3f}'}" for mode, r in rhos.items())
         est = m["estimation"]
         source = m["placers"][0]["peak_source"] if m["placers"] else "-"
         lines.append(f"{m['model']} (batch {m['batch']}, profiled at {m['profile_batches']}, {m['ops']} ops, "
@@ -225,8 +262,8 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
                      f"{_percent(est['memory_dev'], sign=False)}, "
                      f"time {_percent(est['time_dev'], sign=False)}): "
                      f"Spearman {rho} over {m['placers_ran']} placers")
-        lines.append(f"  {'placer':<12} {'simulated':>14} {'measured':>12} {'meas/sim':>8}   "
-                     f"peak per device: predicted / measured ({source}) (error)")
+        lines.append(f"  {'placer':<12} {'simulated':>14} {'free':>12} {'free/sim':>8}  {'enforced':>12} "
+                     f"{'enf/sim':>8}   peak per device: predicted / measured ({source}) (error)")
         lines += [_placer_line(row, kind) for row in m["placers"]]
         lines.append("")
     return lines
@@ -276,15 +313,18 @@ def _names(known: Sequence[str], what: str) -> Callable[[str], tuple[str, ...]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The options; defaults are meant to fit about 8 minutes on one H100 (TensorFlow start-up
-    included): Inception v3's 10k-op step dominates (12 builds, about 20 traced and 440 timed steps)."""
+    """The options; defaults were meant to fit about 8 minutes on one H100 (TensorFlow start-up
+    included) when each placement ran once in the free order: Inception v3's 10k-op step dominates
+    (12 builds, about 20 traced and 440 timed steps). Timing both orders in :data:`BLOCKS` blocks
+    builds each placement twice and runs twice the timed steps and ten times the warm-up steps."""
     parser = _OneLineParser(
         prog="bench_gpu.py", description=__doc__.splitlines()[0],
         epilog=f"Defaults (all zoo models, small configurations, batch {DEFAULT_BATCH}, {DEFAULT_DEVICES} "
                f"logical GPUs of {DEFAULT_DEVICE_MIB} MiB, {WARMUP_STEPS} + {DEFAULT_STEPS} steps, every "
-               "placer) are chosen to take about 8 minutes on one H100, TensorFlow's start-up included (an "
-               "estimate from this harness's CPU timings, not yet measured on a GPU); --paper takes far "
-               "longer. Without a GPU: one line, nothing written, exit 0.")
+               "placer) were chosen to take about 8 minutes on one H100, TensorFlow's start-up included, "
+               "when each placement ran in one order (an estimate from this harness's CPU timings, not yet "
+               f"measured on a GPU); both orders in {BLOCKS} blocks take up to about twice that; --paper "
+               "takes far longer. Without a GPU: one line, nothing written, exit 0.")
     parser.add_argument("--models", type=_names(tuple(ZOO), "model"), default=tuple(ZOO),
                         help=f"comma-separated zoo models (default: all: {','.join(ZOO)})")
     parser.add_argument("--placers", type=_names(tuple(PLACERS), "placer"), default=DEFAULT_PLACERS,
@@ -356,30 +396,48 @@ class PeakMeter:
         return tuple(trace_peaks), "trace"
 
 
+def simulated_device_order(graph: Any, cluster: Any, placement: Any) -> tuple[tuple[str, ...], ...]:
+    """Per device, the op names of ``placement`` in the order the simulator ran them: the order
+    it records (``device_order``), else its replay's (:func:`recorded_order`)."""
+    from celeritas_core.simulation.simulator import recorded_order, simulate
+
+    order = placement.device_order
+    if order is None:
+        order = recorded_order(simulate(graph, cluster, placement.assignment), placement.assignment,
+                               cluster.num_devices)
+    names = graph.node_names
+    return tuple(tuple(names[int(i)] for i in ops) for ops in order)
+
+
 def run_placer(model: Any, batch: int, graph: Any, cluster: Any, placer: str, steps: int,
                meter: PeakMeter) -> PlacerRun:
-    """Place ``graph`` with ``placer`` and run the placement (warm-up, then ``steps`` timed)."""
+    """Place ``graph`` with ``placer`` and run the placement free and with the simulator's order
+    enforced, interleaved in :data:`BLOCKS` blocks (warm-up, then ``steps`` timed steps each)."""
     from celeritas_core.placers import place
     from celeritas_core.placers.compare import params_for
-    from celeritas_tf.evaluation import validate
+    from celeritas_tf.evaluation import PlacementOrder, validate_interleaved
     from celeritas_tf.tf import device_name
 
     placement = place(graph, cluster, placer, params_for(placer, {}))
     base = PlacerRun(placer, float(placement.predicted_step_time_us),
                      tuple(float(x) for x in placement.device_peak_memory_bytes), bool(placement.oom))
     assignment = dict(zip(graph.node_names, placement.assignment.tolist(), strict=True))
-    _say(f"{model.name}: running {placer}'s placement")
+    order = PlacementOrder(simulated_device_order(graph, cluster, placement), MODES[0])
+    _say(f"{model.name}: running {placer}'s placement, {' and '.join(MODES)} order interleaved")
     meter.reset()
     try:
-        run = validate(model, batch, assignment, cluster.num_devices, warmup_steps=WARMUP_STEPS, steps=steps)
+        run = validate_interleaved(model, batch, {placer: assignment}, cluster.num_devices,
+                                   warmup_steps=WARMUP_STEPS, steps=steps, blocks=BLOCKS,
+                                   orders={placer: order}, modes={placer: MODES})[placer]
     except meter.tf.errors.OpError as exc:  # out of memory on a logical GPU, a kernel missing, …
         peaks, source = meter.read([None] * cluster.num_devices)
         return replace(base, measured_peak_bytes=peaks, peak_source=source, error=_first_line(exc))
     traced = tuple(run.measured_peak_bytes.get(device_name(k, meter.kind))
                    for k in range(cluster.num_devices))
     peaks, source = meter.read(traced)
-    return replace(base, step_seconds=tuple(run.step_seconds), measured_peak_bytes=peaks, peak_source=source,
-                   trace_peak_bytes=traced)
+    return replace(base, step_seconds=run.modes[FREE_ORDER].step_seconds,
+                   enforced_step_seconds=run.modes[ENFORCED_ORDER].step_seconds, measured_peak_bytes=peaks,
+                   peak_source=source, trace_peak_bytes=traced)
 
 
 def run_model(name: str, args: argparse.Namespace, transfer: Any, meter: PeakMeter) -> ModelResult:

@@ -250,7 +250,8 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Run a placement: warm-up steps, then timed steps; write celeritas-validation/1."""
+    """Run a placement in one or both execution-order modes, interleaved in blocks (warm-up steps,
+    then timed steps); write celeritas-validation/1 with each mode's figures against the prediction."""
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_core.readwrite.formats import (
         PLACEMENT_FORMAT,
@@ -258,13 +259,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
         read_json,
         write_json_atomic,
     )
-    from celeritas_tf.evaluation import peak_metrics, predicted_peaks, validate
+    from celeritas_tf.evaluation import (
+        peak_metrics,
+        placement_order,
+        predicted_peaks,
+        predicted_step_us,
+        validate_interleaved,
+    )
 
     batch = _check_batch(args.batch)
     if args.devices is not None:
         flags.count(args.devices, "--devices", high=MAX_DEVICES)
     flags.count(args.warmup, "--warmup", low=0)
     flags.count(args.steps, "--steps")
+    flags.count(args.blocks, "--blocks")
     inputs = [args.placement, _model_input(args)]
     check_outputs([args.out], inputs=inputs)
     doc = read_json(args.placement)
@@ -280,26 +288,34 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if listed is not None and (not isinstance(listed, list) or len(listed) > MAX_DEVICES):
         raise CeleritasInputError(f"field 'devices' must be a list of at most {MAX_DEVICES:,} device names",
                                   source=args.placement)
+    order = placement_order(doc, args.placement)
+    modes = order.modes(args.order, args.placement)
     model = _model(args)
     devices = args.devices or len(listed or []) or 1
     digest = placement_op_keys_digest(doc, args.placement)
-    result = validate(model, batch, assignment, devices, warmup_steps=args.warmup, steps=args.steps,
-                      progress=_say, source=args.placement, op_keys_digest=digest)
+    result = validate_interleaved(
+        model, batch, {"placement": assignment}, devices, warmup_steps=args.warmup, steps=args.steps,
+        blocks=args.blocks, progress=_say, sources={"placement": args.placement},
+        digests={"placement": digest}, orders={"placement": order}, modes={"placement": modes})["placement"]
+    predicted = predicted_step_us(doc)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
-             "predicted_step_time_us": doc.get("predicted_step_time_us"),
+             "placement_order_mode": order.order_mode, "blocks": min(args.blocks, args.steps),
              "predicted_peak_bytes": predicted_peaks(doc)}
-    write_json_atomic(args.out, result.to_json(extra), indent=1, inputs=inputs)
-    predicted = doc.get("predicted_step_time_us")
-    if isinstance(predicted, int | float):
-        print(f"simulated step time in the placement file: {predicted / 1e3:.3f} ms")
-    print(f"{model.name} batch {batch} on {devices} devices ({doc.get('placer')}): mean "
-          f"{result.mean_s * 1e3:.3f} ms, median {result.median_s * 1e3:.3f} ms, "
-          f"p90 {result.p90_s * 1e3:.3f} ms "
-          f"over {len(result.step_seconds)} steps after {args.warmup} warm-up")
+    write_json_atomic(args.out, result.to_json(extra, predicted_us=predicted), indent=1, inputs=inputs)
+    shown = "unknown" if predicted is None else f"{predicted / 1e3:.3f} ms"
+    blocks = min(args.blocks, args.steps)
+    print(f"{model.name} batch {batch} on {devices} devices ({doc.get('placer')}): {args.steps} timed steps "
+          f"per mode after {args.warmup} warm-up in each of {blocks} interleaved blocks; "
+          f"predicted step (the placement's simulated step) {shown}")
+    for mode, times in result.modes.items():
+        ratio = "" if predicted is None else f"; measured/predicted {times.median_s * 1e6 / predicted:.2f}"
+        own = " (the placement's mode)" if mode == order.order_mode else ""
+        print(f"  {mode} order{own}: median {times.median_s * 1e3:.3f} ms, mean {times.mean_s * 1e3:.3f} ms, "
+              f"p90 {times.p90_s * 1e3:.3f} ms{ratio}")
     peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
     if "measured_peak_memory_bytes" in peaks:
         measured = format_bytes(peaks["measured_peak_memory_bytes"])
-        line = f"peak memory of the fullest device: measured {measured}"
+        line = f"peak memory of the fullest device ({result.order_mode} order): measured {measured}"
         if "predicted_peak_memory_bytes" in peaks:
             line += (f", predicted {format_bytes(peaks['predicted_peak_memory_bytes'])} "
                      f"({peaks.get('peak_memory_relative_error', float('nan')) * 100:+.1f} %)")
@@ -491,16 +507,29 @@ def _add_remeasure(sub: Any) -> None:
 
 
 def _add_validate(sub: Any) -> None:
-    v = sub.add_parser("validate", help="run a placement: warm-up, then timed steps",
-                       description="Apply PLACEMENT to MODEL's step at --batch, run --warmup untimed and "
-                                   "--steps timed steps and write mean, median, p90 and every step time "
-                                   "(celeritas-validation/1).")
+    v = sub.add_parser(
+        "validate", help="run a placement, its recorded order enforced and free: warm-up, then timed steps",
+        description="Apply PLACEMENT to MODEL's step at --batch and time it in each execution-order mode "
+                    "--order asks for: 'enforced' (each device runs its ops in the placement's recorded "
+                    "device_order, through control dependencies), 'free' (TensorFlow's own dispatch), "
+                    "interleaved in --blocks blocks, each mode in a fresh session per block with --warmup "
+                    "untimed steps. Writes, per mode, mean, median, p90 and every step time, the predicted "
+                    "step (the placement's predicted_step_time_us) and the ratio measured median / "
+                    "predicted (celeritas-validation/1); the top-level figures are those of the placement's "
+                    "order_mode when timed, else of the mode timed.")
     _model_args(v)
     v.add_argument("placement", metavar="PLACEMENT", help="celeritas-placement/1 file")
     v.add_argument("--batch", type=int, required=True, help="batch size the placement was made for")
     v.add_argument("--devices", type=int, help="devices to run on (default: the placement's)")
-    v.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps (default 5)")
-    v.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
+    v.add_argument("--order", choices=("enforced", "free", "both"), default=None,
+                   help="execution order(s) to time: the placement's device_order enforced, TensorFlow's "
+                        "free dispatch, or both interleaved (default: both when the placement records an "
+                        "order, else free)")
+    v.add_argument("--warmup", type=int, default=5,
+                   help="untimed warm-up steps per mode and block (default 5)")
+    v.add_argument("--steps", type=int, default=50, help="timed steps per mode (default 50)")
+    v.add_argument("--blocks", type=int, default=5,
+                   help="interleaved blocks the timed steps are spread over (default 5, at most --steps)")
     v.add_argument("--out", required=True, help="validation JSON to write")
     v.set_defaults(func=cmd_validate)
 

@@ -7,7 +7,8 @@ Files are written through a temporary file and an atomic rename.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,55 @@ def deviation_cdf_chart(curves: Sequence[tuple[str, Any, Any]], path: str | os.P
         ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("share of ops (CDF)")
     fig.suptitle(title or "estimated vs re-measured per-op costs", fontsize=10)
+    fig.tight_layout()
+    try:
+        return _save_atomic(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def predicted_vs_measured_chart(points: Sequence[tuple[str, float, Mapping[str, float]]],
+                                path: str | os.PathLike[str], *, title: str = "") -> Path:
+    """Write a scatter of predicted (x) against measured (y) step time, one point per placer and
+    execution-order mode, each labelled with its placer, and the line y = x (a perfect
+    prediction). ``points`` holds ``(placer, predicted ms, {mode: measured ms})``; modes are drawn
+    in their own marker and colour, in the order they first appear. Both axes are logarithmic
+    with the same limits, so a point's height above the line is its measured / predicted ratio
+    whatever the scale (a CPU step can take many times its prediction). ``title``'s lines are
+    wrapped to the figure. Returns the PNG path."""
+    plt = _pyplot()
+    modes = list(dict.fromkeys(mode for _, _, measured in points for mode in measured))
+    markers, colors = "os^Dv", plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(7.5, 6))
+    values = [v for _, p, measured in points for v in (p, *measured.values()) if v > 0]
+    for i, mode in enumerate(modes):
+        shown = [(label, predicted, measured[mode]) for label, predicted, measured in points
+                 if mode in measured and predicted > 0 and measured[mode] > 0]
+        ax.scatter([x for _, x, _ in shown], [y for _, _, y in shown], marker=markers[i % len(markers)],
+                   color=colors(i % 10), s=40, label=f"{mode} order", zorder=3)
+        for label, x, y in shown:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4 - 10 * i), fontsize=7,
+                        color=colors(i % 10))
+    low, high = (min(values), max(values)) if values else (0.1, 1.0)
+    lim = (low / 1.5, high * 1.5)
+    ax.plot(lim, lim, color="0.4", lw=1, ls="--", label="measured = predicted", zorder=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # lazy: matplotlib, as above
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(*lim)
+    ax.set_ylim(*lim)
+    ax.set_aspect("equal")
+    ax.set_xlabel("predicted step time (ms, simulated)")
+    ax.set_ylabel("measured step time (ms, median)")
+    text = title or "predicted vs measured step time, every placer"
+    ax.set_title("\n".join(textwrap.fill(line, 75) for line in text.splitlines()), fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     try:
         return _save_atomic(fig, path)

@@ -14,6 +14,8 @@
 
 :func:`validate` runs a placement: warm-up steps, then timed steps (wall clock of
 ``Session.run``), as the paper's "Single-step Time" (5 + 50 by default).
+:func:`validate_interleaved` times several placements, each in one or both execution-order modes
+(its recorded ``device_order`` enforced, and TensorFlow's own dispatch), in interleaved blocks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import ENFORCED_ORDER, FREE_ORDER, ORDER_MODES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import anchored_memory, apply_colocation, colocation_anchor
@@ -34,13 +37,20 @@ from celeritas_core.graphs.opkeys import KeyedFits, KeyMatch, fits_op_keys, matc
 from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order
 from celeritas_core.placers.celeritas import order_place
 from celeritas_core.readwrite.format_tags import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT
-from celeritas_core.readwrite.formats import check_profile_document, read_output_aliases
+from celeritas_core.readwrite.formats import (
+    check_device_order,
+    check_profile_document,
+    placement_device_order,
+    placement_order_mode,
+    read_output_aliases,
+)
 from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes
 from celeritas_core.simulation.simulator import simulate
 from celeritas_core.statistics.estimation import spanning_batch, traced_steps_needed, weighted_median_error
 from celeritas_core.statistics.regression import CostFits, Deviation, fit_costs, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
+from celeritas_tf.order import enforce_device_order
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -359,19 +369,22 @@ def accuracy_document(model: str, batch: int, memory: Deviation, timing: Deviati
     return doc
 
 
-@dataclass
-class Validation:
-    """Measured step times (seconds) of a placement after warm-up."""
+def measured_over_predicted(measured_s: float, predicted_us: float | None) -> float | None:
+    """``measured_s`` (a measured step, s) over ``predicted_us`` (the placement's predicted step,
+    µs); None when the prediction is unknown or not above 0."""
+    if predicted_us is None or not predicted_us > 0 or not np.isfinite(predicted_us):
+        return None
+    return float(measured_s * 1e6 / predicted_us)
 
-    model: str
-    batch_size: int
-    num_devices: int
-    warmup_steps: int
-    step_seconds: list[float]
-    devices_used: list[str] = field(default_factory=list)
-    measured_peak_bytes: dict[str, float] = field(default_factory=dict)
-    """Per device (TensorFlow's name): peak bytes of the traced step that precedes the timed ones
-    (:func:`celeritas_tf.profile.measured_peak_bytes`)."""
+
+@dataclass(frozen=True)
+class ModeTimes:
+    """The timed steps (s) of one placement in one execution-order mode: ``enforced`` (each
+    device runs its ops in the placement's recorded ``device_order``, through control
+    dependencies) or ``free`` (TensorFlow's own dispatch)."""
+
+    mode: str
+    step_seconds: tuple[float, ...]
 
     @property
     def mean_s(self) -> float:
@@ -388,14 +401,67 @@ class Validation:
         """90th-percentile step time (s)."""
         return float(np.percentile(self.step_seconds, 90))
 
-    def to_json(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The ``celeritas-validation/1`` document."""
+    def to_json(self, predicted_us: float | None = None) -> dict[str, Any]:
+        """The mode's entry of ``celeritas-validation/1``'s ``modes``: its figures (s) and the
+        ratio of its median to the predicted step (``predicted_us``, µs; null when unknown)."""
+        return {"steps": len(self.step_seconds), "mean_s": self.mean_s, "median_s": self.median_s,
+                "p90_s": self.p90_s, "step_seconds": list(self.step_seconds),
+                "measured_over_predicted": measured_over_predicted(self.median_s, predicted_us)}
+
+
+@dataclass
+class Validation:
+    """Measured step times (seconds) of a placement after warm-up.
+
+    ``step_seconds`` are those of ``order_mode``, the mode the placement runs in (its
+    ``order_mode`` when that was timed); ``modes`` holds every mode timed, that one included
+    (a :func:`validate` run: its one mode)."""
+
+    model: str
+    batch_size: int
+    num_devices: int
+    warmup_steps: int
+    step_seconds: list[float]
+    devices_used: list[str] = field(default_factory=list)
+    measured_peak_bytes: dict[str, float] = field(default_factory=dict)
+    """Per device (TensorFlow's name): peak bytes of the traced step that precedes the timed ones
+    (:func:`celeritas_tf.profile.measured_peak_bytes`)."""
+    order_mode: str = FREE_ORDER
+    modes: dict[str, ModeTimes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            self.modes = {self.order_mode: ModeTimes(self.order_mode, tuple(self.step_seconds))}
+
+    @property
+    def mean_s(self) -> float:
+        """Mean step time (s)."""
+        return float(np.mean(self.step_seconds))
+
+    @property
+    def median_s(self) -> float:
+        """Median step time (s)."""
+        return float(np.median(self.step_seconds))
+
+    @property
+    def p90_s(self) -> float:
+        """90th-percentile step time (s)."""
+        return float(np.percentile(self.step_seconds, 90))
+
+    def to_json(self, extra: Mapping[str, Any] | None = None, *,
+                predicted_us: float | None = None) -> dict[str, Any]:
+        """The ``celeritas-validation/1`` document: the top-level figures are ``order_mode``'s;
+        ``modes`` gives each timed mode's, with the ratio of its median to ``predicted_us`` (the
+        placement's ``predicted_step_time_us``)."""
         return {
             "format": VALIDATION_FORMAT, "model": self.model, "batch_size": self.batch_size,
             "devices": self.num_devices, "warmup_steps": self.warmup_steps, "steps": len(self.step_seconds),
             "mean_s": self.mean_s, "median_s": self.median_s, "p90_s": self.p90_s,
             "step_seconds": list(self.step_seconds), "devices_used": self.devices_used,
-            "measured_peak_bytes": dict(self.measured_peak_bytes), **dict(extra or {}),
+            "measured_peak_bytes": dict(self.measured_peak_bytes),
+            "predicted_step_time_us": predicted_us, "order_mode": self.order_mode,
+            "modes": {mode: times.to_json(predicted_us) for mode, times in self.modes.items()},
+            **dict(extra or {}),
         }
 
 
@@ -474,18 +540,75 @@ def block_sizes(steps: int, blocks: int) -> list[int]:
     return [steps // blocks + (1 if i < steps % blocks else 0) for i in range(blocks)]
 
 
+#: What ``--order`` may ask for: one mode, or ``both`` (every mode the placement can run in).
+BOTH_ORDERS = "both"
+ORDER_CHOICES: tuple[str, ...] = (*ORDER_MODES, BOTH_ORDERS)
+
+
+@dataclass(frozen=True)
+class PlacementOrder:
+    """A placement document's execution order: ``device_order`` (per device index, its op names
+    in the order the simulator ran them; None when not recorded) and ``order_mode``, the mode it
+    is meant to run in (and competes in)."""
+
+    device_order: tuple[tuple[str, ...], ...] | None
+    order_mode: str
+
+    def modes(self, choice: str | None = None, source: str | None = None) -> tuple[str, ...]:
+        """The modes to time for ``choice`` (``enforced``, ``free``, ``both``; None: both when
+        the placement records an order, else free); ``order_mode`` first when timed."""
+        if choice is not None and choice not in ORDER_CHOICES:
+            raise CeleritasInputError(f"--order: must be one of {', '.join(ORDER_CHOICES)}, got {choice!r}")
+        if choice is None:
+            choice = BOTH_ORDERS if self.device_order is not None else FREE_ORDER
+        wanted = ORDER_MODES if choice == BOTH_ORDERS else (choice,)
+        if ENFORCED_ORDER in wanted and self.device_order is None:
+            raise CeleritasInputError(f"--order {choice}: the placement records no device_order to "
+                                      "enforce (place it again with this version, or use --order free)",
+                                      source=source)
+        return tuple(sorted(wanted, key=lambda mode: mode != self.order_mode))
+
+
+def placement_order(doc: Any, source: str | None = None) -> PlacementOrder:
+    """The execution order a ``celeritas-placement/1`` document records
+    (:func:`~celeritas_core.readwrite.formats.placement_device_order`, ``placement_order_mode``);
+    one line when it says ``enforced`` but records no order."""
+    order = placement_device_order(doc, source)
+    mode = placement_order_mode(doc, source)
+    if mode == ENFORCED_ORDER and order is None:
+        raise CeleritasInputError("field 'order_mode' is 'enforced' but the placement records no "
+                                  "'device_order'", source=source)
+    return PlacementOrder(order, mode)
+
+
+def predicted_step_us(doc: Any) -> float | None:
+    """A placement document's ``predicted_step_time_us`` (µs) when it is a finite number above 0."""
+    value = doc.get("predicted_step_time_us") if isinstance(doc, Mapping) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
 def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping[str, Mapping[str, int]],
                          num_devices: int, *, warmup_steps: int = 5, steps: int = 50, blocks: int = 5,
                          seed: int = 0, progress: Progress | None = None,
                          sources: Mapping[str, str] | None = None,
-                         digests: Mapping[str, str | None] | None = None) -> dict[str, Validation]:
+                         digests: Mapping[str, str | None] | None = None,
+                         orders: Mapping[str, PlacementOrder] | None = None,
+                         modes: Mapping[str, Sequence[str]] | None = None) -> dict[str, Validation]:
     """Time several placements of one model in interleaved blocks, so that drift over time (heat,
-    other tenants) hits each alike: block b runs every placement in turn (the order rotates by
-    one each block), each in a fresh session with ``warmup_steps`` untimed steps, then its share
-    of the ``steps`` timed steps. Sessions never overlap, so the devices hold one placement at a
-    time. ``digests``: each placement's record of the structure it was made for (checked, as
-    :func:`check_structure`). Returns each placement's :class:`Validation` (all its timed steps,
-    block by block)."""
+    other tenants) hits each alike: block b runs every arm in turn (the order rotates by one each
+    block), each in a fresh session with ``warmup_steps`` untimed steps, then its share of the
+    ``steps`` timed steps. Sessions never overlap, so the devices hold one arm at a time.
+
+    An arm is a placement in one execution-order mode: ``enforced`` (its ``orders[name]``
+    ``device_order`` enforced with control dependencies, :func:`celeritas_tf.order.enforce_device_order`)
+    or ``free`` (TensorFlow's own dispatch). ``modes[name]`` lists the modes to time (default:
+    :meth:`PlacementOrder.modes`: both when the placement records an order, else free). A
+    placement's :class:`Validation` holds every mode's steps (``modes``); its ``step_seconds``,
+    traced peaks and ``order_mode`` are those of the placement's ``order_mode`` when timed (else of
+    the first mode timed). ``digests``: each placement's record of the structure it was made for
+    (checked, as :func:`check_structure`)."""
     if warmup_steps < 0 or steps < 1 or blocks < 1:
         raise CeleritasInputError(f"need warm-up >= 0, steps >= 1 and blocks >= 1, got {warmup_steps}, "
                                   f"{steps} and {blocks}")
@@ -493,26 +616,46 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     tf = tensorflow()
     tf1 = tf.compat.v1
     names = list(assignments)
-    built = {}
+    timed: dict[str, tuple[str, ...]] = {}
+    headline: dict[str, str] = {}
+    built: dict[tuple[str, str], TrainingStep] = {}
     for name in names:
-        step = build_training_step(model, batch_size)
-        check_assignment(step.step_op_names(), assignments[name], num_devices, (sources or {}).get(name))
-        check_structure(step, (digests or {}).get(name), (sources or {}).get(name))
-        place_ops(step, assignments[name])
-        built[name] = step
+        source = (sources or {}).get(name)
+        order = (orders or {}).get(name) or PlacementOrder(None, FREE_ORDER)
+        wanted = tuple(modes[name]) if modes and name in modes else order.modes(source=source)
+        if not wanted or len(set(wanted)) != len(wanted) or any(m not in ORDER_MODES for m in wanted):
+            raise CeleritasInputError(f"{name}: modes to time must be distinct, from "
+                                      f"{', '.join(ORDER_MODES)}; got {list(wanted)!r}", source=source)
+        if ENFORCED_ORDER in wanted and order.device_order is None:
+            raise CeleritasInputError(f"{name}: the enforced order needs the placement's device_order, "
+                                      "which it does not record", source=source)
+        if order.device_order is not None:
+            check_device_order(order.device_order, assignments[name], source)
+        timed[name] = wanted
+        headline[name] = order.order_mode if order.order_mode in wanted else wanted[0]
+        for mode in wanted:
+            step = build_training_step(model, batch_size)
+            check_assignment(step.step_op_names(), assignments[name], num_devices, source)
+            check_structure(step, (digests or {}).get(name), source)
+            place_ops(step, assignments[name])
+            if mode == ENFORCED_ORDER:
+                enforce_device_order(step, order.device_order or (), source=source)
+            built[name, mode] = step
+    arms = list(built)
     rng = np.random.default_rng(seed)
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+    seconds: dict[tuple[str, str], list[float]] = {arm: [] for arm in arms}
     used: dict[str, list[str]] = {}
     peaks: dict[str, dict[str, float]] = {}
     options = run_options(num_devices)
     for b, count in enumerate(block_sizes(steps, blocks)):
-        for name in names[b % len(names):] + names[:b % len(names)]:
-            step = built[name]
+        for arm in arms[b % len(arms):] + arms[:b % len(arms)]:
+            name, mode = arm
+            step = built[arm]
             feeds = [step.feed_dict(rng) for _ in range(4)]  # input generation is not timed
             fetches = [step.train_op, step.loss]
             with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
                 session.run(step.init_op)
-                if name not in peaks:
+                if mode == headline[name] and name not in peaks:
                     metadata = tf1.RunMetadata()
                     session.run(fetches, feeds[0], options=run_options(num_devices, trace=True),
                                 run_metadata=metadata)
@@ -523,11 +666,14 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
                 for i in range(count):
                     start = time.perf_counter()
                     session.run(fetches, feeds[i % len(feeds)], options=options)
-                    seconds[name].append(time.perf_counter() - start)
+                    seconds[arm].append(time.perf_counter() - start)
             if progress is not None:
-                progress(f"block {b + 1}: {name} {len(seconds[name])}/{steps} timed steps")
-    return {name: Validation(model.name, int(batch_size), num_devices, warmup_steps, seconds[name],
-                             used[name], peaks[name]) for name in names}
+                label = name if len(timed[name]) == 1 else f"{name} ({mode} order)"
+                progress(f"block {b + 1}: {label} {len(seconds[arm])}/{steps} timed steps")
+    return {name: Validation(model.name, int(batch_size), num_devices, warmup_steps,
+                             seconds[name, headline[name]], used[name], peaks[name], headline[name],
+                             {mode: ModeTimes(mode, tuple(seconds[name, mode])) for mode in timed[name]})
+            for name in names}
 
 
 def predicted_peaks(placement_doc: Mapping[str, Any]) -> list[float] | None:

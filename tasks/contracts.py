@@ -26,9 +26,10 @@ import statistics
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, Self
 
+from celeritas_core.defaults import FREE_ORDER, ORDER_MODES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.format_tags import PUBLISH_FORMAT
 from tasks.params import PipelineParams
@@ -64,7 +65,7 @@ class Contract:
         if not isinstance(data, Mapping):
             raise CeleritasInputError(f"{cls.__name__}: expected a JSON object, got {_show(data)}")
         for f in fields(cls):
-            if f.name not in data and f.default is MISSING:
+            if f.name not in data and f.default is MISSING and f.default_factory is MISSING:
                 raise CeleritasInputError(f"{cls.__name__}: field {f.name!r} missing")
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
@@ -289,12 +290,22 @@ class ValidationPlan(Contract):
             f"{self.registered_model}"
 
 
+#: An execution-order mode (``celeritas_core.defaults.ORDER_MODES``: ``enforced`` or ``free``).
+OrderMode = Literal[ORDER_MODES]
+
+
 @dataclass(frozen=True)
 class PlacementValidation(Contract):
     """``validate`` of one placement: its timed steps and, interleaved with them in blocks on the
     same devices, the champion's (empty when there is none, or when it could not run:
     ``champion_error`` says why); ``validation/PLACER.json``, the summary figures (s) and the
-    placer's MLflow child run (``child_run_id``; None: not recorded, an older producer)."""
+    placer's MLflow child run (``child_run_id``; None: not recorded, an older producer).
+
+    ``step_seconds`` and the summary figures are those of ``order_mode``, the execution-order mode
+    the placement competes in (its own ``order_mode``; None: an older producer, which timed the
+    free order only); ``mode_step_seconds`` holds every mode timed (both when the placement
+    records an order), that one included; ``predicted_step_time_s`` is the placement's simulated
+    step (None when it records none); ``devices_used`` the TensorFlow devices that ran its ops."""
 
     placer: str
     placement_uri: str
@@ -308,11 +319,27 @@ class PlacementValidation(Contract):
     p90_s: float
     blocks: int
     child_run_id: str | None = None
+    order_mode: OrderMode | None = None
+    mode_step_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    predicted_step_time_s: float | None = None
+    devices_used: tuple[str, ...] = ()
+
+    def mode_median_s(self, mode: str) -> float | None:
+        """The median step (s) of ``mode`` (``enforced`` or ``free``), None when not timed (an
+        older producer's steps count as the free order's)."""
+        steps = self.mode_step_seconds.get(mode)
+        if steps is None and not self.mode_step_seconds and mode == FREE_ORDER:
+            steps = self.step_seconds
+        return statistics.median(steps) if steps else None
 
     def summary(self) -> str:
         mine = (f"{self.placer}: median {number(self.median_s, '.3f', 1e3)} ms, p90 "
                 f"{number(self.p90_s, '.3f', 1e3)} ms over {len(self.step_seconds)} timed steps in "
                 f"{self.blocks} blocks")
+        others = [m for m in self.mode_step_seconds if m != self.order_mode]
+        if self.order_mode is not None and others:
+            other = ", ".join(f"{m} order {number(self.mode_median_s(m), '.3f', 1e3)} ms" for m in others)
+            mine = f"{mine} ({self.order_mode} order; {other})"
         if self.champion_step_seconds:
             champion_ms = number(statistics.median(self.champion_step_seconds), ".3f", 1e3)
             return f"{mine}; champion version {self.champion_version}: median {champion_ms} ms"
@@ -461,6 +488,8 @@ def _check(value: Any, hint: Any, owner: str, path: str) -> Any:
 
 
 def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a non-empty string"}
     return names.get(hint, "an object" if typing.get_origin(hint) is dict else repr(hint))
 

@@ -1,6 +1,8 @@
 """Pipeline step (light): champion/challenger. Promote the run's best placement to production for
 its configuration only when it beats the champion, measured in the same tasks, with confidence
-and by the threshold; the promotion itself is a compare-and-set in MLflow's Model Registry."""
+and by the threshold; the promotion itself is a compare-and-set in MLflow's Model Registry. It
+also judges the simulator across every placer validated: Spearman's rank correlation of predicted
+and measured step time per execution-order mode, and the predicted-vs-measured chart."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from celeritas_core.defaults import ORDER_MODES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.format_tags import VALIDATION_SUMMARY_FORMAT
 from celeritas_core.statistics.step_time_comparison import StepTimeComparison, compare_step_times
@@ -24,6 +27,13 @@ log = logging.getLogger(__name__)
 
 #: Family-wise significance level of the promotion test (split over the challengers compared).
 ALPHA = 0.05
+#: Spearman's rank correlation needs at least this many placers (two points always rank ±1).
+MIN_RANKED = 3
+#: The parent run's predicted-vs-measured chart, at the top of its artifacts and of the run directory.
+PREDICTION_CHART = "predicted_vs_measured.png"
+#: What the log and the chart say of figures measured on logical CPU devices.
+CPU_NOTE = ("CPU-only run: the measured figures are noise-bound (the logical CPU devices share the "
+            "machine's cores, so placements that run ops in parallel contend for them)")
 
 
 def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValidation]) -> PublishResult:
@@ -47,7 +57,8 @@ def publish(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValid
     if best.champion_step_seconds:
         comparison = compare_step_times(best.champion_step_seconds, best.step_seconds, threshold=threshold,
                                         alpha=ALPHA, comparisons=len(compared))
-    summary_uri = _write_summary(job, plan, validations, best, comparison)
+    prediction = _prediction_accuracy(job, validations)
+    summary_uri = _write_summary(job, plan, validations, best, comparison, prediction)
     wants, reason = _verdict(job, plan, best, comparison)
     figures = reason
     log.info("publish: %s %s", "promote" if wants else "keep production:", reason)
@@ -152,11 +163,101 @@ def _decision_metrics(best: PlacementValidation, comparison: StepTimeComparison 
     return out
 
 
+def prediction_points(validations: Sequence[PlacementValidation]
+                      ) -> list[tuple[str, float, dict[str, float]]]:
+    """``(placer, predicted ms, {mode: measured median ms})`` of every validated placer whose
+    placement records a predicted step, with each execution-order mode it was timed in."""
+    points = []
+    for v in validations:
+        if v.predicted_step_time_s is None:
+            continue
+        measured = {mode: median * 1e3 for mode in ORDER_MODES
+                    if (median := v.mode_median_s(mode)) is not None}
+        if measured:
+            points.append((v.placer, v.predicted_step_time_s * 1e3, measured))
+    return points
+
+
+def rank_correlation(predicted: Sequence[float], measured: Sequence[float]) -> tuple[float | None, str]:
+    """Spearman's rank correlation of ``predicted`` and ``measured`` (ties get mean ranks), and
+    why it is None: fewer than :data:`MIN_RANKED` pairs, or a side whose values are all equal
+    (no ranking to compare)."""
+    if len(predicted) < MIN_RANKED:
+        return None, f"fewer than {MIN_RANKED} placers ({len(predicted)})"
+    if len(set(predicted)) < 2 or len(set(measured)) < 2:
+        return None, "the predicted or the measured step times are all equal"
+    from scipy.stats import spearmanr  # lazy: as numpy, only when figures are ranked
+
+    rho = float(spearmanr(predicted, measured).statistic)
+    return (rho, "") if math.isfinite(rho) else (None, "not a number")
+
+
+def _cpu_only(validations: Sequence[PlacementValidation]) -> bool:
+    """Whether every placement ran on logical CPU devices only (no validation recorded a GPU;
+    False when none recorded its devices: an older producer)."""
+    seen = [d.upper() for v in validations for d in v.devices_used]
+    return bool(seen) and not any("DEVICE:GPU" in d for d in seen)
+
+
+def _prediction_accuracy(job: Job, validations: Sequence[PlacementValidation]) -> dict[str, Any]:
+    """How well the simulator predicted the measured step across the placers, per execution-order
+    mode: Spearman's rank correlation logged on the parent run
+    (``spearman_predicted_measured_MODE``, not logged with fewer than :data:`MIN_RANKED` placers,
+    which the log says) and ``predicted_vs_measured.png`` (both modes, one point per placer, the
+    line y = x) at the top of its artifacts and in the run directory. On logical CPU devices the
+    log and the chart's title say the figures are noise-bound. Returns the summary's
+    ``prediction`` entry."""
+    from celeritas_core.plots import predicted_vs_measured_chart  # lazy: matplotlib
+
+    points = prediction_points(validations)
+    cpu_only = _cpu_only(validations)
+    if cpu_only:
+        log.warning("publish: %s", CPU_NOTE)
+    spearman: dict[str, float | None] = {}
+    metrics: dict[str, float] = {}
+    for mode in ORDER_MODES:
+        pairs = [(predicted, measured[mode]) for _, predicted, measured in points if mode in measured]
+        if not pairs:
+            continue
+        rho, why = rank_correlation([p for p, _ in pairs], [m for _, m in pairs])
+        spearman[mode] = rho
+        if rho is None:
+            log.info("publish: Spearman of predicted vs measured step time (%s order) not logged: %s",
+                     mode, why)
+            continue
+        metrics[f"spearman_predicted_measured_{mode}"] = rho
+        log.info("publish: Spearman of predicted vs measured step time (%s order): %.3f over %d placers",
+                 mode, rho, len(pairs))
+    if metrics:
+        tracking.log_metrics(job.parent_run_id, metrics)
+    chart = None
+    if points:
+        title = "predicted vs measured step time, every placer validated"
+        if cpu_only:
+            title += "\n" + CPU_NOTE.replace(" (", "\n(", 1)
+        with tempfile.TemporaryDirectory() as tmp:
+            local = predicted_vs_measured_chart(points, Path(tmp) / PREDICTION_CHART, title=title)
+            chart = storage.join(job.run_dir, PREDICTION_CHART)
+            storage.upload_file(str(local), chart)
+            tracking.log_artifact(job.parent_run_id, str(local))
+    else:
+        log.info("publish: no placement records a predicted step: no %s", PREDICTION_CHART)
+    return {"spearman": spearman, "cpu_only": cpu_only, "chart": chart,
+            "points": [{"placer": placer, "predicted_s": predicted / 1e3,
+                        "measured_median_s": {m: v / 1e3 for m, v in measured.items()}}
+                       for placer, predicted, measured in points]}
+
+
 def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[PlacementValidation],
-                   best: PlacementValidation, comparison: StepTimeComparison | None) -> str:
-    """``validation.json``: every placer's figures, the champion and the test; speed-ups logged to
-    the placers' child runs."""
+                   best: PlacementValidation, comparison: StepTimeComparison | None,
+                   prediction: dict[str, Any]) -> str:
+    """``validation.json``: every placer's figures (each execution-order mode's median and the
+    predicted step too), the champion, the test and the prediction's accuracy; speed-ups logged
+    to the placers' child runs."""
     placers = {v.placer: {"mean_s": v.mean_s, "median_s": v.median_s, "p90_s": v.p90_s,
+                          "order_mode": v.order_mode, "predicted_step_time_s": v.predicted_step_time_s,
+                          "median_s_by_mode": {m: v.mode_median_s(m) for m in ORDER_MODES
+                                               if v.mode_median_s(m) is not None},
                           "champion_median_s": _median(v.champion_step_seconds),
                           "validation": v.validation_uri}
                for v in validations}
@@ -173,7 +274,8 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
     summary = {"format": VALIDATION_SUMMARY_FORMAT, "configuration": job.config_key,
                "best_measured": best.placer, "best_measured_step_time_s": best.median_s,
                "champion_version": plan.champion_version, "champion_placer": plan.champion_placer,
-               "comparison": comparison.to_json() if comparison else None, "placers": placers}
+               "comparison": comparison.to_json() if comparison else None, "prediction": prediction,
+               "placers": placers}
     tracking.set_tags(job.parent_run_id, {tracking.TAG_BEST_MEASURED: best.placer})
     log.info("validation summary (champion version %s):\n%s", plan.champion_version or "none",
              _validation_table(placers, best.placer))
@@ -183,13 +285,17 @@ def _write_summary(job: Job, plan: ValidationPlan, validations: Sequence[Placeme
 
 
 def _validation_table(placers: dict[str, dict[str, Any]], best: str) -> str:
-    """The validated placers, fastest first: median and p90 step and the champion's median (ms)."""
+    """The validated placers, fastest first: median and p90 step (the mode each competes in), the
+    predicted step, each execution-order mode's median and the champion's median (ms)."""
     ranked = sorted(placers, key=lambda name: placers[name]["median_s"])
     rows = [(name, number(placers[name]["median_s"], ".3f", 1e3), number(placers[name]["p90_s"], ".3f", 1e3),
+             number(placers[name]["predicted_step_time_s"], ".3f", 1e3),
+             *(number(placers[name]["median_s_by_mode"].get(m), ".3f", 1e3) for m in ORDER_MODES),
              number(placers[name]["champion_median_s"], ".3f", 1e3), "*" if name == best else "")
             for name in ranked]
-    header = ("placer", "median (ms)", "p90 (ms)", "champion median (ms)", "best")
-    return format_table(header, rows, {1, 2, 3})
+    header = ("placer", "median (ms)", "p90 (ms)", "predicted (ms)", *(f"{m} (ms)" for m in ORDER_MODES),
+              "champion median (ms)", "best")
+    return format_table(header, rows, set(range(1, len(header) - 1)))
 
 
 def _median(values: Sequence[float]) -> float | None:

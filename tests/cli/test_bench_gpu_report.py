@@ -1,5 +1,6 @@
 """bench/bench_gpu.py without TensorFlow: the report built from fabricated per-device figures
-(Spearman, the memory comparison, the printed table) and argument errors (one line, exit 2)."""
+(Spearman per execution-order mode, the memory comparison, the printed table) and argument errors
+(one line, exit 2)."""
 
 from __future__ import annotations
 
@@ -39,14 +40,16 @@ def rank_correlation(xs: list[float], ys: list[float]) -> float:
 
 
 def fabricated_runs(rng: np.random.Generator, devices: int = 3) -> list[PlacerRun]:
-    """Four placers that ran (distinct times) and one that did not (out of memory)."""
+    """Four placers that ran in both orders (distinct times) and one that did not (out of memory)."""
     runs = []
     for i, name in enumerate(["single", "metis", "m-topo", "celeritas"]):
         predicted = tuple(float(x) for x in rng.uniform(1e6, 5e8, devices))
         measured = tuple(float(x) for x in rng.uniform(1e6, 5e8, devices))
         steps = tuple(float(x) for x in rng.uniform(0.01, 0.2, 7))
+        enforced = tuple(float(x) for x in rng.uniform(0.01, 0.2, 7))
         runs.append(PlacerRun(name, float(rng.uniform(1e3, 1e6)) + i, predicted, bool(i % 2),
-                              step_seconds=steps, measured_peak_bytes=measured,
+                              step_seconds=steps, enforced_step_seconds=enforced,
+                              measured_peak_bytes=measured,
                               trace_peak_bytes=tuple(m * 0.9 for m in measured)))
     runs.append(PlacerRun("m-etf", 1234.0, (9e9,) * devices, True, measured_peak_bytes=(None,) * devices,
                           error="ResourceExhaustedError: OOM when allocating tensor"))
@@ -93,10 +96,19 @@ def test_placer_row_figures_come_from_the_run(rng: np.random.Generator) -> None:
     assert row["fullest_error"] == pytest.approx(fullest)
     assert [m["error"] for m in row["memory"]] == pytest.approx(
         [p / m - 1 for p, m in zip(ran.predicted_peak_bytes, ran.measured_peak_bytes, strict=True)])
+    for mode, steps in (("free", ran.step_seconds), ("enforced", ran.enforced_step_seconds)):
+        figures = row["modes"][mode]
+        assert figures["timed_steps"] == len(steps)
+        assert figures["measured_mean_us"] == pytest.approx(np.mean(steps) * 1e6)
+        assert figures["measured_median_us"] == pytest.approx(np.median(steps) * 1e6)
+        assert figures["measured_p90_us"] == pytest.approx(np.percentile(steps, 90) * 1e6)
+        assert figures["measured_over_simulated"] == pytest.approx(np.mean(steps) * 1e6 / ran.simulated_us)
+    assert row["modes"]["free"]["measured_mean_us"] == row["measured_mean_us"]  # the top level: free
     bad = bench_gpu.placer_row(failed)
     assert not bad["ran"] and bad["error"] == failed.error and bad["timed_steps"] == 0
     assert bad["measured_mean_us"] is None and bad["measured_over_simulated"] is None
     assert bad["fullest_error"] is None and all(m["error"] is None for m in bad["memory"])
+    assert all(f["timed_steps"] == 0 and f["measured_over_simulated"] is None for f in bad["modes"].values())
 
 
 def test_model_row_ranks_only_the_placers_that_ran(rng: np.random.Generator) -> None:
@@ -104,15 +116,25 @@ def test_model_row_ranks_only_the_placers_that_ran(rng: np.random.Generator) -> 
     result = ModelResult("mlp", 32, (2, 4, 8), 109, 0, 0.01, 0.5, tuple(runs), 12.5)
     row = bench_gpu.model_row(result)
     ran = [r for r in runs if r.step_seconds]
-    expected = rank_correlation([r.simulated_us for r in ran], [float(np.mean(r.step_seconds)) for r in ran])
-    assert row["spearman"] == pytest.approx(expected)
+    simulated = [r.simulated_us for r in ran]
+    expected = rank_correlation(simulated, [float(np.mean(r.step_seconds)) for r in ran])
+    assert row["spearman"] == pytest.approx(expected) == row["spearman_by_mode"]["free"]
+    enforced = rank_correlation(simulated, [float(np.mean(r.enforced_step_seconds)) for r in ran])
+    assert row["spearman_by_mode"]["enforced"] == pytest.approx(enforced)
     assert row["placers_ran"] == len(ran) == len(runs) - 1
     worst = max(abs(max(r.predicted_peak_bytes) / max(r.measured_peak_bytes) - 1) for r in ran)
     assert row["worst_fullest_memory_error"] == pytest.approx(worst)
     assert [p["placer"] for p in row["placers"]] == [r.placer for r in runs]
     # measured in the opposite order of the simulation: a perfect inversion
-    flipped = [replace(r, step_seconds=(1.0 / r.simulated_us,)) for r in ran]
-    assert bench_gpu.model_row(replace(result, runs=tuple(flipped)))["spearman"] == pytest.approx(-1.0)
+    flipped = [replace(r, step_seconds=(1.0 / r.simulated_us,), enforced_step_seconds=(r.simulated_us,))
+               for r in ran]
+    row = bench_gpu.model_row(replace(result, runs=tuple(flipped)))
+    assert row["spearman"] == pytest.approx(-1.0)
+    assert row["spearman_by_mode"]["enforced"] == pytest.approx(1.0)
+    # placers timed free only (no order) are left out of the enforced ranking
+    free_only = [replace(r, enforced_step_seconds=()) if i < 2 else r for i, r in enumerate(ran)]
+    row = bench_gpu.model_row(replace(result, runs=tuple(free_only)))
+    assert row["spearman_by_mode"]["enforced"] is None and row["spearman"] == pytest.approx(expected)
 
 
 def test_report_prints_every_figure_and_the_document_is_json(rng: np.random.Generator,
@@ -129,14 +151,20 @@ def test_report_prints_every_figure_and_the_document_is_json(rng: np.random.Gene
     assert json.loads(out.read_text()) == json.loads(json.dumps(doc))
     text = "\n".join(bench_gpu.report_lines(doc))
     row = doc["models"][0]
-    assert f"Spearman {row['spearman']:.3f} over {len(runs) - 1} placers" in text
+    rhos = row["spearman_by_mode"]
+    assert (f"Spearman free {rhos['free']:.3f}, enforced {rhos['enforced']:.3f} over {len(runs) - 1} "
+            "placers") in text
     assert "3 off the GPU" in text and "transformer: failed: ValueError: broken" in text
     lines = text.splitlines()
     for run in runs:
         [line] = [s for s in lines if s.startswith(f"  {run.placer} ")]
         assert format_us(run.simulated_us) in line
         if run.step_seconds:
-            assert format_us(float(np.mean(run.step_seconds)) * 1e6) in line
+            free_us = float(np.mean(run.step_seconds)) * 1e6
+            enforced_us = float(np.mean(run.enforced_step_seconds)) * 1e6
+            assert line.index(format_us(free_us)) < line.index(format_us(enforced_us))  # free, then enforced
+            assert f"{free_us / run.simulated_us:.2f}" in line
+            assert f"{enforced_us / run.simulated_us:.2f}" in line
             for k, (p, m) in enumerate(zip(run.predicted_peak_bytes, run.measured_peak_bytes, strict=True)):
                 assert f"GPU{k} {format_bytes(p)} / {format_bytes(m)} ({(p / m - 1) * 100:+.1f}%)" in line
         else:

@@ -165,7 +165,10 @@ def test_from_xcom_names_a_missing_field(name, field):
     xcom = _xcom_example(cls)
     assert cls.from_xcom(xcom).to_xcom() == xcom
     del xcom[field]
-    default = next(f.default for f in dataclasses.fields(cls) if f.name == field)
+    declared = next(f for f in dataclasses.fields(cls) if f.name == field)
+    default = declared.default
+    if declared.default_factory is not dataclasses.MISSING:
+        default = declared.default_factory()
     if default is not dataclasses.MISSING:  # added later: an older producer's XCom lacks it
         assert getattr(cls.from_xcom(xcom), field) == default
         return
@@ -496,6 +499,169 @@ def test_publish_promotes_only_a_confident_gain_and_never_touches_published_arti
     assert _published_bytes(champion, tmp_path / "v1") == before  # version 1 is still what it was
     history = tracking.decision_history("mlp")
     assert [d.decision for d in history] == ["promoted", "kept", "kept", "promoted"]
+
+
+def _parent_metrics_and_artifacts(run_id: str) -> tuple[dict[str, float], set[str]]:
+    """A run's metrics and the files at the top of its artifacts."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking.tracking_uri())
+    top = {a.path for a in client.list_artifacts(run_id) if not a.is_dir}
+    return client.get_run(run_id).data.metrics, top
+
+
+def _ordered_placements(job: Job, placers: tuple[str, ...], without_order: str) -> dict[str, str]:
+    """Real placements of the job's model by ``placers`` in its run directory, each recording a
+    ``device_order`` (its ops per device in a topological order of the step) and ``order_mode``
+    ``enforced``, except ``without_order``'s (written before orders were recorded)."""
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.placers import place as run_placer
+    from celeritas_core.readwrite.formats import placement_to_json
+    from celeritas_tf.extract import graph_from_step
+    from celeritas_tf.step import build_training_step
+    from tasks.common import load_model, placement_uri
+
+    step = build_training_step(load_model(job.model), job.params.batch_size)
+    graph = graph_from_step(step)
+    cluster = Cluster.homogeneous(job.cluster.num_devices, graph.total_memory_bytes * 0.6)
+    uris = {}
+    for placer in placers:
+        doc = placement_to_json(run_placer(graph, cluster, placer))
+        doc.pop("device_order", None)
+        doc.pop("order_mode", None)
+        if placer != without_order:
+            doc["device_order"] = [[n for n in step.step_op_names() if doc["assignment"][n] == d]
+                                   for d in range(cluster.num_devices)]
+            doc["order_mode"] = "enforced"
+        uris[placer] = storage.write_json(placement_uri(job.run_dir, placer), doc)
+    return uris
+
+
+@needs_stack
+def test_validate_times_both_orders_and_publish_ranks_predicted_against_measured(store, caplog, monkeypatch):
+    from scipy.stats import spearmanr
+
+    from celeritas_core import plots
+    from tasks.validate import plan_validation, validate
+
+    job = prepare(TINY, job_id="orders").job
+    placers = ("celeritas", "heft", "m-topo", "metis")
+    uris = _ordered_placements(job, placers, without_order="metis")
+    placed = PlaceResult(placements=uris, child_runs={}, compare_uri="unused", best_simulated="celeritas",
+                         simulated_step_time_us={p: 1.0 for p in placers}, oom={p: False for p in placers})
+    plan = plan_validation(job, placed)
+    caplog.set_level("INFO")
+    validations = [validate(job, item) for item in plan.items]
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking.tracking_uri())
+    logged: dict[str, dict[str, float]] = {}
+    for v in validations:
+        doc = storage.read_json(uris[v.placer])
+        metrics = client.get_run(v.child_run_id).data.metrics
+        logged[v.placer] = metrics
+        modes = {"free"} if v.placer == "metis" else {"enforced", "free"}
+        # every mode timed, in the same blocks; the competing figures are the placement's own mode's
+        assert set(v.mode_step_seconds) == modes
+        assert v.order_mode == ("free" if v.placer == "metis" else "enforced")
+        assert all(len(steps) == job.params.validation_steps for steps in v.mode_step_seconds.values())
+        assert v.step_seconds == v.mode_step_seconds[v.order_mode]
+        assert metrics["predicted_step_time_ms"] == pytest.approx(doc["predicted_step_time_us"] / 1e3)
+        assert v.predicted_step_time_s == pytest.approx(doc["predicted_step_time_us"] / 1e6)
+        for mode in ("enforced", "free"):
+            if mode not in modes:
+                assert f"measured_median_step_time_{mode}_ms" not in metrics
+                assert f"measured_over_predicted_{mode}" not in metrics
+                continue
+            median_ms = v.mode_median_s(mode) * 1e3
+            assert metrics[f"measured_median_step_time_{mode}_ms"] == pytest.approx(median_ms)
+            assert metrics[f"measured_over_predicted_{mode}"] == pytest.approx(
+                median_ms / metrics["predicted_step_time_ms"])
+        assert metrics["measured_median_step_time_ms"] == pytest.approx(v.median_s * 1e3)
+        competing = metrics[f"measured_median_step_time_{v.order_mode}_ms"]
+        assert metrics["measured_median_step_time_ms"] == competing
+        body = storage.read_json(v.validation_uri)
+        assert set(body["modes"]) == modes and body["order_mode"] == v.order_mode
+        assert client.get_run(v.child_run_id).data.tags["celeritas.order_mode"] == v.order_mode
+        assert type(v).from_xcom(json.loads(json.dumps(v.to_xcom()))) == v
+
+    titles = []
+    real_chart = plots.predicted_vs_measured_chart
+
+    def spy(points, path, *, title=""):
+        titles.append(title)
+        return real_chart(points, path, title=title)
+
+    monkeypatch.setattr(plots, "predicted_vs_measured_chart", spy)
+    decided = publish(job, plan, validations)
+    assert decided.decision == "promoted"
+    metrics, top = _parent_metrics_and_artifacts(job.parent_run_id)
+    # Spearman from the figures logged on the child runs, per mode, over the placers timed in it
+    for mode, ranked in (("enforced", ("celeritas", "heft", "m-topo")), ("free", placers)):
+        predicted = [logged[p]["predicted_step_time_ms"] for p in ranked]
+        measured = [logged[p][f"measured_median_step_time_{mode}_ms"] for p in ranked]
+        expected = spearmanr(predicted, measured).statistic
+        assert len(set(predicted)) == len(predicted)  # the placers' predictions differ: a ranking
+        if math.isfinite(expected):
+            assert metrics[f"spearman_predicted_measured_{mode}"] == pytest.approx(expected)
+        else:  # a side all equal: no ranking, not logged
+            assert f"spearman_predicted_measured_{mode}" not in metrics
+    # the chart at the top of the parent run's artifacts and in the run directory
+    assert "predicted_vs_measured.png" in top
+    assert storage.read_bytes(storage.join(job.run_dir, "predicted_vs_measured.png"))[:4] == b"\x89PNG"
+    summary = storage.read_json(decided.validation_summary_uri)
+    assert summary["prediction"]["cpu_only"] is True
+    assert {p["placer"] for p in summary["prediction"]["points"]} == set(placers)
+    # logical CPU devices: the log and the chart's title say the figures are noise-bound
+    [title] = titles
+    assert "noise-bound" in title
+    assert any("noise-bound" in r.getMessage() for r in caplog.records if r.name == "tasks.publish")
+    assert any("Spearman of predicted vs measured step time (enforced order)" in r.getMessage()
+               for r in caplog.records)
+
+
+def _with_prediction(v: PlacementValidation, predicted_ms: float, modes_ms: dict[str, list[float]],
+                     cpu: bool = True) -> PlacementValidation:
+    """``v`` with a predicted step and each mode's step times (ms), on CPU (or GPU) devices."""
+    device = "/job:localhost/replica:0/task:0/device:" + ("CPU:0" if cpu else "GPU:0")
+    return dataclasses.replace(v, predicted_step_time_s=predicted_ms / 1e3, order_mode="enforced",
+                               mode_step_seconds={m: tuple(t / 1e3 for t in ts)
+                                                  for m, ts in modes_ms.items()},
+                               devices_used=(device,))
+
+
+@needs_stack
+def test_publish_ranks_prediction_only_with_three_placers_and_flags_cpu_figures(store, caplog):
+    from scipy.stats import spearmanr
+
+    caplog.set_level("INFO")
+    job = prepare(TINY, job_id="ranked").job
+    figures = {"celeritas": (3.0, 12.0, 10.0), "m-topo": (4.0, 11.0, 13.0), "metis": (5.0, 15.0, 14.0),
+               "heft": (6.0, 14.0, 16.0)}  # predicted, free and enforced medians (ms)
+    validations = [_with_prediction(_measured(job, p, _noisy(free, 9, i), [], None), predicted,
+                                    {"free": _noisy(free, 9, i), "enforced": _noisy(enforced, 9, 10 + i)},
+                                    cpu=False)
+                   for i, (p, (predicted, free, enforced)) in enumerate(figures.items())]
+    publish(job, _plan(job, validations), validations)
+    metrics, top = _parent_metrics_and_artifacts(job.parent_run_id)
+    for mode in ("free", "enforced"):
+        expected = spearmanr([v.predicted_step_time_s for v in validations],
+                             [v.mode_median_s(mode) for v in validations]).statistic
+        assert metrics[f"spearman_predicted_measured_{mode}"] == pytest.approx(expected)
+    assert "predicted_vs_measured.png" in top
+    assert not any("noise-bound" in r.getMessage() for r in caplog.records)  # ran on a GPU
+    # two placers: no rank correlation is logged, and the log says why; the chart is still drawn
+    caplog.clear()
+    few = prepare(TINY, job_id="two-placers").job
+    two = [_with_prediction(_measured(few, p, _noisy(10.0, 9, i), [], None), 3.0 + i,
+                            {"free": _noisy(10.0 + i, 9, i), "enforced": _noisy(11.0 + i, 9, i)})
+           for i, p in enumerate(("celeritas", "m-topo"))]
+    publish(few, _plan(few, two), two)
+    metrics, top = _parent_metrics_and_artifacts(few.parent_run_id)
+    assert not any(name.startswith("spearman_") for name in metrics)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("(free order) not logged: fewer than 3 placers (2)" in m for m in said)
+    assert any("noise-bound" in m for m in said) and "predicted_vs_measured.png" in top
 
 
 @needs_stack

@@ -1,6 +1,7 @@
 """bench/bench_gpu.py with TensorFlow: without a GPU it says so in one line, writes nothing and exits
-0; its CPU rehearsal runs the whole harness; and the logical-GPU set-up it relies on
-(celeritas_tf.tf.use_logical_gpus) configures sessions and devices as TensorFlow needs."""
+0; its CPU rehearsal runs the whole harness (each placement free and with its order enforced); and
+the logical-GPU set-up it relies on (celeritas_tf.tf.use_logical_gpus) configures sessions and
+devices as TensorFlow needs."""
 
 from __future__ import annotations
 
@@ -61,10 +62,20 @@ def test_cpu_rehearsal_runs_every_step_and_reports_what_it_measured(tmp_path: Pa
         assert len(r["memory"]) == 2 and r["memory"][0]["measured_bytes"] > 0
         assert r["measured_mean_us"] > 0 and r["simulated_us"] > 0
         assert r["measured_over_simulated"] == pytest.approx(r["measured_mean_us"] / r["simulated_us"])
-    assert model["spearman"] == bench_gpu.spearman([r["simulated_us"] for r in rows],
-                                                   [r["measured_mean_us"] for r in rows])
+        # both orders timed, interleaved: the simulator's order enforced, and TensorFlow's own
+        assert set(r["modes"]) == {"free", "enforced"} and r["modes"]["free"]["measured_mean_us"] == \
+            r["measured_mean_us"]
+        for figures in r["modes"].values():
+            assert figures["timed_steps"] == 3 and figures["measured_mean_us"] > 0
+            ratio = figures["measured_mean_us"] / r["simulated_us"]
+            assert figures["measured_over_simulated"] == pytest.approx(ratio)
+    for mode in ("free", "enforced"):
+        assert model["spearman_by_mode"][mode] == bench_gpu.spearman(
+            [r["simulated_us"] for r in rows], [r["modes"][mode]["measured_mean_us"] for r in rows])
+    assert model["spearman"] == model["spearman_by_mode"]["free"]
     text = stdout.getvalue()
     assert "mlp (batch 32" in text and all(f"  {p} " in text for p in placers) and f"wrote {out}" in text
+    assert "free/sim" in text and "enf/sim" in text
 
 
 def test_logical_gpus_shape_sessions_devices_and_checks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,13 +19,16 @@ from celeritas_core.placers import place
 from celeritas_core.readwrite.formats import load_graph, save_placement
 from celeritas_core.statistics.regression import fit_costs
 from celeritas_tf.evaluation import (
+    PlacementOrder,
     ProfilePlan,
     check_assignment,
     measured_costs,
+    placement_order,
     profile_small_batches,
     remeasure,
     sequential_placement,
     validate,
+    validate_interleaved,
 )
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.models import get_model
@@ -154,6 +157,71 @@ def test_validation_times_fifty_steps_after_warmup(model, graph, tmp_path):
     assert doc["format"] == "celeritas-validation/1" and doc["steps"] == 50 and doc["warmup_steps"] == 5
 
 
+def topological_device_order(step, assignment, devices):
+    """Per device, its ops in a topological order of the step (GraphDef order): an order a
+    placement could record (``device_order``) that respects every dependency."""
+    names = step.step_op_names()
+    return tuple(tuple(n for n in names if assignment[n] == d) for d in range(devices))
+
+
+def test_interleaved_validation_times_each_order_mode_as_its_own_arm(model, step, graph):
+    placement = place(graph, Cluster.homogeneous(2, graph.total_memory_bytes * 0.6), "m-topo")
+    assignment = dict(zip(graph.node_names, placement.assignment.tolist(), strict=True))
+    assert set(assignment.values()) == {0, 1}
+    order = topological_device_order(step, assignment, 2)
+    said = []
+    runs = validate_interleaved(
+        model, 16, {"ordered": assignment, "free-mode": assignment, "plain": assignment}, 2, warmup_steps=1,
+        steps=4, blocks=2, progress=said.append,
+        orders={"ordered": PlacementOrder(order, "enforced"), "free-mode": PlacementOrder(order, "free")})
+    ordered, free_mode, plain = runs["ordered"], runs["free-mode"], runs["plain"]
+    # a placement that records an order is timed in both modes; its figures are its own mode's
+    assert set(ordered.modes) == {"enforced", "free"} and ordered.order_mode == "enforced"
+    assert tuple(ordered.step_seconds) == ordered.modes["enforced"].step_seconds
+    assert set(free_mode.modes) == {"enforced", "free"} and free_mode.order_mode == "free"
+    assert tuple(free_mode.step_seconds) == free_mode.modes["free"].step_seconds
+    # one without an order: the free order only
+    assert set(plain.modes) == {"free"} and plain.order_mode == "free"
+    for run in runs.values():
+        assert all(len(t.step_seconds) == 4 and min(t.step_seconds) > 0 for t in run.modes.values())
+        assert run.devices_used and run.measured_peak_bytes
+    # every arm ran in both blocks: five arms, each named with its mode when it has two
+    assert len(said) == 2 * 5 and "block 2: ordered (enforced order) 4/4 timed steps" in said
+    assert "block 1: plain 2/4 timed steps" in said
+    doc = ordered.to_json({"placer": "m-topo"}, predicted_us=1234.0)
+    assert doc["order_mode"] == "enforced" and doc["predicted_step_time_us"] == 1234.0
+    assert doc["median_s"] == doc["modes"]["enforced"]["median_s"]
+    for mode, figures in doc["modes"].items():
+        times = ordered.modes[mode]
+        assert figures["step_seconds"] == list(times.step_seconds) and figures["steps"] == 4
+        assert figures["measured_over_predicted"] == pytest.approx(times.median_s * 1e6 / 1234.0)
+        assert figures["median_s"] == pytest.approx(float(np.median(times.step_seconds)))
+    assert plain.to_json()["modes"]["free"]["measured_over_predicted"] is None  # no prediction
+    json.dumps(doc, allow_nan=False)
+
+
+def test_an_order_that_cannot_run_is_refused_in_one_line(model, step, graph):
+    placement = place(graph, Cluster.homogeneous(2, graph.total_memory_bytes * 0.6), "m-topo")
+    assignment = dict(zip(graph.node_names, placement.assignment.tolist(), strict=True))
+    order = topological_device_order(step, assignment, 2)
+    with pytest.raises(CeleritasInputError, match="does not record"):
+        validate_interleaved(model, 16, {"plain": assignment}, 2, steps=1, modes={"plain": ("enforced",)})
+    device = 0 if len(order[0]) > 1 else 1
+    backwards = tuple(tuple(reversed(ops)) if d == device else ops for d, ops in enumerate(order))
+    with pytest.raises(CeleritasInputError, match=r"^p\.json: device_order: .* before ") as err:
+        validate_interleaved(model, 16, {"x": assignment}, 2, steps=1, sources={"x": "p.json"},
+                             orders={"x": PlacementOrder(backwards, "enforced")})
+    assert "\n" not in str(err.value)
+    moved = (order[0][1:], (order[0][0], *order[1]))  # device 0's first op listed on device 1
+    with pytest.raises(CeleritasInputError, match=r"listed on device 1\b.* assigned to (device )?0"):
+        validate_interleaved(model, 16, {"x": assignment}, 2, steps=1,
+                             orders={"x": PlacementOrder(moved, "enforced")})
+    with pytest.raises(CeleritasInputError, match="'order_mode' is 'enforced' but"):
+        placement_order({"order_mode": "enforced", "assignment": assignment}, "p.json")
+    assert placement_order({"device_order": [list(o) for o in order], "devices": ["a", "b"]}).order_mode == \
+        "enforced"
+
+
 def test_a_placement_for_another_graph_is_refused(step):
     names = step.step_op_names()
     with pytest.raises(CeleritasInputError, match="is not placed"):
@@ -259,6 +327,52 @@ def test_cli_validate_refuses_too_many_devices_and_foreign_placements(tmp_path, 
                          "--out", str(tmp_path / "v.json")], capsys)  # one more layer: other ops
     assert code == 2 and "does not match the model's step" in err and err.count("\n") == 1
     assert not (tmp_path / "v.json").exists()
+
+
+def test_cli_validate_times_both_orders_against_the_prediction(tmp_path, capsys, step, graph):
+    placement = place(graph, Cluster.homogeneous(2, graph.total_memory_bytes * 0.6), "m-topo")
+    path, plain = tmp_path / "pl.json", tmp_path / "plain.json"
+    save_placement(placement, path)
+    doc = json.loads(path.read_text())
+    doc.pop("device_order", None)
+    doc.pop("order_mode", None)
+    plain.write_text(json.dumps(doc))
+    doc["device_order"] = [list(ops) for ops in topological_device_order(step, doc["assignment"], 2)]
+    doc["order_mode"] = "enforced"
+    path.write_text(json.dumps(doc))
+    base = ["validate", "--model", "mlp", *[f"--set={k}={v}" for k, v in MLP.items()], "--batch", "16",
+            "--steps", "4", "--warmup", "1", "--blocks", "2"]
+    out_file = tmp_path / "v.json"
+    code, out, err = _cli([*base, str(path), "--out", str(out_file)], capsys)
+    assert code == 0, err
+    result = json.loads(out_file.read_text())
+    predicted = doc["predicted_step_time_us"]
+    assert result["order_mode"] == "enforced" and set(result["modes"]) == {"enforced", "free"}
+    assert result["predicted_step_time_us"] == predicted and result["blocks"] == 2
+    assert result["median_s"] == result["modes"]["enforced"]["median_s"]
+    for mode, figures in result["modes"].items():
+        assert figures["steps"] == 4 and len(figures["step_seconds"]) == 4
+        assert figures["measured_over_predicted"] == pytest.approx(figures["median_s"] * 1e6 / predicted)
+        line = next(s for s in out.splitlines() if s.strip().startswith(f"{mode} order"))
+        assert f"median {figures['median_s'] * 1e3:.3f} ms" in line
+        assert f"p90 {figures['p90_s'] * 1e3:.3f} ms" in line
+        assert f"measured/predicted {figures['measured_over_predicted']:.2f}" in line
+    assert f"predicted step (the placement's simulated step) {predicted / 1e3:.3f} ms" in out
+    # one mode asked for: only it is timed
+    code, _, err = _cli([*base, str(path), "--order", "free", "--out", str(out_file)], capsys)
+    assert code == 0, err
+    only = json.loads(out_file.read_text())
+    assert set(only["modes"]) == {"free"} and only["order_mode"] == "free"
+    assert only["placement_order_mode"] == "enforced"
+    # a placement without an order: free only by default; the enforced order refused in one line
+    code, _, err = _cli([*base, str(plain), "--out", str(out_file)], capsys)
+    assert code == 0, err
+    assert set(json.loads(out_file.read_text())["modes"]) == {"free"}
+    out_file.unlink()
+    for choice in ("enforced", "both"):
+        code, _, err = _cli([*base, str(plain), "--order", choice, "--out", str(out_file)], capsys)
+        assert code == 2 and f"--order {choice}: the placement records no device_order" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err and not out_file.exists()
 
 
 def test_user_model_from_module_function(tmp_path, monkeypatch):
