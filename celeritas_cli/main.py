@@ -17,7 +17,7 @@ import sys
 import typing
 from collections.abc import Sequence
 
-from celeritas_cli import core_commands, pipeline_commands, tf_commands
+from celeritas_cli import core_commands, pipeline_commands, tf_commands, train_commands
 from celeritas_core.errors import CeleritasInputError, one_line
 from celeritas_core.readwrite.redact import install_log_redaction, redact
 
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     core_commands.add_commands(sub)
     tf_commands.add_commands(sub)  # argparse only: TensorFlow loads when a command runs
     pipeline_commands.add_commands(sub)  # argparse only, too
+    train_commands.add_commands(sub)  # argparse only: TensorFlow and MLflow load when it runs
     return parser
 
 
