@@ -7,6 +7,7 @@ error naming the flag (exit 2). The limits are :mod:`celeritas_core.readwrite.li
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
@@ -78,3 +79,25 @@ def number(value: Any, flag: str, *, low: float = 0.0, high: float) -> float:
     return float(value)
 
 
+def say(message: str) -> None:
+    """A progress line of a long command, on standard error (standard output keeps the result)."""
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def model_knobs(pairs: list[str] | None) -> dict[str, Any]:
+    """``--set KNOB=VALUE`` pairs of the model commands: an integer where the value reads as one,
+    else a number, else the text (the model checks its own knobs)."""
+    knobs: dict[str, Any] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise CeleritasInputError(f"--set: expected KNOB=VALUE, got {pair!r}")
+        text = value.strip()
+        try:
+            knobs[name.strip()] = int(text)
+        except ValueError:
+            try:
+                knobs[name.strip()] = float(text)
+            except ValueError:
+                knobs[name.strip()] = text
+    return knobs

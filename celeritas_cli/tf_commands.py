@@ -20,32 +20,11 @@ from celeritas_core.readwrite.safe_io import check_outputs, staged_outputs
 from celeritas_core.readwrite.units import format_bytes, format_us
 
 
-def _say(message: str) -> None:
-    print(f"  {message}", file=sys.stderr, flush=True)
-
-
-def _knobs(pairs: list[str] | None) -> dict[str, Any]:
-    knobs: dict[str, Any] = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise CeleritasInputError(f"--set: expected KNOB=VALUE, got {pair!r}")
-        text = value.strip()
-        try:
-            knobs[name.strip()] = int(text)
-        except ValueError:
-            try:
-                knobs[name.strip()] = float(text)
-            except ValueError:
-                knobs[name.strip()] = text
-    return knobs
-
-
 def _model(args: argparse.Namespace) -> Any:
     # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
     from celeritas_tf.models import get_model
 
-    return get_model(args.model, paper=args.paper, **_knobs(args.set))
+    return get_model(args.model, paper=args.paper, **flags.model_knobs(args.set))
 
 
 def _check_batch(batch: int) -> int:
@@ -97,7 +76,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
         from celeritas_tf.profile import trace_costs, trace_step
 
-        trace = trace_step(step, traced_steps=args.steps, progress=_say)
+        trace = trace_step(step, traced_steps=args.steps, progress=flags.say)
         costs, aliases = trace_costs(trace), trace.aliases
     elif source.startswith("analytical"):
         # lazy: TensorFlow and the engine load only when a command runs (see the module docstring)
@@ -122,7 +101,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     inputs = [_model_input(args)]
     check_outputs([args.out], inputs=inputs)
     model = _model(args)
-    traces = profile_small_batches(model, sizes, plan=ProfilePlan(**plan), progress=_say)
+    traces = profile_small_batches(model, sizes, plan=ProfilePlan(**plan), progress=flags.say)
     write_json_atomic(args.out, profile_document(model, traces), inputs=inputs)
     print(f"wrote {args.out}: {model.name}, batch sizes {[t.batch_size for t in traces]}, "
           f"{len(traces[0].time_us):,} traced ops, traced steps {[len(t.step_seconds) for t in traces]}")
@@ -217,8 +196,8 @@ def cmd_remeasure(args: argparse.Namespace) -> int:
     from celeritas_tf.evaluation import accuracy_document, remeasure
 
     model = _model(args)
-    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps, progress=_say,
-                       source=args.fits)
+    result = remeasure(model, batch, fits, cluster, order=args.order, traced_steps=args.steps,
+                       progress=flags.say, source=args.fits)
     note = result.identity_note()
     if note:
         print(f"note: {args.fits}: {note}")
@@ -295,7 +274,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     digest = placement_op_keys_digest(doc, args.placement)
     result = validate_interleaved(
         model, batch, {"placement": assignment}, devices, warmup_steps=args.warmup, steps=args.steps,
-        blocks=args.blocks, progress=_say, sources={"placement": args.placement},
+        blocks=args.blocks, progress=flags.say, sources={"placement": args.placement},
         digests={"placement": digest}, orders={"placement": order}, modes={"placement": modes})["placement"]
     predicted = predicted_step_us(doc)
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
@@ -350,7 +329,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if not sizes:  # `--sizes ''` or `--sizes ,` is not "the default sizes"
             raise CeleritasInputError(f"--sizes: expected comma-separated sizes, got {args.sizes!r}")
     check_outputs([args.out])
-    kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": _say}
+    kwargs: dict[str, Any] = {"repeats": args.repeats, "progress": flags.say}
     if sizes:
         kwargs["sizes"] = sizes
     if preset is not None:

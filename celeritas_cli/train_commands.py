@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sys
 import tempfile
 import time
 import zipfile
@@ -29,28 +28,6 @@ SYNTHETIC = "synthetic"
 WEIGHTS_SUFFIX = ".weights.h5"
 
 
-def _say(message: str) -> None:
-    print(f"  {message}", file=sys.stderr, flush=True)
-
-
-def _knobs(pairs: list[str] | None) -> dict[str, Any]:
-    """``--set KNOB=VALUE`` pairs (integers where they parse, as the other model commands)."""
-    knobs: dict[str, Any] = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise CeleritasInputError(f"--set: expected KNOB=VALUE, got {pair!r}")
-        text = value.strip()
-        try:
-            knobs[name.strip()] = int(text)
-        except ValueError:
-            try:
-                knobs[name.strip()] = float(text)
-            except ValueError:
-                knobs[name.strip()] = text
-    return knobs
-
-
 def _bool(text: str | None, flag: str) -> bool | None:
     if text is None:
         return None
@@ -63,7 +40,7 @@ def _bool(text: str | None, flag: str) -> bool | None:
 
 def _configuration_params(args: argparse.Namespace) -> dict[str, Any]:
     """The pipeline parameters that make the configuration (the others take their defaults)."""
-    params: dict[str, Any] = {"model": args.model, "model_knobs": _knobs(args.set),
+    params: dict[str, Any] = {"model": args.model, "model_knobs": flags.model_knobs(args.set),
                               "paper_config": args.paper}
     if args.batch_size is not None:
         params["batch_size"] = args.batch_size
@@ -152,7 +129,7 @@ def _champion(args: argparse.Namespace, registry_name: str | None, tmp: str) -> 
         if args.num_devices is not None and args.num_devices != published.num_devices:
             raise CeleritasInputError(f"--num-devices {args.num_devices}: the champion {published.source} "
                                       f"places the model on {published.num_devices} devices")
-    _say(f"champion: {published.describe()}")
+    flags.say(f"champion: {published.describe()}")
     return published, model_for(published.configuration)
 
 
@@ -204,7 +181,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                     and len(devices) != args.num_devices:
                 raise CeleritasInputError(f"--num-devices {args.num_devices}: the placement has "
                                           f"{len(devices)} devices", source=placement_file)
-            model = get_model(args.model, paper=args.paper, **_knobs(args.set))
+            model = get_model(args.model, paper=args.paper, **flags.model_knobs(args.set))
         data = None if args.data == SYNTHETIC else _npz_data(args.data, model)
         # lazy: TensorFlow loads only when a command runs, after the placement is found
         from celeritas_tf.training import train_with_placement
@@ -213,13 +190,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                                   learning_rate=args.learning_rate, seed=args.seed,
                                   source=source) as training:
             edges = f", {training.order_edges.added} control edges" if training.order_edges else ""
-            _say(f"{model.name} at batch {batch} on {training.num_devices} devices, placer "
+            flags.say(f"{model.name} at batch {batch} on {training.num_devices} devices, placer "
                  f"{training.placer}, {training.order_mode} order{edges}")
             every = max(1, args.steps // 10)
 
             def progress(step: int, loss: float) -> None:
                 if step == 1 or step % every == 0 or step == args.steps:
-                    _say(f"step {step}/{args.steps}: loss {loss:.4f}")
+                    flags.say(f"step {step}/{args.steps}: loss {loss:.4f}")
 
             started = time.perf_counter()
             losses = training.fit(training.synthetic_data() if data is None else data, steps=args.steps,

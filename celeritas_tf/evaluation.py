@@ -431,22 +431,27 @@ class Validation:
 
     def __post_init__(self) -> None:
         if not self.modes:
-            self.modes = {self.order_mode: ModeTimes(self.order_mode, tuple(self.step_seconds))}
+            self.modes = {self.order_mode: self.times}
+
+    @property
+    def times(self) -> ModeTimes:
+        """``step_seconds`` as the :class:`ModeTimes` of ``order_mode``."""
+        return ModeTimes(self.order_mode, tuple(self.step_seconds))
 
     @property
     def mean_s(self) -> float:
         """Mean step time (s)."""
-        return float(np.mean(self.step_seconds))
+        return self.times.mean_s
 
     @property
     def median_s(self) -> float:
         """Median step time (s)."""
-        return float(np.median(self.step_seconds))
+        return self.times.median_s
 
     @property
     def p90_s(self) -> float:
         """90th-percentile step time (s)."""
-        return float(np.percentile(self.step_seconds, 90))
+        return self.times.p90_s
 
     def to_json(self, extra: Mapping[str, Any] | None = None, *,
                 predicted_us: float | None = None) -> dict[str, Any]:
