@@ -26,6 +26,8 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from bench_quality import ENFORCED  # noqa: E402
+
 from celeritas_core.generators.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
 from celeritas_core.graphs.cluster import Cluster  # noqa: E402
 from celeritas_core.placers.compare import compare_placers  # noqa: E402
@@ -47,6 +49,8 @@ def run(models: list[str], seed: int, placers: tuple[str, ...]) -> list[dict[str
         cluster = Cluster.homogeneous(DEVICES, DEVICE_SHARE * graph.total_memory_bytes)
         print(f"  {model}: {graph.num_nodes:,} nodes ...", file=sys.stderr, flush=True)
         comparison = compare_placers(graph, cluster, placers)
+        for placement in comparison.placements:
+            ENFORCED.check(graph, cluster, placement, f"{model} {placement.placer}")
         rows.append({
             "model": model,
             "nodes": graph.num_nodes,
@@ -138,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--placers must include celeritas")
     print(f"Placer benchmark, seed {args.seed}", file=sys.stderr)
     rows = run(models, args.seed, placers)
-    checks = report(rows, placers)
+    checks = [*report(rows, placers), ENFORCED.line()]
     for line in checks:
         print(line)
     write_json_atomic(Path(args.out), {"devices": DEVICES, "device_share": DEVICE_SHARE, "seed": args.seed,
