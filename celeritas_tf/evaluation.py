@@ -50,7 +50,7 @@ from celeritas_core.statistics.estimation import spanning_batch, traced_steps_ne
 from celeritas_core.statistics.regression import CostFits, Deviation, fit_costs, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
-from celeritas_tf.order import enforce_device_order
+from celeritas_tf.order import enforce_device_order, executed_device_order, free_ops, order_agreement
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
@@ -62,7 +62,7 @@ from celeritas_tf.profile import (
 )
 from celeritas_tf.spec import ModelSpec
 from celeritas_tf.step import TrainingStep, build_training_step
-from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, tensorflow
+from celeritas_tf.tf import logical_gpu_limits_mib, run_options, session_config, step_device, tensorflow
 
 Progress = Callable[[str], None]
 MAX_LOGICAL_DEVICES = 64
@@ -381,10 +381,13 @@ def measured_over_predicted(measured_s: float, predicted_us: float | None) -> fl
 class ModeTimes:
     """The timed steps (s) of one placement in one execution-order mode: ``enforced`` (each
     device runs its ops in the placement's recorded ``device_order``, through control
-    dependencies) or ``free`` (TensorFlow's own dispatch)."""
+    dependencies) or ``free`` (TensorFlow's own dispatch). ``order_agreement``: the share of the
+    recorded order that a traced step in this mode followed (:func:`celeritas_tf.order.order_agreement`;
+    None when the placement records no order)."""
 
     mode: str
     step_seconds: tuple[float, ...]
+    order_agreement: float | None = None
 
     @property
     def mean_s(self) -> float:
@@ -406,7 +409,8 @@ class ModeTimes:
         ratio of its median to the predicted step (``predicted_us``, µs; null when unknown)."""
         return {"steps": len(self.step_seconds), "mean_s": self.mean_s, "median_s": self.median_s,
                 "p90_s": self.p90_s, "step_seconds": list(self.step_seconds),
-                "measured_over_predicted": measured_over_predicted(self.median_s, predicted_us)}
+                "measured_over_predicted": measured_over_predicted(self.median_s, predicted_us),
+                "order_agreement": self.order_agreement}
 
 
 @dataclass
@@ -613,7 +617,10 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     placement's :class:`Validation` holds every mode's steps (``modes``); its ``step_seconds``,
     traced peaks and ``order_mode`` are those of the placement's ``order_mode`` when timed (else of
     the first mode timed). ``digests``: each placement's record of the structure it was made for
-    (checked, as :func:`check_structure`)."""
+    (checked, as :func:`check_structure`). Each arm of a placement that records an order runs
+    one traced, untimed step first, from which its ``order_agreement`` is read: 1.0 when every
+    device followed the recorded order (the enforced arm), lower as TensorFlow's own dispatch
+    strays from it."""
     if warmup_steps < 0 or steps < 1 or blocks < 1:
         raise CeleritasInputError(f"need warm-up >= 0, steps >= 1 and blocks >= 1, got {warmup_steps}, "
                                   f"{steps} and {blocks}")
@@ -651,7 +658,9 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     seconds: dict[tuple[str, str], list[float]] = {arm: [] for arm in arms}
     used: dict[str, list[str]] = {}
     peaks: dict[str, dict[str, float]] = {}
+    agreement: dict[tuple[str, str], float] = {}
     options = run_options(num_devices)
+    device_names = [step_device(d) for d in range(num_devices)]
     for b, count in enumerate(block_sizes(steps, blocks)):
         for arm in arms[b % len(arms):] + arms[:b % len(arms)]:
             name, mode = arm
@@ -660,12 +669,19 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
             fetches = [step.train_op, step.loss]
             with tf1.Session(graph=step.graph, config=session_config(num_devices)) as session:
                 session.run(step.init_op)
-                if mode == headline[name] and name not in peaks:
+                recorded = (orders or {}).get(name)
+                follow = recorded is not None and recorded.device_order is not None and arm not in agreement
+                if (mode == headline[name] and name not in peaks) or follow:
                     metadata = tf1.RunMetadata()
                     session.run(fetches, feeds[0], options=run_options(num_devices, trace=True),
                                 run_metadata=metadata)
-                    used[name] = sorted({d.device for d in metadata.step_stats.dev_stats})
-                    peaks[name] = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
+                    if mode == headline[name] and name not in peaks:
+                        used[name] = sorted({d.device for d in metadata.step_stats.dev_stats})
+                        peaks[name] = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
+                    if follow:
+                        executed = executed_device_order(metadata.step_stats, ops=step.step_op_names())
+                        agreement[arm] = order_agreement(recorded.device_order, executed, device_names,
+                                                         skip=free_ops(step))
                 for i in range(warmup_steps):
                     session.run(fetches, feeds[i % len(feeds)], options=options)
                 for i in range(count):
@@ -677,7 +693,8 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
                 progress(f"block {b + 1}: {label} {len(seconds[arm])}/{steps} timed steps")
     return {name: Validation(model.name, int(batch_size), num_devices, warmup_steps,
                              seconds[name, headline[name]], used[name], peaks[name], headline[name],
-                             {mode: ModeTimes(mode, tuple(seconds[name, mode])) for mode in timed[name]})
+                             {mode: ModeTimes(mode, tuple(seconds[name, mode]), agreement.get((name, mode)))
+                              for mode in timed[name]})
             for name in names}
 
 

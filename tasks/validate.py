@@ -160,8 +160,9 @@ def _modes_line(modes: Mapping[str, ModeTimes], competing: str, predicted_us: fl
 def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) -> str:
     """Log one placer's measured figures, step times (ms) and validation JSON to its MLflow child
     run; returns the child run's id. ``measured_*_step_time_ms`` are the competing mode's
-    (``order_mode``); ``measured_median_step_time_MODE_ms`` and ``measured_over_predicted_MODE``
-    each timed mode's, with ``predicted_step_time_ms``."""
+    (``order_mode``); ``measured_median_step_time_MODE_ms``, ``measured_over_predicted_MODE`` and
+    ``order_agreement_MODE`` (the share of the recorded order a traced step followed) each timed
+    mode's, with ``predicted_step_time_ms``."""
     metrics = {"measured_mean_step_time_ms": body["mean_s"] * 1e3,
                "measured_median_step_time_ms": body["median_s"] * 1e3,
                "measured_p90_step_time_ms": body["p90_s"] * 1e3,
@@ -172,6 +173,8 @@ def _log_child(parent_run_id: str, placer: str, body: dict[str, Any], uri: str) 
         metrics[f"measured_median_step_time_{mode}_ms"] = figures["median_s"] * 1e3
         if figures["measured_over_predicted"] is not None:
             metrics[f"measured_over_predicted_{mode}"] = figures["measured_over_predicted"]
+        if figures.get("order_agreement") is not None:
+            metrics[f"order_agreement_{mode}"] = figures["order_agreement"]
     if body.get("champion"):
         metrics["champion_median_step_time_ms"] = body["champion"]["median_s"] * 1e3
     with tempfile.TemporaryDirectory() as tmp:

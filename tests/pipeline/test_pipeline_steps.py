@@ -572,11 +572,18 @@ def test_validate_times_both_orders_and_publish_ranks_predicted_against_measured
             if mode not in modes:
                 assert f"measured_median_step_time_{mode}_ms" not in metrics
                 assert f"measured_over_predicted_{mode}" not in metrics
+                assert f"order_agreement_{mode}" not in metrics
                 continue
             median_ms = v.mode_median_s(mode) * 1e3
             assert metrics[f"measured_median_step_time_{mode}_ms"] == pytest.approx(median_ms)
             assert metrics[f"measured_over_predicted_{mode}"] == pytest.approx(
                 median_ms / metrics["predicted_step_time_ms"])
+            if "enforced" in modes:  # a placement that records its order: read back from a traced step
+                assert 0.0 <= metrics[f"order_agreement_{mode}"] <= 1.0
+            else:
+                assert f"order_agreement_{mode}" not in metrics
+        if "enforced" in modes:
+            assert metrics["order_agreement_enforced"] == 1.0  # every device ran the recorded order
         assert metrics["measured_median_step_time_ms"] == pytest.approx(v.median_s * 1e3)
         competing = metrics[f"measured_median_step_time_{v.order_mode}_ms"]
         assert metrics["measured_median_step_time_ms"] == competing

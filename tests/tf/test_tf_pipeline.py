@@ -197,6 +197,12 @@ def test_interleaved_validation_times_each_order_mode_as_its_own_arm(model, step
         assert figures["measured_over_predicted"] == pytest.approx(times.median_s * 1e6 / 1234.0)
         assert figures["median_s"] == pytest.approx(float(np.median(times.step_seconds)))
     assert plain.to_json()["modes"]["free"]["measured_over_predicted"] is None  # no prediction
+    # a traced step of each arm with an order says how much of it the devices followed
+    for run in (ordered, free_mode):
+        assert run.modes["enforced"].order_agreement == 1.0
+        assert 0.0 <= run.modes["free"].order_agreement <= 1.0
+        assert doc["modes"]["enforced"]["order_agreement"] == 1.0
+    assert plain.modes["free"].order_agreement is None
     json.dumps(doc, allow_nan=False)
 
 
