@@ -289,8 +289,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for mode, times in result.modes.items():
         ratio = "" if predicted is None else f"; measured/predicted {times.median_s * 1e6 / predicted:.2f}"
         own = " (the placement's mode)" if mode == order.order_mode else ""
+        followed = ("" if times.order_agreement is None
+                    else f"; {times.order_agreement * 100:.1f} % of ops ran in the recorded order")
         print(f"  {mode} order{own}: median {times.median_s * 1e3:.3f} ms, mean {times.mean_s * 1e3:.3f} ms, "
-              f"p90 {times.p90_s * 1e3:.3f} ms{ratio}")
+              f"p90 {times.p90_s * 1e3:.3f} ms{ratio}{followed}")
     peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
     if "measured_peak_memory_bytes" in peaks:
         measured = format_bytes(peaks["measured_peak_memory_bytes"])

@@ -363,6 +363,9 @@ def test_cli_validate_times_both_orders_against_the_prediction(tmp_path, capsys,
         assert f"median {figures['median_s'] * 1e3:.3f} ms" in line
         assert f"p90 {figures['p90_s'] * 1e3:.3f} ms" in line
         assert f"measured/predicted {figures['measured_over_predicted']:.2f}" in line
+        assert f"{figures['order_agreement'] * 100:.1f} % of ops ran in the recorded order" in line
+    assert "100.0 % of ops ran in the recorded order" in next(
+        s for s in out.splitlines() if s.strip().startswith("enforced order"))
     assert f"predicted step (the placement's simulated step) {predicted / 1e3:.3f} ms" in out
     # one mode asked for: only it is timed
     code, _, err = _cli([*base, str(path), "--order", "free", "--out", str(out_file)], capsys)
