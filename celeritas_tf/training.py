@@ -44,6 +44,7 @@ from celeritas_core.errors import CeleritasInputError, one_line
 from celeritas_core.readwrite.format_tags import PLACEMENT_FORMAT
 from celeritas_core.readwrite.formats import (
     check_device_order,
+    placement_batch_size,
     placement_device_order,
     placement_op_keys_digest,
     placement_order_mode,
@@ -188,6 +189,7 @@ class PlacedTraining:
             built.append(net)
             return net
 
+        _check_batch(doc, config.batch_size, source)
         step = build_training_step(replace(spec, make_model=make_model), config.batch_size,
                                    learning_rate=float(config.learning_rate))
         self._net = built[-1]
@@ -563,6 +565,16 @@ def _check_device_count(num_devices: int, source: str | None) -> None:
     except CeleritasInputError as exc:
         raise CeleritasInputError(f"the placement has {num_devices} devices, more than this machine runs "
                                   f"({exc.message.removeprefix('--devices: ')})", source=source) from None
+
+
+def _check_batch(doc: Mapping[str, Any], batch: int, source: str | None) -> None:
+    """The placement's ``batch_size`` (when recorded) must be the batch trained at: its op costs
+    and memory (and so which device overflows) are that batch's."""
+    recorded = placement_batch_size(doc, source)
+    if recorded is not None and recorded != batch:
+        raise CeleritasInputError(f"the placement was made for batch size {recorded}, not {batch}: its op "
+                                  f"costs and memory are batch {recorded}'s (train at batch {recorded}, or "
+                                  f"place the model at batch {batch})", source=source)
 
 
 def _check_structure(step: TrainingStep, doc: Mapping[str, Any], source: str | None) -> None:

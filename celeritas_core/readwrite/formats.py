@@ -731,6 +731,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         raise CeleritasInputError(
             f"field 'placement_seconds' must be a number >= 0, got {short_repr(seconds)}")
     placement_op_keys_digest(doc)
+    placement_batch_size(doc)
     coarse_nodes = doc.get("coarse_nodes")
     if coarse_nodes is not None and (not isinstance(coarse_nodes, int) or isinstance(coarse_nodes, bool)
                                      or not 1 <= coarse_nodes < MAX_SRC_OUTPUT):
@@ -789,6 +790,23 @@ def _device_order_indices(doc: Mapping[str, Any], graph: Graph,
                 f"device_order: op {exc.args[0]!r} is not in graph {graph.name!r}") from None
     order_indices(graph, assignment, len(names), order)
     return tuple(order)
+
+
+def placement_batch_size(doc: Any, source: str | None = None) -> int | None:
+    """A placement document's optional ``batch_size``: the training batch the placed graph's costs
+    and memory were measured at (its ``meta.batch_size``); None when not recorded.
+
+    Examples
+    --------
+    >>> placement_batch_size({"batch_size": 16}), placement_batch_size({})
+    (16, None)
+    """
+    batch = doc.get("batch_size") if isinstance(doc, dict) else None
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
+                              or not 1 <= batch <= MAX_BATCH_SIZE):
+        raise CeleritasInputError(f"field 'batch_size' must be an integer from 1 to {MAX_BATCH_SIZE:,}, "
+                                  f"got {short_repr(batch)}", source=source)
+    return batch
 
 
 def placement_op_keys_digest(doc: Any, source: str | None = None) -> str | None:
@@ -923,7 +941,8 @@ def _assignment(assignment: Mapping[Any, Any], graph: Graph, num_devices: int) -
     return result
 
 
-def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None) -> dict[str, Any]:
+def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None,
+                      batch_size: int | None = None) -> dict[str, Any]:
     """The ``celeritas-placement/1`` document of ``placement`` (evaluation figures null or empty
     when it has no evaluation; the evaluation's busy times and OOM excess under ``extra``);
     ``op_keys_digest``: the digest of the placed graph's op keys (its ``meta``), which validation
@@ -952,6 +971,8 @@ def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None
         doc["coarse_nodes"] = p.coarse_nodes
     if op_keys_digest:
         doc["op_keys_digest"] = str(op_keys_digest)
+    if batch_size is not None:
+        doc["batch_size"] = int(batch_size)
     doc["order_mode"] = p.order_mode
     if p.device_order is not None:
         names = p.node_names
@@ -1064,7 +1085,8 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
     inputs : iterable of paths or None, optional
         The command's input files, which the output may not overwrite.
     graph : Graph or None, optional
-        The placed graph; its ``meta['op_keys_digest']`` (TensorFlow steps) is copied.
+        The placed graph; its ``meta['op_keys_digest']`` (TensorFlow steps) and
+        ``meta['batch_size']`` (a positive integer) are copied.
 
     Returns
     -------
@@ -1091,8 +1113,11 @@ def save_placement(placement: Placement, path: str | os.PathLike[str], *,
     >>> doc["format"], doc["assignment"], doc["predicted_step_time_us"]
     ('celeritas-placement/1', {'a': 0, 'b': 0, 'c': 0, 'd': 1}, 145.1)
     """
-    digest = graph.meta.get("op_keys_digest") if graph is not None else None
-    doc = placement_to_json(placement, op_keys_digest=digest if isinstance(digest, str) else None)
+    meta = graph.meta if graph is not None else {}
+    digest, batch = meta.get("op_keys_digest"), meta.get("batch_size")
+    batch_ok = isinstance(batch, int) and not isinstance(batch, bool) and 1 <= batch <= MAX_BATCH_SIZE
+    doc = placement_to_json(placement, op_keys_digest=digest if isinstance(digest, str) else None,
+                            batch_size=batch if batch_ok else None)
     return write_json_atomic(path, doc, indent=1, inputs=inputs)
 
 

@@ -234,6 +234,17 @@ def test_a_placement_for_another_batchs_structure_is_refused() -> None:
              source="nmt.json")
 
 
+def test_a_placement_made_for_another_batch_is_refused(placement: dict[str, Any]) -> None:
+    """mlp's structure is the same at every batch (the digest cannot tell), but the placement
+    records the batch its costs and memory are measured at."""
+    assert placement["batch_size"] == BATCH
+    _refused(f"p.json: the placement was made for batch size {BATCH}, not {2 * BATCH}: its op costs and "
+             f"memory are batch {BATCH}'s (train at batch {BATCH}, or place the model at batch {2 * BATCH})",
+             "mlp", placement, batch_size=2 * BATCH, source="p.json")
+    _refused("p.json: field 'batch_size' must be an integer from 1 to 1,000,000, got '16'",
+             "mlp", {**placement, "batch_size": "16"}, batch_size=BATCH, source="p.json")
+
+
 def test_a_placement_for_more_devices_than_this_machine_runs_is_refused(placement: dict[str, Any]) -> None:
     many = {**placement, "devices": [f"gpu:{i}" for i in range(65)], "device_order": None}
     _refused("p.json: the placement has 65 devices, more than this machine runs (65 logical CPU devices "
