@@ -401,13 +401,14 @@ def order_indices(graph: Graph, assignment: np.ndarray, num_devices: int,
     device (-1: the last), the form the event loop takes.
 
     ``device_order[d]`` must list exactly the nodes that ``assignment`` puts on device ``d``, each
-    once. Whether it respects the dependencies shows in the replay (a deadlock), which then
-    names the ops that wait for each other.
+    once, and with the graph's edges it must hold no cycle (Kahn's algorithm on both: an order
+    that would deadlock the replay is refused naming the op that would wait for its input).
 
     Raises
     ------
     CeleritasInputError
-        One line naming the first node listed twice, on the wrong device or not at all.
+        One line naming the first node listed twice, on the wrong device or not at all, or the
+        op that would wait for an input its device's order puts after it.
 
     Examples
     --------
@@ -585,26 +586,22 @@ def _run_events(
     graph: Graph, assign: np.ndarray, dur: np.ndarray, groups: _Groups, num_dev: int,
     channels: bool = True, dispatch: str = DOCUMENTED_DISPATCH, num_ports: int = 0,
     chain_next: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run the event loop with the ``dispatch`` order (:func:`dispatch_order`), ``num_ports``
     shared port sides and the enforced order ``chain_next`` (each node's successor on its device,
     -1: none; None: the free order); return op start, op finish, transfer start, transfer end (µs)
-    and the order the ops started in.
-    Raises CeleritasInputError when the enforced order deadlocks against the dependencies."""
+    and the order the ops started in. ``chain_next`` comes from :func:`order_indices`, which has
+    checked that it cannot deadlock against the dependencies."""
     order, rank = dispatch_order(graph, dispatch)
     n = graph.num_nodes
     if chain_next is None:
         chain_next = np.full(n, -1, dtype=np.int64)
     pending = graph.in_degree.astype(np.int64, copy=True)
     pending += np.bincount(chain_next[chain_next >= 0], minlength=n)
-    start, finish, t_start, t_end, sequence, started = _replay(
+    return _replay(
         order, rank, assign, dur, pending, graph.succ_ptr, graph.succ_idx,
         groups.edge_group[graph.succ_edge], groups.ptr, groups.dst_dev, groups.comm_us, groups.egress,
         groups.ingress, chain_next, num_dev, num_ports, channels)
-    if started < n:
-        # the event loop leaves -1 on the ops it never started
-        raise CeleritasInputError(_deadlock_message(graph, assign, chain_next, start >= 0))
-    return start, finish, t_start, t_end, sequence
 
 
 @jit
@@ -612,10 +609,9 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
             succ_ptr: np.ndarray, succ_idx: np.ndarray, slot_group: np.ndarray, g_ptr: np.ndarray,
             g_dst: np.ndarray, g_comm: np.ndarray, g_egress: np.ndarray, g_ingress: np.ndarray,
             chain_next: np.ndarray, num_dev: int, num_ports: int,
-            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """The event loop: returns op start, op finish, transfer start, transfer end (µs), each op's
-    place in the order ops started, and how many started (fewer than all: the enforced order
-    deadlocked).
+            channels: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The event loop: returns op start, op finish, transfer start, transfer end (µs) and each op's
+    place in the order ops started.
 
     Node ``u`` runs on device ``dev[u]`` for ``dur[u]`` µs; its successors are
     ``succ_idx[succ_ptr[u]:succ_ptr[u + 1]]``, each reached through transfer ``slot_group[k]``
@@ -630,7 +626,7 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
     every device touched in phase 1 that is idle, its queued op with the smallest (ready time, rank).
     """
     n = len(order)
-    start, finish = np.full(n, -1.0), np.zeros(n)  # -1: never started (an enforced order deadlocked)
+    start, finish = np.zeros(n), np.zeros(n)
     sequence = np.full(n, -1, dtype=np.int64)
     g_start, g_end = np.zeros(len(g_comm)), np.zeros(len(g_comm))
     ready_at = np.zeros(n)
@@ -649,7 +645,7 @@ def _replay(order: np.ndarray, rank: np.ndarray, dev: np.ndarray, dur: np.ndarra
         started = _dispatch(now, touched, num_touched, busy, order, dur, start, finish, sequence, started,
                             heap_t, heap_k, base, size)
         if size[events] == 0:
-            return start, finish, g_start, g_end, sequence, started
+            return start, finish, g_start, g_end, sequence
         now, num_touched, step = heap_t[base[events]], 0, step + 1
         while size[events] > 0 and heap_t[base[events]] == now:  # phase 1
             key = _heap_pop(heap_t, heap_k, base, size, events)
