@@ -44,6 +44,7 @@ import numpy as np
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE, Cluster
 from celeritas_core.graphs.topology import Link, Topology
+from celeritas_tf.profile import is_tracer_device
 from celeritas_tf.tf import session_config, step_device, tensorflow
 
 KIB = 1024
@@ -203,9 +204,13 @@ def calibrate_comm(
 
 
 def _gap_us(step_stats: Any, producer: str, consumer: str) -> float:
-    """µs from the end of ``producer`` to the start of ``consumer`` in one traced run."""
+    """µs from the end of ``producer`` to the start of ``consumer`` in one traced run, both read
+    from the executor's entries (on a GPU, the tracer's entries of the same name time a kernel,
+    not the op the executor ran: :func:`celeritas_tf.profile.is_tracer_device`)."""
     end = start = None
     for dev in step_stats.dev_stats:
+        if is_tracer_device(dev.device):
+            continue
         for ns in dev.node_stats:
             if ns.node_name == producer:
                 end = _nanos(ns.all_start_nanos, ns.all_start_micros) + _nanos(

@@ -30,7 +30,7 @@ from itertools import pairwise
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_tf.profile import _op_name
+from celeritas_tf.profile import _op_name, is_tracer_device
 from celeritas_tf.step import TrainingStep
 
 #: Ops the backward search of one pair may visit before it gives up and adds the edge (a
@@ -180,9 +180,11 @@ def executed_device_order(step_stats: Any, *, ops: Collection[str] | None = None
     Entries are sorted by their start (``all_start_nanos``, else ``all_start_micros``), then
     ``op_start_rel``, then the order the device's entries were recorded in (TensorFlow records
     an entry once its op is done) rather than by name.
-    The runtime's own entries (``_SOURCE``, ``_SINK``, sends, receives, ``_retval``) are left
-    out; a fed placeholder's feed node ``_arg_NAME_0_K`` counts as ``NAME``, and so does a copy
-    ``NAME/replicate/_K`` of a small constant that TensorFlow made for a device that consumes it.
+    The runtime's own entries (``_SOURCE``, ``_SINK``, sends, receives, ``_retval``) and the GPU
+    tracer's pseudo-devices (``/device:GPU:0/stream:all`` and the like, which list kernels, not
+    the order the executor ran ops in) are left out; a fed placeholder's feed node
+    ``_arg_NAME_0_K`` counts as ``NAME``, and so does a copy ``NAME/replicate/_K`` of a small
+    constant that TensorFlow made for a device that consumes it.
 
     Parameters
     ----------
@@ -212,6 +214,8 @@ def executed_device_order(step_stats: Any, *, ops: Collection[str] | None = None
     keep = None if ops is None else set(ops)
     out: dict[str, list[str]] = {}
     for dev in step_stats.dev_stats:
+        if is_tracer_device(dev.device):
+            continue
         rows = []
         for i, ns in enumerate(dev.node_stats):
             name = _executed_op(ns.node_name)
