@@ -9,14 +9,47 @@ INTEGRATION_STAMP := $(VENV)/.integration-stamp
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
+# Which TensorFlow build: cpu (tensorflow-cpu, the default) or gpu (tensorflow[and-cuda], the CUDA
+# build of the same version, constraints.txt's tensorflow-cpu pin, with the CUDA libraries pinned as
+# the GPU image pins them). `make setup TF_VARIANT=gpu` once: the stamp records the variant, and every
+# later make command keeps it until another TF_VARIANT is named (which reinstalls, removing the other build).
+INSTALLED_TF_VARIANT := $(filter cpu gpu,$(shell cat $(STAMP) 2>/dev/null))
+TF_VARIANT ?= $(or $(INSTALLED_TF_VARIANT),cpu)
+TF_VERSION := $(shell sed -n 's/^tensorflow-cpu==//p' constraints.txt)
+ifeq ($(TF_VERSION),)
+$(error constraints.txt pins no tensorflow-cpu version)
+endif
+CUDA_PINS := docker/requirements-gpu-worker.txt
+ifeq ($(TF_VARIANT),cpu)
+TF_REQUIREMENT := tensorflow-cpu==$(TF_VERSION)
+TF_OTHER := tensorflow
+TF_PINS :=
+else ifeq ($(TF_VARIANT),gpu)
+TF_REQUIREMENT := tensorflow[and-cuda]==$(TF_VERSION)
+TF_OTHER := tensorflow-cpu
+TF_PINS := $(VENV)/constraints-cuda.txt
+else
+$(error TF_VARIANT must be cpu or gpu, not '$(TF_VARIANT)')
+endif
+# both builds install the package `tensorflow`: remove the other one first, then install this one
+# with the project's development extras (`dev-base`, which name no TensorFlow)
+TF_INSTALL = if $(PY) -m pip show -q $(TF_OTHER) >/dev/null 2>&1; then $(PY) -m pip uninstall -q -y $(TF_OTHER); fi
+PIP_INSTALL = $(PY) -m pip install -q$(if $(TF_PINS), -c $(TF_PINS))
+# another variant than the installed one: reinstall, however new the stamp is
+ifneq ($(TF_VARIANT),$(INSTALLED_TF_VARIANT))
+.PHONY: $(STAMP)
+endif
+
 .PHONY: setup test test-integration lint demo ui bench clean
 
 setup: $(STAMP) $(JIT_BUILT)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt $(if $(TF_PINS),$(CUDA_PINS))
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(TF_INSTALL)
+	$(if $(TF_PINS),grep '^nvidia-' $(CUDA_PINS) > $(TF_PINS))
+	$(PIP_INSTALL) -e '.[dev-base]' '$(TF_REQUIREMENT)'
+	echo $(TF_VARIANT) > $(STAMP)
 
 # compile the hot loops once (about 30 s), so no command and no user waits for Numba; again
 # whenever the engine's code changes (then only the changed loops compile)
@@ -39,7 +72,7 @@ test-integration: setup $(INTEGRATION_STAMP)
 	$(PY) -m pytest -q -m integration tests/integration
 
 $(INTEGRATION_STAMP): $(STAMP)
-	$(PY) -m pip install -q -e '.[dev,integration]'
+	$(PIP_INSTALL) -e '.[dev-base,integration]' '$(TF_REQUIREMENT)'
 	touch $(INTEGRATION_STAMP)
 
 demo: setup

@@ -18,6 +18,13 @@ and placer it reports:
   timed steps) in each mode, their ratio, and per model and mode the Spearman rank correlation of
   the two across the placers that ran.
 
+The logical GPUs share one chip: transfers between them are copies within its memory and they
+share its SMs and memory bandwidth, so every figure is contention on one chip, not a multi-GPU
+result; the report says so (``topology``, with the physical GPU count). It also records whether
+float32 matmuls and convolutions ran in TF32 (``tf32``), which the analytical FP32 costs do not
+model. Ops it counts off the device leave out the feeds, which always run on the client's CPU.
+A ``TF_GPU_ALLOCATOR`` other than BFC is refused (one line, exit 2): the memory figures assume it.
+
 Without a GPU it prints one line saying so, writes nothing and exits 0. ``--cpu-rehearsal`` runs the
 same steps on logical CPU devices (peaks from TensorFlow's allocation records, no memory limits) to
 check the harness end to end; its figures are not GPU figures. Not part of ``make bench``. Results
@@ -30,7 +37,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -65,6 +72,12 @@ PROFILE_DIVISORS = (16, 8, 4)
 NO_GPU = "bench_gpu: no GPU visible to TensorFlow"
 NOTHING_DONE = "nothing measured, nothing written"
 DEFAULT_OUT = "build/bench/gpu.json"
+#: What the logical GPUs split from one physical GPU are (the only set-up this benchmark runs).
+ONE_CHIP = "logical GPUs on one chip (contention on one chip, not a multi-GPU result)"
+#: The same for the rehearsal's logical CPU devices.
+CPU_THREADS = "logical CPU devices: threads of one host (rehearsal: not GPU figures)"
+#: Op types whose trace entries are feeds: the session runs them on the client's CPU (``_arg_…``).
+FEED_OPS = frozenset({"Placeholder"})
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,8 @@ class ModelResult:
     profile_batches: tuple[int, ...]
     ops: int
     ops_off_device: int
-    """Ops the re-measurement traced on another kind of device (soft placement, no GPU kernel)."""
+    """Ops the re-measurement traced on another kind of device (soft placement, no GPU kernel);
+    feeds, which always run on the client's CPU, are not counted (:func:`ops_off_device`)."""
     memory_dev: float
     """Standard Evaluation's mean per-op memory deviation (fraction)."""
     time_dev: float
@@ -128,6 +142,60 @@ def device_kind(name: str) -> str:
     """``GPU`` or ``CPU`` of a TensorFlow device name (``/job:localhost/replica:0/task:0/device:GPU:1``,
     also a GPU stream's ``…/device:GPU:1/stream:all``)."""
     return name.rsplit("device:", 1)[-1].split(":", 1)[0].upper()
+
+
+def ops_off_device(devices: Mapping[str, str], op_types: Mapping[str, str], kind: str) -> int:
+    """How many traced ops ran on another kind of device than ``kind`` (``devices``: op name to
+    TensorFlow device name; ``op_types``: op name to op type), leaving out the feeds: a fed
+    placeholder is replaced by the session's ``_arg_…`` node on the client's CPU, whatever device
+    the placement gave it, so counting it would report every placement as partly off the GPU."""
+    def is_feed(op: str) -> bool:
+        return op.startswith("_arg_") or op_types.get(op) in FEED_OPS
+
+    return sum(1 for op, device in devices.items() if device_kind(device) != kind and not is_feed(op))
+
+
+def topology_label(kind: str, chips_used: int = 1) -> str:
+    """What the devices were: :data:`ONE_CHIP` for logical GPUs split from one physical GPU (what
+    this benchmark runs), :data:`CPU_THREADS` for the rehearsal."""
+    if kind != "GPU":
+        return CPU_THREADS
+    if chips_used == 1:
+        return ONE_CHIP
+    return f"logical GPUs on {chips_used} chips"
+
+
+def tf32_note(enabled: bool | None, kind: str, compute_capability: Sequence[int] | None) -> str:
+    """One line on TF32 for the report: whether float32 matmuls and convolutions ran in TF32
+    (TensorFlow's default on GPUs of compute capability 8.0 and newer), which the analytical
+    costs (FP32 peaks) do not model."""
+    if kind != "GPU":
+        return "TF32: n/a (logical CPU devices run float32 in FP32)"
+    if enabled is None:
+        return "TF32: unknown (not recorded)"
+    if not enabled:
+        return "TF32: off (float32 matmul/conv run in FP32, as the analytical FP32 costs assume)"
+    if compute_capability is not None and tuple(compute_capability)[:1] < (8,):
+        version = ".".join(str(int(v)) for v in compute_capability)
+        return (f"TF32: on, but this GPU (compute capability {version}) has no TF32: float32 matmul/conv "
+                "run in FP32")
+    where = "" if compute_capability is not None else " on Ampere and newer GPUs"
+    return (f"TF32: on (float32 matmul/conv run in TF32{where}; analytical FP32 costs do not model it; "
+            "NVIDIA_TF32_OVERRIDE=0 measures FP32)")
+
+
+def device_info(kind: str, description: str, logical_devices: int, memory_limit_mib: int | None, *,
+                physical_gpus: int, tf32: bool | None,
+                compute_capability: Sequence[int] | None) -> dict[str, Any]:
+    """The ``device`` part of the document: what the figures were measured on, how the logical
+    devices relate to physical GPUs (one chip: :data:`ONE_CHIP`) and whether TF32 was on."""
+    chips = 1 if kind == "GPU" else 0
+    return {"kind": kind, "description": description, "logical_devices": logical_devices,
+            "memory_limit_mib": memory_limit_mib if kind == "GPU" else None,
+            "physical_gpus": int(physical_gpus), "chips_used": chips, "topology": topology_label(kind, chips),
+            "tf32": tf32, "compute_capability": None if compute_capability is None else
+            [int(v) for v in compute_capability],
+            "tf32_note": tf32_note(tf32, kind, compute_capability)}
 
 
 def spearman(simulated: Sequence[float], measured: Sequence[float]) -> float | None:
@@ -245,10 +313,22 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     """The printed report of a benchmark document (as :func:`build_document` makes it)."""
     dev, settings = doc["device"], doc["settings"]
     kind = "GPU" if dev["kind"] == "GPU" else "CPU"
+    # documents from before the label came from the same one-chip split
+    chips = dev.get("chips_used", 1 if kind == "GPU" else 0)
+    topology = dev.get("topology") or topology_label(kind, chips)
+    one_chip = kind == "GPU" and chips == 1
     lines = [f"GPU benchmark on {dev['description']}: {dev['logical_devices']} logical {kind}s x "
              f"{settings['device_memory_mib']} MiB; {settings['warmup_steps']} warm-up + "
-             f"{settings['steps']} timed steps per placement",
-             f"transfer model: {doc['transfer_model']['describe']}", ""]
+             f"{settings['steps']} timed steps per placement; {topology}"]
+    if kind == "GPU":
+        physical = dev.get("physical_gpus")
+        count = "physical GPUs: unknown" if physical is None else f"{physical} physical GPU(s) in the machine"
+        lines.append(f"  {count}, {chips} used" + (": the logical GPUs share its SMs and memory bandwidth, "
+                                                  "and transfers between them are same-chip copies"
+                                                  if one_chip else ""))
+    lines.append(dev.get("tf32_note") or tf32_note(dev.get("tf32"), kind, dev.get("compute_capability")))
+    lines += [f"transfer model{' (same-chip copies)' if one_chip else ''}: "
+              f"{doc['transfer_model']['describe']}", ""]
     for m in doc["models"]:
         if "error" in m:
             lines += [f"{m['model']}: failed: {m['error']}", ""]
@@ -457,7 +537,8 @@ def run_model(name: str, args: argparse.Namespace, transfer: Any, meter: PeakMet
                                   intercept_us=transfer.intercept_us)
     result = remeasure(model, batch, fits, cluster, traced_steps=args.traced_steps, progress=_say)
     memory, timing = result.accuracy()
-    off = sum(1 for d in result.trace.devices.values() if device_kind(d) != meter.kind)
+    off = ops_off_device(result.trace.devices, dict(zip(result.measured.node_names, result.measured.ops,
+                                                        strict=True)), meter.kind)
     runs = tuple(run_placer(model, batch, result.measured, cluster, p, args.steps, meter)
                  for p in args.placers)
     return ModelResult(name, batch, sizes, result.measured.num_nodes, off, memory.mean, timing.mean, runs,
@@ -465,15 +546,19 @@ def run_model(name: str, args: argparse.Namespace, transfer: Any, meter: PeakMet
 
 
 def _device_info(tf: Any, kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    """What the figures were measured on."""
+    """What the figures were measured on (:func:`device_info`), read from TensorFlow."""
+    from celeritas_tf.tf import tf32_enabled
+
+    gpus = tf.config.list_physical_devices("GPU")
+    capability = None
     if kind == "GPU":
-        gpu = tf.config.list_physical_devices("GPU")[0]
-        details = tf.config.experimental.get_device_details(gpu)
-        description = str(details.get("device_name") or gpu.name)
+        details = tf.config.experimental.get_device_details(gpus[0])
+        description = str(details.get("device_name") or gpus[0].name)
+        capability = details.get("compute_capability")
     else:
-        description = "logical CPU devices (rehearsal: not GPU figures)"
-    return {"kind": kind, "description": description, "logical_devices": args.devices,
-            "memory_limit_mib": args.device_memory if kind == "GPU" else None}
+        description = "this host's CPU"
+    return device_info(kind, description, args.devices, args.device_memory, physical_gpus=len(gpus),
+                       tf32=tf32_enabled(), compute_capability=capability)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -486,10 +571,15 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     kind = "CPU" if args.cpu_rehearsal else "GPU"
     tf = tensorflow()
-    if kind == "GPU" and not use_logical_gpus([args.device_memory] * args.devices):
+    try:
+        physical = use_logical_gpus([args.device_memory] * args.devices) if kind == "GPU" else 0
+    except CeleritasInputError as exc:  # an allocator the memory figures cannot be read from
+        print(f"bench_gpu.py: error: {one_line(str(exc))}", file=sys.stderr)
+        return 2
+    if kind == "GPU" and not physical:
         print(no_gpu_line(tf.test.is_built_with_cuda()))
         return 0
-    print(f"GPU benchmark ({'CPU rehearsal' if kind == 'CPU' else 'logical GPUs'})", file=sys.stderr)
+    print(f"GPU benchmark ({'CPU rehearsal' if kind == 'CPU' else ONE_CHIP})", file=sys.stderr)
     _say("calibrating transfers between two logical devices")
     try:  # the first thing that runs on the devices: a set-up the GPU cannot hold fails here
         calibration = calibrate_comm(2, repeats=10)

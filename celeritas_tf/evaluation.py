@@ -54,6 +54,7 @@ from celeritas_tf.order import enforce_device_order, executed_device_order, free
 from celeritas_tf.profile import (
     StepTrace,
     device_index,
+    device_kind,
     measured_peak_bytes,
     place_ops,
     resident_bytes,
@@ -69,8 +70,9 @@ MAX_LOGICAL_DEVICES = 64
 
 
 def check_devices(num_devices: int) -> None:
-    """Reject a device count the machine cannot provide (the logical GPUs of
-    :func:`celeritas_tf.tf.use_logical_gpus` when set up, else GPUs when present, else logical CPUs)."""
+    """Reject a device count the machine cannot provide: the logical GPUs of
+    :func:`celeritas_tf.tf.use_logical_gpus` when set up, else logical CPU devices (at most
+    :data:`MAX_LOGICAL_DEVICES`), whatever GPUs the machine has: steps then run on logical CPUs."""
     if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
         raise CeleritasInputError(f"--devices: need at least one device, got {num_devices!r}")
     logical = logical_gpu_limits_mib()
@@ -79,10 +81,6 @@ def check_devices(num_devices: int) -> None:
             raise CeleritasInputError(f"--devices: {num_devices} requested but {len(logical)} logical GPUs "
                                       "are set up")
         return
-    tf = tensorflow()
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus and num_devices > len(gpus):
-        raise CeleritasInputError(f"--devices: {num_devices} requested but this machine has {len(gpus)} GPUs")
     if num_devices > MAX_LOGICAL_DEVICES:
         raise CeleritasInputError(
             f"--devices: {num_devices} logical CPU devices requested, at most {MAX_LOGICAL_DEVICES}")
@@ -725,11 +723,14 @@ def peak_metrics(measured: Mapping[str, float] | None, predicted: Sequence[float
 
 
 def _peaks_by_index(measured: Mapping[str, float]) -> dict[int, float]:
-    """Measured peaks (TensorFlow device name → bytes) by device index
-    (:func:`celeritas_tf.profile.device_index`); names without an index are left out."""
+    """Measured peaks (TensorFlow device name → bytes) by index of the devices a placement uses:
+    ``GPU:k`` when any GPU was measured (the host's ``CPU:0``, which runs the feeds and the ops
+    without a GPU kernel, is no placement device then), else ``CPU:k``; names without an index
+    (:func:`celeritas_tf.profile.device_index`) are left out."""
+    kind = "GPU" if any(device_kind(str(name)) == "GPU" for name in measured) else "CPU"
     out: dict[int, float] = {}
     for name, value in measured.items():
         index = device_index(str(name))
-        if index is not None:
+        if index is not None and device_kind(str(name)) == kind:
             out[index] = float(value)
     return out

@@ -3,6 +3,10 @@
 Steps run on logical CPU devices (``CPU:k``) unless :func:`use_logical_gpus` split the first GPU
 into logical GPUs (``GPU:k``, each with its own memory limit) for the rest of the process
 (``bench/bench_gpu.py`` does). :func:`step_device` names the device ``k`` of whichever is in use.
+On logical CPU devices a session creates no GPU device, even with a CUDA build of TensorFlow on a
+machine with GPUs. The GPU path measures memory as TensorFlow's BFC allocator reports it, so it
+refuses another allocator (:func:`check_gpu_allocator`); :func:`tf32_enabled` says whether float32
+matmuls and convolutions may run in TF32 there.
 """
 
 from __future__ import annotations
@@ -10,14 +14,22 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from celeritas_core.errors import CeleritasInputError
 
 _TF: Any = None
 
 #: Memory limits (MiB) of the logical GPUs steps run on, set by :func:`use_logical_gpus`; empty:
 #: steps run on logical CPU devices.
 _LOGICAL_GPU_MIB: tuple[int, ...] = ()
+
+#: The environment variable that picks TensorFlow's GPU allocator, and the values (after trimming,
+#: in any case) that keep its default BFC allocator; any other value is refused on the GPU path,
+#: whichever allocator it picks.
+GPU_ALLOCATOR_VARIABLE = "TF_GPU_ALLOCATOR"
+BFC_ALLOCATOR_VALUES = ("", "bfc")
 
 
 def tensorflow() -> Any:
@@ -56,12 +68,17 @@ def session_config(num_devices: int = 1) -> Any:
     a process's GPU devices once, so every session must describe the same ones) and one CPU, and
     soft placement is on: an op without a GPU kernel runs on the CPU instead of failing the step
     (``bench/bench_gpu.py`` counts such ops).
+
+    On logical CPU devices the session asks for zero GPUs (``device_count["GPU"] = 0``): a GPU
+    left out of ``device_count`` means every GPU to TensorFlow, so with its CUDA build each CPU
+    session would also create every GPU device and its allocator would take their memory.
     """
     tf = tensorflow()
     tf1 = tf.compat.v1
     cores = os.cpu_count() or 1
     gpus = _LOGICAL_GPU_MIB
-    config = tf1.ConfigProto(device_count={"CPU": 1, "GPU": len(gpus)} if gpus else {"CPU": int(num_devices)},
+    devices = {"CPU": 1, "GPU": len(gpus)} if gpus else {"CPU": int(num_devices), "GPU": 0}
+    config = tf1.ConfigProto(device_count=devices,
                              intra_op_parallelism_threads=1,
                              inter_op_parallelism_threads=max(1, min(int(num_devices), cores)),
                              allow_soft_placement=bool(gpus),
@@ -78,6 +95,40 @@ def session_config(num_devices: int = 1) -> Any:
     return config
 
 
+def check_gpu_allocator(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``TF_GPU_ALLOCATOR`` (in ``environ``, default the process's environment) other
+    than unset, empty or ``bfc``, in one line.
+
+    The GPU measurements assume TensorFlow's BFC allocator: each logical GPU's memory limit is a
+    BFC pool, ``get_memory_info(..)["peak"]`` is that pool's peak and the traced allocation records
+    are its allocations. With another allocator (``cuda_malloc_async``: CUDA's stream-ordered
+    pool) the limits, peaks and records mean something else, so the figures would not compare
+    with the replayed peaks. Reads only the environment, so it can run before TensorFlow looks
+    for GPUs.
+    """
+    value = (os.environ if environ is None else environ).get(GPU_ALLOCATOR_VARIABLE)
+    if value is None or value.strip().lower() in BFC_ALLOCATOR_VALUES:
+        return
+    raise CeleritasInputError(
+        f"{GPU_ALLOCATOR_VARIABLE}={value!r}: the GPU measurements need TensorFlow's default BFC "
+        f"allocator (logical-GPU memory limits, allocator peaks and allocation records assume it); "
+        f"unset {GPU_ALLOCATOR_VARIABLE} (or set it to bfc) and run again")
+
+
+def tf32_enabled() -> bool:
+    """Whether float32 matmuls and convolutions may run in TF32 on GPUs that have it (compute
+    capability 8.0 and newer): TensorFlow's setting
+    (``tf.config.experimental.tensor_float_32_execution_enabled()``, on by default), off where
+    ``NVIDIA_TF32_OVERRIDE=0`` (cuBLAS and cuDNN then never use TF32, whatever TensorFlow asks).
+
+    The analytical costs (:mod:`celeritas_tf.analytical`) use FP32 peaks, so with TF32 on such a
+    GPU runs those ops faster than they model; ``bench/bench_gpu.py`` records which it was.
+    """
+    if os.environ.get("NVIDIA_TF32_OVERRIDE", "").strip() == "0":
+        return False
+    return bool(tensorflow().config.experimental.tensor_float_32_execution_enabled())
+
+
 def use_logical_gpus(memory_limits_mib: Sequence[int]) -> int:
     """Split the first physical GPU into one logical GPU per entry of ``memory_limits_mib`` (MiB:
     each gets its own allocator with that limit) and run every later step, trace, validation and
@@ -85,12 +136,15 @@ def use_logical_gpus(memory_limits_mib: Sequence[int]) -> int:
     physical GPUs are hidden. Returns the number of physical GPUs; 0 changes nothing.
 
     TensorFlow fixes its devices the first time anything runs, so call this first; calling it
-    again with other limits raises ``RuntimeError``.
+    again with other limits raises ``RuntimeError``. A ``TF_GPU_ALLOCATOR`` other than BFC raises
+    :class:`~celeritas_core.errors.CeleritasInputError` (:func:`check_gpu_allocator`) before
+    TensorFlow looks for GPUs, with a GPU or without.
     """
     global _LOGICAL_GPU_MIB
     limits = tuple(int(m) for m in memory_limits_mib)
     if not limits or min(limits) < 1:
         raise ValueError(f"need at least one memory limit of 1 MiB or more, got {list(memory_limits_mib)!r}")
+    check_gpu_allocator()
     if _LOGICAL_GPU_MIB and limits != _LOGICAL_GPU_MIB:
         raise RuntimeError(f"logical GPUs are already set up with limits {list(_LOGICAL_GPU_MIB)} MiB")
     tf = tensorflow()

@@ -633,7 +633,8 @@ def _dataset_batches(dataset: Any, model: ModelSpec) -> Iterator[tuple[Any, Any]
     graph = getattr(dataset, "_graph", None) or tf1.get_default_graph()
     with graph.as_default():
         following = tf1.data.make_one_shot_iterator(dataset).get_next()
-    with tf1.Session(graph=graph) as session:
+    # our session config: TensorFlow's default would create every GPU and take its memory
+    with tf1.Session(graph=graph, config=session_config(1)) as session:
         while True:
             try:
                 element = session.run(following)

@@ -91,7 +91,7 @@ def test_logical_gpus_shape_sessions_devices_and_checks(monkeypatch: pytest.Monk
         check_devices(4)
     monkeypatch.setattr(tf_setup, "_LOGICAL_GPU_MIB", ())
     plain = tf_setup.session_config(2)
-    assert dict(plain.device_count) == {"CPU": 2} and not plain.allow_soft_placement
+    assert dict(plain.device_count) == {"CPU": 2, "GPU": 0} and not plain.allow_soft_placement
     assert not plain.gpu_options.experimental.virtual_devices
     assert tf_setup.step_device(1) == tf_setup.cpu_device(1)
 
