@@ -48,9 +48,18 @@ attribute × ``dtype`` size. Aliasing ops (``Identity``, ``ReadVariableOp``…) 
 charged their outputs' bytes like any op, as :mod:`celeritas_tf.profile` does for measured costs.
 
 Everything is a pure function of the GraphDef and the device, so costs are deterministic. Device
-presets (:data:`DEVICES`) are NVIDIA datasheet figures: FP32 peak without tensor cores and HBM
-bandwidth of the SXM parts; launch overhead ~5 µs is a typical kernel launch plus TensorFlow
-executor dispatch.
+presets (:data:`DEVICES`): the FP32 peak is NVIDIA's datasheet figure without tensor cores. For
+the V100 and A100 the bandwidth is the datasheet's HBM figure and the per-op floor 5 µs (a
+typical kernel launch plus TensorFlow executor dispatch; not measured). The H100's bandwidth and
+floor were measured on an H100 80GB HBM3 (``bench/bench_gpu_kernels.py``, docs/tensorflow.md,
+"What the H100 measured"): 2.96 TB/s of bytes read plus written (a 1 GiB device-to-device copy;
+the datasheet's 3.35 is not reached), and a floor of 1.6 µs, the median device time of the 336
+catalogued kernels whose roofline is under 0.5 µs, replayed in CUDA graphs (the 5 µs floor
+charged tiny ops about three times their device time, which dominates micro-batch graphs). The
+floor is device time: a step whose host cannot launch ops that fast is host-bound, which the
+simulator does not model. Float32 matmuls and convolutions run in TF32 by default on the A100 and
+H100 (TensorFlow's default): they measured about twice as fast as this FP32 model on the H100
+(the figures of the same section).
 """
 
 from __future__ import annotations
@@ -77,14 +86,16 @@ class DeviceSpec:
     memory_bytes: float
 
 
-#: Device presets (NVIDIA datasheets; FP32 CUDA-core peak, no tensor cores / TF32).
+#: Device presets (FP32 CUDA-core peak from NVIDIA's datasheets, no tensor cores / TF32; the
+#: H100's bandwidth and floor measured, see the module docstring).
 DEVICES: dict[str, DeviceSpec] = {
     # Tesla V100 SXM2 32 GB: 15.7 TFLOP/s FP32, 900 GB/s HBM2
     "v100": DeviceSpec("v100", 15.7e12, 900e9, 5.0, 32 * GIB),
     # A100 SXM4 40 GB: 19.5 TFLOP/s FP32, 1,555 GB/s HBM2
     "a100": DeviceSpec("a100", 19.5e12, 1555e9, 5.0, 40 * GIB),
-    # H100 SXM5 80 GB: 67 TFLOP/s FP32, 3.35 TB/s HBM3
-    "h100": DeviceSpec("h100", 67e12, 3.35e12, 5.0, 80 * GIB),
+    # H100 SXM5 80 GB: 67 TFLOP/s FP32 (datasheet); 2.96 TB/s and a 1.6 µs floor measured
+    # (bench/bench_gpu_kernels.py on an H100 80GB HBM3, 2026-11-27; datasheet: 3.35 TB/s)
+    "h100": DeviceSpec("h100", 67e12, 2.96e12, 1.6, 80 * GIB),
 }
 
 ANALYTICAL_PREFIX = "analytical:"
