@@ -6,8 +6,7 @@ For every zoo model at its small configuration (``--models``) on 4 logical CPU d
 1. **Placement**: trace the step once on one device for per-op costs, extract the graph and place
    it with Celeritas on 4 devices that each hold 40 % of its one-device peak (so that it spreads;
    the default transfer model). The recorded order is the placement's ``device_order``
-   (``celeritas place`` records it); a placement without one gets the order its replay ran
-   (each device's ops by simulated start, topological rank breaking ties).
+   (every placer records it).
 2. **Build time**: ``build_training_step`` + ``place_ops``, without and with
    :func:`celeritas_tf.order.enforce_device_order`, interleaved (the arm that builds first
    alternates; a garbage collection before each), median of ``--build-repeats``; the time of
@@ -21,7 +20,8 @@ For every zoo model at its small configuration (``--models``) on 4 logical CPU d
    the share of the chained ops that ran on their device after their recorded predecessor
    (:func:`celeritas_tf.order.order_agreement`, the lowest of the traced steps). Target: 100 %
    with the edges on every model.
-4. **Step time**: the two steps timed in interleaved blocks (each block a fresh session per arm,
+4. **Step time**: the placement free and enforced, timed as ``celeritas validate`` times it
+   (:func:`celeritas_tf.evaluation.validate_interleaved`: interleaved blocks, a fresh session per arm,
    ``--warmup`` untimed steps, then its share of ``--steps``), medians and a two-sided
    Mann-Whitney test. Logical CPU devices share this machine's cores, so this says whether the
    edges cost anything measurable here, not what they do on GPUs; no target.
@@ -47,6 +47,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
+from celeritas_core.defaults import ENFORCED_ORDER, FREE_ORDER  # noqa: E402
 from celeritas_core.graphs.cluster import Cluster  # noqa: E402
 from celeritas_core.graphs.graph import Graph  # noqa: E402
 from celeritas_core.placers import place  # noqa: E402
@@ -57,8 +58,7 @@ from celeritas_core.readwrite.formats import (  # noqa: E402
     write_json_atomic,
 )
 from celeritas_core.simulation.memory import one_device_peak_bytes  # noqa: E402
-from celeritas_core.simulation.simulator import simulate  # noqa: E402
-from celeritas_tf.evaluation import block_sizes  # noqa: E402
+from celeritas_tf.evaluation import PlacementOrder, validate_interleaved  # noqa: E402
 from celeritas_tf.extract import graph_from_step  # noqa: E402
 from celeritas_tf.models import ZOO, get_model  # noqa: E402
 from celeritas_tf.order import (  # noqa: E402
@@ -77,29 +77,22 @@ DEVICES = 4
 DEVICE_SHARE = 0.40
 AGREEMENT_TARGET = 1.0
 BUILD_RATIO_TARGET = 1.2
-ARMS = ("free", "enforced")
+ARMS = (FREE_ORDER, ENFORCED_ORDER)
 
 
 def _say(text: str) -> None:
     print(f"  {text}", file=sys.stderr, flush=True)
 
 
-def recorded_order(graph: Graph, cluster: Cluster) -> tuple[dict[str, int], tuple[tuple[str, ...], ...], str]:
-    """The Celeritas placement's assignment, its per-device order and where the order came from."""
-    placement = place(graph, cluster, "celeritas")
-    doc = placement_to_json(placement)
+def recorded_order(graph: Graph, cluster: Cluster) -> tuple[dict[str, int], tuple[tuple[str, ...], ...]]:
+    """The Celeritas placement's assignment and its recorded per-device order (``device_order``)."""
+    doc = placement_to_json(place(graph, cluster, "celeritas"))
     assignment = {str(k): int(v) for k, v in doc["assignment"].items()}
     order = placement_device_order(doc)
-    where = "device_order"
-    if order is None:  # a placement that does not record its order: the order its replay ran
-        start = simulate(graph, cluster, placement.assignment).start_us
-        rank = graph.topological_rank
-        lists: list[list[str]] = [[] for _ in range(cluster.num_devices)]
-        for i in sorted(range(graph.num_nodes), key=lambda i: (start[i], rank[i])):
-            lists[int(placement.assignment[i])].append(graph.node_names[i])
-        order, where = tuple(tuple(ops) for ops in lists), "replay"
+    if order is None:
+        raise RuntimeError("the Celeritas placement records no device_order")
     check_device_order(order, assignment)
-    return assignment, order, where
+    return assignment, order
 
 
 def _build(model: ModelSpec, batch: int, assignment: dict[str, int],
@@ -135,28 +128,15 @@ def _agreements(step: TrainingStep, order: Sequence[Sequence[str]], traced: int)
     return out
 
 
-def _interleaved(steps: dict[str, TrainingStep], timed: int, blocks: int,
-                 warmup: int) -> dict[str, list[float]]:
-    """Step times (s) of each arm, timed in interleaved blocks (as validate_interleaved does)."""
-    tf1 = tensorflow().compat.v1
-    names = list(steps)
-    seconds: dict[str, list[float]] = {n: [] for n in names}
-    rng = np.random.default_rng(0)
-    options = run_options(DEVICES)
-    for b, count in enumerate(block_sizes(timed, blocks)):
-        for name in names[b % len(names):] + names[:b % len(names)]:
-            step = steps[name]
-            feeds = [step.feed_dict(rng) for _ in range(4)]
-            fetches = [step.train_op, step.loss]
-            with tf1.Session(graph=step.graph, config=session_config(DEVICES)) as session:
-                session.run(step.init_op)
-                for i in range(warmup):
-                    session.run(fetches, feeds[i % len(feeds)], options=options)
-                for i in range(count):
-                    start = time.perf_counter()
-                    session.run(fetches, feeds[i % len(feeds)], options=options)
-                    seconds[name].append(time.perf_counter() - start)
-    return seconds
+def _interleaved(model: ModelSpec, batch: int, assignment: dict[str, int], order: Sequence[Sequence[str]],
+                 args: argparse.Namespace) -> dict[str, list[float]]:
+    """Step times (s) of the placement free and with its order enforced, each mode an arm of
+    :func:`celeritas_tf.evaluation.validate_interleaved` (interleaved blocks, fresh sessions)."""
+    recorded = PlacementOrder(tuple(map(tuple, order)), ENFORCED_ORDER)
+    runs = validate_interleaved(model, batch, {"celeritas": assignment}, DEVICES, warmup_steps=args.warmup,
+                                steps=args.steps, blocks=args.blocks, orders={"celeritas": recorded},
+                                modes={"celeritas": ARMS})
+    return {arm: list(runs["celeritas"].modes[arm].step_seconds) for arm in ARMS}
 
 
 def bench_model(name: str, batch: int, args: argparse.Namespace,
@@ -168,7 +148,7 @@ def bench_model(name: str, batch: int, args: argparse.Namespace,
     trace = trace_step(probe, traced_steps=2)
     graph = graph_from_step(probe, trace_costs(trace), aliases=trace.aliases)
     cluster = Cluster.homogeneous(DEVICES, one_device_peak_bytes(graph) * DEVICE_SHARE)
-    assignment, order, where = recorded_order(graph, cluster)
+    assignment, order = recorded_order(graph, cluster)
     say(f"{name}: timing builds ({args.build_repeats} of each)")
     builds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     enforce_s: list[float] = []
@@ -189,11 +169,11 @@ def bench_model(name: str, batch: int, args: argparse.Namespace,
     say(f"{name}: {args.traced_steps} traced steps per arm")
     agreement = {arm: _agreements(built[arm], order, args.traced_steps) for arm in ARMS}
     say(f"{name}: {args.steps} timed steps per arm in {args.blocks} interleaved blocks")
-    seconds = _interleaved(built, args.steps, args.blocks, args.warmup)
+    seconds = _interleaved(model, batch, assignment, order, args)
     p_value = float(mannwhitneyu(seconds["enforced"], seconds["free"], alternative="two-sided").pvalue)
     build_free, build_enforced = float(np.median(builds["free"])), float(np.median(builds["enforced"]))
     return {
-        "model": name, "batch": batch, "ops": graph.num_nodes, "order_from": where,
+        "model": name, "batch": batch, "ops": graph.num_nodes, "order_from": "device_order",
         "devices_used": len(set(assignment.values())), "free_ops": edges.free,
         "edges_added": edges.added, "pairs_implied": edges.implied,
         "build_s": {"free": build_free, "enforced": build_enforced},
