@@ -53,6 +53,7 @@ from celeritas_core.readwrite.formats import write_json_atomic
 from celeritas_core.readwrite.safe_io import check_output_path
 from celeritas_core.readwrite.units import format_bytes, format_us
 from celeritas_tf.models import ZOO  # names only: celeritas_tf.models imports no TensorFlow
+from celeritas_tf.profile import device_kind  # imports no TensorFlow either
 
 MIB = 2**20
 DEFAULT_BATCH = 32
@@ -136,12 +137,6 @@ def profile_batches(batch: int) -> tuple[int, ...]:
     """The small batch sizes profiled for the large ``batch``: ``batch // d`` for the divisors of
     :data:`PROFILE_DIVISORS`, at least 1, distinct, increasing."""
     return tuple(sorted({max(1, batch // d) for d in PROFILE_DIVISORS}))
-
-
-def device_kind(name: str) -> str:
-    """``GPU`` or ``CPU`` of a TensorFlow device name (``/job:localhost/replica:0/task:0/device:GPU:1``,
-    also a GPU stream's ``…/device:GPU:1/stream:all``)."""
-    return name.rsplit("device:", 1)[-1].split(":", 1)[0].upper()
 
 
 def ops_off_device(devices: Mapping[str, str], op_types: Mapping[str, str], kind: str) -> int:
@@ -476,17 +471,11 @@ class PeakMeter:
         return tuple(trace_peaks), "trace"
 
 
-def simulated_device_order(graph: Any, cluster: Any, placement: Any) -> tuple[tuple[str, ...], ...]:
-    """Per device, the op names of ``placement`` in the order the simulator ran them: the order
-    it records (``device_order``), else its replay's (:func:`recorded_order`)."""
-    from celeritas_core.simulation.simulator import recorded_order, simulate
-
-    order = placement.device_order
-    if order is None:
-        order = recorded_order(simulate(graph, cluster, placement.assignment), placement.assignment,
-                               cluster.num_devices)
+def simulated_device_order(graph: Any, placement: Any) -> tuple[tuple[str, ...], ...]:
+    """Per device, the op names of ``placement`` in the order the simulator ran them (the
+    ``device_order`` every placer records)."""
     names = graph.node_names
-    return tuple(tuple(names[int(i)] for i in ops) for ops in order)
+    return tuple(tuple(names[int(i)] for i in ops) for ops in placement.device_order)
 
 
 def run_placer(model: Any, batch: int, graph: Any, cluster: Any, placer: str, steps: int,
@@ -502,7 +491,7 @@ def run_placer(model: Any, batch: int, graph: Any, cluster: Any, placer: str, st
     base = PlacerRun(placer, float(placement.predicted_step_time_us),
                      tuple(float(x) for x in placement.device_peak_memory_bytes), bool(placement.oom))
     assignment = dict(zip(graph.node_names, placement.assignment.tolist(), strict=True))
-    order = PlacementOrder(simulated_device_order(graph, cluster, placement), MODES[0])
+    order = PlacementOrder(simulated_device_order(graph, placement), MODES[0])
     _say(f"{model.name}: running {placer}'s placement, {' and '.join(MODES)} order interleaved")
     meter.reset()
     try:

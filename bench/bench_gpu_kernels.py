@@ -486,18 +486,16 @@ def _dtype_name(enum: int) -> str:
         return "float32"
 
 
-def _variable_of(op: str, shapes: Any, depth: int = 0) -> tuple[tuple[int, ...], str] | None:
-    """(shape, dtype) of the variable behind a resource handle (through Identity chains)."""
-    node = shapes.nodes.get(op)
-    if node is None or depth > 16:
+def _variable_of(op: str, shapes: Any) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype) of the variable behind a resource handle (unknown dims as 1)."""
+    # lazy: export only (TensorFlow is loaded by then)
+    from celeritas_tf.analytical import variable_node
+
+    node = variable_node(op, shapes)
+    if node is None or "shape" not in node.attr or "dtype" not in node.attr:
         return None
-    if node.op in ("VarHandleOp", "VariableV2") and "shape" in node.attr:
-        dims = tuple(max(int(d.size), 1) for d in node.attr["shape"].shape.dim)
-        return dims, _dtype_name(node.attr["dtype"].type)
-    data = [i for i in node.input if not i.startswith("^")]
-    if node.op in ("Identity", "IdentityN") and data:
-        return _variable_of(data[0].partition(":")[0], shapes, depth + 1)
-    return None
+    dims = tuple(max(int(d.size), 1) for d in node.attr["shape"].shape.dim)
+    return dims, _dtype_name(node.attr["dtype"].type)
 
 
 def _small_int_const(node: Any) -> list[int] | None:
@@ -1531,6 +1529,19 @@ def load_results(
     return doc, done
 
 
+def comparison(
+    catalog: Catalog, results: Sequence[KernelResult], device: Mapping[str, float]
+) -> dict[str, Any]:
+    """The parts of a report that compare ``results`` with the analytical ``device``: the
+    preset, the per-kind and per-graph tables, and the failures (``run`` and ``report``)."""
+    return {
+        "analytical_device": dict(device),
+        "kinds": kind_table(catalog, results),
+        "graphs": graph_table(catalog, results, device),
+        "errors": error_summary(results),
+    }
+
+
 def measure_copies(backend: Any, sizes: Sequence[int]) -> dict[int, dict[str, float]]:
     """Per copy size (bytes), the backend's copy time per direction (µs); sizes whose copy
     failed (out of pinned memory, say) are left out and said so."""
@@ -1616,13 +1627,10 @@ def run(args: argparse.Namespace) -> int:
         "format": RESULT_FORMAT,
         "meta": meta,
         "seconds": time.perf_counter() - started,
-        "analytical_device": dict(device),
         "floor": floor,
         "cut": cut,
-        "kinds": kind_table(catalog, results),
-        "graphs": graph_table(catalog, results, device),
         "copies": {"samples_us": {str(s): v for s, v in copies.items()}, "fit": fit_copies(copies)},
-        "errors": error_summary(results),
+        **comparison(catalog, results, device),
         "kernels": [_result_json(r) for r in results],
     }
     _write_json(Path(args.out), report)
@@ -1648,7 +1656,9 @@ def _result_json(result: KernelResult) -> dict[str, Any]:
 
 def _write_json(path: Path, document: Mapping[str, Any], *, indent: int | None = 1) -> None:
     """Write ``document`` to ``path`` atomically (a temporary file renamed over it); non-finite
-    numbers become null (JSON has none)."""
+    numbers become null (JSON has none). Not ``celeritas_core``'s ``write_json_atomic``: ``run``
+    imports nothing of the project, since the GPU machine it is written for lacks its
+    dependencies (orjson)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     text = json.dumps(
@@ -1743,13 +1753,7 @@ def rescore(args: argparse.Namespace) -> int:
         Path(args.results), catalog, digest, device, with_failed=True, option="report"
     )
     results = [done[k] for k in sorted(done)]
-    report = {
-        **previous,
-        "analytical_device": dict(device),
-        "kinds": kind_table(catalog, results),
-        "graphs": graph_table(catalog, results, device),
-        "errors": error_summary(results),
-    }
+    report = {**previous, **comparison(catalog, results, device)}
     print(
         f"{previous['meta'].get('gpu') or previous['meta']['device']}, {len(results)} kernels, "
         f"against analytical:{args.device} ({'the catalogue' if args.catalogue_presets else 'this checkout'})"

@@ -556,14 +556,21 @@ def _input_bytes(node: Any, shapes: StaticShapes) -> float:
     return total
 
 
-def _resource_bytes(op: str, shapes: StaticShapes, depth: int = 0) -> float:
-    """Size of the variable behind a resource handle output by ``op`` (through Identity chains)."""
+def _resource_bytes(op: str, shapes: StaticShapes) -> float:
+    """Size of the variable behind a resource handle output by ``op`` (0 when none is found)."""
+    node = variable_node(op, shapes)
+    return _variable_bytes(node) if node is not None else 0.0
+
+
+def variable_node(op: str, shapes: StaticShapes, depth: int = 0) -> Any:
+    """The NodeDef of the variable (``VarHandleOp``, ``VariableV2``…) whose handle ``op``
+    outputs, through ``Identity`` chains; None when there is none."""
     node = shapes.nodes.get(op)
     if node is None or depth > 16:
-        return 0.0
+        return None
     if node.op in VARIABLE_OPS or node.op == "_VarHandlesOp":
-        return _variable_bytes(node)
+        return node
     inputs = _data_inputs(node)
     if node.op in ("Identity", "IdentityN", "StopGradient") and inputs:
-        return _resource_bytes(_split(inputs[0])[0], shapes, depth + 1)
-    return 0.0
+        return variable_node(_split(inputs[0])[0], shapes, depth + 1)
+    return None
