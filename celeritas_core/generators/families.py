@@ -1,6 +1,6 @@
 """Seeded graph families for the placement-quality benchmark (``bench/bench_quality.py``).
 
-Four families, each a list of :class:`Instance` (a graph and the cluster to place it on):
+Five families, each a list of :class:`Instance` (a graph and the cluster to place it on):
 
 * **a — training steps**: the synthetic TensorFlow training steps of
   :mod:`celeritas_core.generators.synthetic` (forward, backward, Adam, co-location groups), a few hundred
@@ -40,6 +40,12 @@ Four families, each a list of :class:`Instance` (a graph and the cluster to plac
   communication delays at a chosen CCR). CCR ∈ {0, 0.1, 1, 10}, exact under :func:`layered_cluster`.
 * **d — small graphs** (at most 30 ops) from families b and c at mixed CCR on 2–4 devices,
   small enough for the exact MILP placer ``optimal``.
+* **e — layer-level CNN training steps** (:func:`celeritas_core.generators.layers.layer_training_graph`):
+  Inception- and ResNet-like, 350–900 nodes, every layer's forward node and gradient nodes in one
+  co-location group, half with liveness fields; on 6 and 8 devices that together hold 2 or 3
+  times the step's one-device peak (so 2–3 devices' worth is needed), with cheap transfers
+  (:func:`cheap_cluster`, CCR :data:`CHEAP_CCR`) or medium ones (a linear link without latency,
+  CCR :data:`LAYER_MEDIUM_CCR`).
 
 Everything is a pure function of its arguments: numpy only, one ``numpy.random.default_rng(seed)``
 per graph, so a seed gives the same graph on every machine. Units: time in µs, memory and tensor
@@ -56,6 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.generators.layers import layer_training_graph
 from celeritas_core.generators.synthetic import (
     GraphBuilder,
     paper_shaped_graph,
@@ -72,6 +79,7 @@ __all__ = [
     "LAYERED_CCRS",
     "LAYERED_INTERCEPT_US",
     "LAYERED_SLOPE_US_PER_BYTE",
+    "LAYER_MEDIUM_CCR",
     "LIVENESS_SETUPS",
     "NVLINK_INTERCEPT_US",
     "NVLINK_SLOPE_US_PER_BYTE",
@@ -91,8 +99,9 @@ FAMILIES: dict[str, str] = {
     "b": "inference graphs with parallel branches",
     "c": "random layered task DAGs (STG style)",
     "d": "small graphs for the exact MILP",
+    "e": "layer-level CNN training steps (forward and backward co-located)",
 }
-_ALIASES = {"training": "a", "inference": "b", "layered": "c", "small": "d"}
+_ALIASES = {"training": "a", "inference": "b", "layered": "c", "small": "d", "layers": "e"}
 
 #: The CCR values of family c (Davidović & Crainic's range, plus 0 = no communication).
 LAYERED_CCRS: tuple[float, ...] = (0.0, 0.1, 1.0, 10.0)
@@ -109,6 +118,8 @@ NVLINK_INTERCEPT_US = 2.0
 #: CCR (``levels.ccr``) of family a's cheap-transfer instances: half the 0.1 below which profiled
 #: training steps lie, so the claim "CCR < 0.1" holds with room.
 CHEAP_CCR = 0.05
+#: CCR of family e's medium-transfer instances: ten times the cheap ones', on a link without latency.
+LAYER_MEDIUM_CCR = 0.5
 #: Family a's (devices, share of the one-device liveness peak per device) for the graphs with
 #: liveness fields: every share of 30, 45 and 60 % on 2, 4 and 8 devices whose devices hold
 #: 1.2–3.6 times the peak in total (1.2: the least of the sum-model cases, 2 x 60 % and 4 x 30 %;
@@ -141,7 +152,8 @@ class Instance:
     notes: str = ""
     variant: str = ""
     """Family a: ``"live"`` (liveness fields), ``"cheap"`` (liveness fields and a transfer model of
-    CCR :data:`CHEAP_CCR`) or ``""`` (the sum model and the default transfer model)."""
+    CCR :data:`CHEAP_CCR`) or ``""`` (the sum model and the default transfer model). Family e:
+    ``"cheap"`` or ``"medium"`` (its transfer model)."""
 
     @property
     def fits_one_device(self) -> bool:
@@ -799,9 +811,38 @@ def _small_instances(quick: bool, seed: int) -> list[Instance]:
     return out
 
 
+def _layer_instances(quick: bool, seed: int) -> list[Instance]:
+    """Family e: layer-level CNN training steps (shape, size, liveness) on 6 and 8 devices holding 2
+    or 3 times the one-device peak in all, at cheap and medium CCR."""
+    graphs = [("resnet", 1, False), ("inception", 6, True)]
+    setups: list[tuple[int, float, str]] = [(6, 2.0, "cheap"), (8, 3.0, "medium")]
+    if not quick:
+        graphs += [("resnet", 2, True), ("inception", 16, False)]
+        setups = [(d, k, t) for d, k in ((6, 2.0), (8, 3.0)) for t in ("cheap", "medium")]
+    out = []
+    for g_index, (shape, size, live) in enumerate(graphs):
+        graph = layer_training_graph(shape, size=size, seed=seed + g_index, liveness=live)
+        memory = one_device_peak_bytes(graph)
+        for devices, total, transfers in setups:
+            per_device = total * memory / devices
+            if transfers == "cheap":
+                cluster = cheap_cluster(graph, devices, per_device)
+            else:
+                slope = LAYER_MEDIUM_CCR * graph.total_time_us / float(graph.edge_bytes.sum())
+                cluster = Cluster.homogeneous(devices, per_device, slope_us_per_byte=slope, intercept_us=0.0)
+            model = "liveness" if live else "sum model"
+            target = LAYER_MEDIUM_CCR if transfers == "medium" else CHEAP_CCR
+            out.append(Instance(
+                f"{graph.name}/{devices}x{total:g}of{devices}/{transfers}", "e", graph, cluster,
+                f"{graph.num_nodes} nodes ({model}), {devices} devices holding {total:g}x the one-device "
+                f"peak in all, {transfers} transfers (CCR {target:g})", transfers))
+    return out
+
+
 _BUILDERS: dict[str, Callable[[bool, int], list[Instance]]] = {
     "a": _training_instances,
     "b": _inference_instances,
     "c": _layered_instances,
     "d": _small_instances,
+    "e": _layer_instances,
 }

@@ -193,7 +193,7 @@ def test_training_and_inference_families_memory_setups():
     b = benchmark_instances("b", quick=True)
     assert b and all(i.family == "b" for i in b)
     assert len(benchmark_instances("a", quick=True)) < len(a)
-    assert set(FAMILIES) == {"a", "b", "c", "d"}
+    assert set(FAMILIES) == {"a", "b", "c", "d", "e"}
 
 
 def test_liveness_instances_need_several_devices_for_their_peak():
