@@ -64,6 +64,7 @@ from celeritas_core.placers.sct_lp import solve_favourite_children
 
 _DEAD = -2.0  # (op, device) not a candidate
 _RIPE = -1.0  # (op, device) in the device's rank heap (arrival maybe <= device free time)
+_BLOCKED = -3.0  # live memory: (op, device) waits on the device's blocked heap for memory to be freed
 #: Returned (by identity) when a device's late candidates turn up a ripe op: look at the ripe ones again.
 _AGAIN: tuple[float, int, int] = (-1.0, -1, -1)
 
@@ -90,7 +91,7 @@ class _Device:
     op's state changes; the scheduler's ``loc`` tells a live entry from a stale one.
     """
 
-    __slots__ = ("by_arrival", "by_rank", "free_at", "free_bytes", "index", "last_op", "recv_free",
+    __slots__ = ("blocked", "by_arrival", "by_rank", "free_at", "free_bytes", "index", "last_op", "recv_free",
                  "send_free")
 
     def __init__(self, index: int, memory_bytes: float) -> None:
@@ -102,6 +103,7 @@ class _Device:
         self.last_op = -1
         self.by_arrival: list[tuple[float, int, int]] = []
         self.by_rank: list[tuple[int, int]] = []
+        self.blocked: list[tuple[float, int, int]] = []  # live memory: (bytes needed, rank, op)
 
 
 class _ListScheduler:
@@ -113,8 +115,10 @@ class _ListScheduler:
     the end (µs) of tensor t's transfer to d, -1 while none.
     """
 
-    def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None) -> None:
+    def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None,
+                 live_memory: bool = False) -> None:
         n = graph.num_nodes
+        self.live = live_memory
         self.n = n
         self.num_dev = cluster.num_devices
         self._init_tensors(graph, cluster)
@@ -125,6 +129,8 @@ class _ListScheduler:
         self.pending = graph.in_degree.tolist()
         self.fav = favourite.tolist() if favourite is not None else None
         self._init_memory(graph)
+        if live_memory:
+            self._init_live_memory(graph)
         self.devices = [_Device(d, m) for d, m in enumerate(cluster.memory_bytes.astype(np.float64).tolist())]
         self.device = [-1] * n
         self.start = [0.0] * n
@@ -167,6 +173,45 @@ class _ListScheduler:
         self.req = req.tolist()
         self.group_dev = [-1] * num_groups
 
+    def _init_live_memory(self, graph: Graph) -> None:
+        """Baechi's memory model on our liveness fields (bytes): an op needs its persistent bytes
+        (a grouped op: its whole group's, until the group is placed), its outputs and its scratch
+        to start; outputs stay charged until every consumer has run, received copies likewise.
+        A node without liveness fields holds its ``memory_bytes`` all step."""
+        n, live = self.n, graph.liveness
+        view = graph.tensors
+        pers = graph.memory_bytes.astype(np.float64).copy()
+        scratch = np.zeros(n)
+        t_live = np.zeros(view.num_tensors)
+        out_total = np.zeros(n)
+        if live is not None:
+            modelled = live.modelled.astype(bool)
+            pers[modelled] = live.persistent_bytes[modelled]
+            scratch[modelled] = live.scratch_bytes[modelled]
+            for v in np.flatnonzero(modelled).tolist():
+                out_total[v] = float(live.outputs(v).sum())
+            sizes = np.zeros(view.num_tensors)
+            for t, (u, o) in enumerate(zip(view.producer.tolist(), view.output.tolist(), strict=True)):
+                if modelled[u]:
+                    declared = live.outputs(u)
+                    sizes[t] = declared[o] if o < len(declared) else view.nbytes[t]
+            t_live = sizes
+        self.t_live = t_live.tolist()
+        self.t_left = np.diff(view.consumer_ptr).tolist()  # consumers still to run, per tensor
+        self.charge = (pers + np.bincount(view.producer, weights=t_live, minlength=n)).tolist()
+        self.transient = (out_total + scratch).tolist()
+        gid = graph.colocation_ids
+        grouped = gid >= 0
+        req = pers + out_total + scratch
+        if grouped.any():
+            group_pers = np.bincount(gid[grouped], weights=pers[grouped], minlength=len(self.members))
+            req[grouped] = group_pers[gid[grouped]] + out_total[grouped] + scratch[grouped]
+            self.group_pers = group_pers.tolist()
+            charge = np.asarray(self.charge)
+            charge[grouped] -= pers[grouped]  # the group's persistent bytes are charged once, whole
+            self.charge = charge.tolist()
+        self.req = req.tolist()
+
     # ------------------------------------------------------------------ the main loop
     def run(self) -> ScheduleResult:
         """Commit every op; return the schedule."""
@@ -192,6 +237,9 @@ class _ListScheduler:
         while True:
             self.forced_push = False
             offers = [o for o in (self._offer(d) for d in range(self.num_dev)) if o is not None]
+            if not offers and self.live:  # every ready op waits for memory: best effort
+                self._force(self._first_blocked())
+                continue
             if not self.forced_push:
                 break
         best = min(offers)
@@ -247,11 +295,37 @@ class _ListScheduler:
         self.forced_push = True
 
     def _drop(self, v: int, d: int) -> None:
-        """v no longer fits on d (free memory only shrinks): never a candidate there again."""
+        """v does not fit on d. Static memory (free memory only shrinks): never a candidate there
+        again. Live memory: wait on d's blocked heap until d frees enough."""
+        if self.live:
+            self.loc[v * self.num_dev + d] = _BLOCKED
+            heapq.heappush(self.devices[d].blocked, (self.req[v], self.rank[v], v))
+            self.alive[v] -= 1
+            return
         self.loc[v * self.num_dev + d] = _DEAD
         self.alive[v] -= 1
         if self.alive[v] == 0:
             self._force(v)
+
+    def _first_blocked(self) -> int:
+        """Live memory, nothing can start: the blocked op of smallest rank (best effort next)."""
+        loc, num_dev, done = self.loc, self.num_dev, self.done
+        best = (len(self.rank), -1)
+        for device in self.devices:
+            for _, r, v in device.blocked:
+                if r < best[0] and not done[v] and loc[v * num_dev + device.index] == _BLOCKED:
+                    best = (r, v)
+        return best[1]
+
+    def _revive(self, d: int) -> None:
+        """Live memory: d freed bytes; its blocked ops that now fit become candidates again."""
+        device = self.devices[d]
+        heap, loc, num_dev, done = device.blocked, self.loc, self.num_dev, self.done
+        while heap and heap[0][0] <= device.free_bytes:
+            _, _, v = heapq.heappop(heap)
+            if not done[v] and loc[v * num_dev + d] == _BLOCKED:
+                self.alive[v] += 1
+                self._push(v, d)
 
     def _make_ready(self, v: int) -> None:
         """All of v's predecessors are scheduled: fix its input order, offer it to devices."""
@@ -276,8 +350,11 @@ class _ListScheduler:
             if need <= device.free_bytes:
                 self._push(v, device.index)
                 count += 1
+            elif self.live:
+                self.loc[v * self.num_dev + device.index] = _BLOCKED
+                heapq.heappush(device.blocked, (need, self.rank[v], v))
         self.alive[v] = count
-        if count == 0:
+        if count == 0 and not self.live:
             self._force(v)
 
     def _fits(self, v: int, d: int) -> bool:
@@ -414,7 +491,10 @@ class _ListScheduler:
         self.done[v] = True
         num_dev = self.num_dev
         self.loc[v * num_dev:(v + 1) * num_dev] = [_DEAD] * num_dev
-        device.free_bytes -= self.req[v]
+        if self.live:
+            self._charge_live(v, d, new)
+        else:
+            device.free_bytes -= self.req[v]
         self._pin_group(v, d)
         if new:
             self._refresh_consumers(new, d)
@@ -424,6 +504,35 @@ class _ListScheduler:
             pending[w] -= 1
             if pending[w] == 0:
                 self._make_ready(w)
+
+    def _charge_live(self, v: int, d: int, new: list[int]) -> None:
+        """Live memory: charge v's bytes (its group's persistent bytes when it is the first member
+        placed) and its newly received copies on d; free every tensor whose last consumer is v
+        (the output on its producer's device and its copies), then revive what now fits."""
+        devices, t_live, num_dev, sent = self.devices, self.t_live, self.num_dev, self.sent
+        charge = self.charge[v]
+        g = self.group_of[v]
+        if g >= 0 and self.group_dev[g] < 0:
+            charge += self.group_pers[g]
+        for t in new:
+            charge += t_live[t]
+        devices[d].free_bytes -= charge
+        freed: set[int] = set()
+        t_left, device_of, t_src = self.t_left, self.device, self.t_src
+        for k in range(self.i_ptr[v], self.i_ptr[v + 1]):
+            t = self.i_tids[k]
+            t_left[t] -= 1
+            if t_left[t] or not t_live[t]:
+                continue
+            home = device_of[t_src[t]]
+            devices[home].free_bytes += t_live[t]
+            freed.add(home)
+            for k2 in range(num_dev):
+                if k2 != home and sent[t * num_dev + k2] >= 0.0:
+                    devices[k2].free_bytes += t_live[t]
+                    freed.add(k2)
+        for k2 in sorted(freed):
+            self._revive(k2)
 
     def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
         """Reserve the transfers of v's inputs missing on d, in input order (FIFO channels);
@@ -463,14 +572,14 @@ class _ListScheduler:
         self.group_dev[g] = d
         loc, num_dev = self.loc, self.num_dev
         for m in self.members[g]:
-            self.req[m] = 0.0
+            self.req[m] = self.transient[m] if self.live else 0.0
             if m == v or not self.ready[m] or self.done[m]:
                 continue
             for k in range(num_dev):
                 if k != d:
                     loc[m * num_dev + k] = _DEAD
             self.alive[m] = 1
-            if loc[m * num_dev + d] == _DEAD:
+            if loc[m * num_dev + d] in (_DEAD, _BLOCKED):
                 self._push(m, d)
 
     def _refresh_consumers(self, new: list[int], d: int) -> None:
@@ -566,11 +675,14 @@ class _LinkedListScheduler(_ListScheduler):
         return a, new
 
 
-def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None) -> ScheduleResult:
+def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None, *,
+                  live_memory: bool = False) -> ScheduleResult:
     """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given; on a
-    cluster with a link topology transfers take their pair's link and the shared network ports."""
+    cluster with a link topology transfers take their pair's link and the shared network ports.
+    ``live_memory``: Baechi's memory model (outputs freed after their last consumer) on the
+    graph's liveness fields instead of every op's ``memory_bytes`` held all step."""
     scheduler = _ListScheduler if cluster.is_flat else _LinkedListScheduler
-    return scheduler(graph, cluster, favourite).run()
+    return scheduler(graph, cluster, favourite, live_memory).run()
 
 
 def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
@@ -585,6 +697,9 @@ def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
 
 _FUSION_DOC = ("true: Baechi co-placement grouping and operator fusion before scheduling (Baechi's "
                "--placer_type=fusion --grouper=coplace); false: schedule the ops")
+_LIVE_DOC = ("true: Baechi's memory model on the graph's liveness fields (an op's outputs are held from its "
+             "start until its last consumer has run, persistent bytes all step); false: every op holds its "
+             "planning bytes all step. The same without liveness fields")
 
 
 @dataclass(frozen=True)
@@ -596,15 +711,19 @@ class ETFParams:
     fusion : bool
         True (default): Baechi's co-placement grouping and operator fusion before scheduling
         (Baechi's ``--placer_type=fusion --grouper=coplace``); False: schedule the ops.
+    live_memory : bool
+        True (default): Baechi's memory model, outputs freed after their last consumer ran
+        (on graphs with liveness fields); False: every op's planning bytes held all step.
 
     Examples
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("m-etf").typed_params({"fusion": "0"})
-    ETFParams(fusion=False)
+    ETFParams(fusion=False, live_memory=True)
     """
 
     fusion: bool = param(True, _FUSION_DOC)
+    live_memory: bool = param(True, _LIVE_DOC)
 
 
 @dataclass(frozen=True)
@@ -618,17 +737,20 @@ class SCTParams:
         (default 0.5).
     fusion : bool
         As :class:`ETFParams` (default True).
+    live_memory : bool
+        As :class:`ETFParams` (default True).
 
     Examples
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("m-sct").typed_params({"threshold": 0.3})
-    SCTParams(threshold=0.3, fusion=True)
+    SCTParams(threshold=0.3, fusion=True, live_memory=True)
     """
 
     threshold: float = param(0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
                              minimum=0.0, maximum=1.0)
     fusion: bool = param(True, _FUSION_DOC)
+    live_memory: bool = param(True, _LIVE_DOC)
 
 
 def _target(graph: Graph, fusion: bool) -> tuple[Graph, FusedGraph | None, float]:
@@ -689,7 +811,7 @@ def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOut
     """
     target, fused, fuse_seconds = _target(graph, params.fusion)
     t0 = time.perf_counter()
-    result = list_schedule(target, cluster)
+    result = list_schedule(target, cluster, live_memory=params.live_memory)
     return _output(result, fused, fuse_seconds, _extra(result, time.perf_counter() - t0))
 
 
@@ -727,7 +849,7 @@ def m_sct_placer(graph: Graph, cluster: Cluster, params: SCTParams) -> PlacerOut
     target, fused, fuse_seconds = _target(graph, params.fusion)
     fc = solve_favourite_children(target, cluster, params.threshold)
     t0 = time.perf_counter()
-    result = list_schedule(target, cluster, fc.favourite)
+    result = list_schedule(target, cluster, fc.favourite, live_memory=params.live_memory)
     extra = _extra(result, time.perf_counter() - t0)
     extra.update({
         "lp_seconds": fc.lp_seconds,
