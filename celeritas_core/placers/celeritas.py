@@ -11,6 +11,7 @@ repair and a robust search", under work budgets (:class:`~celeritas_core.placers
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -436,6 +437,51 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
     return [(name, partial(offer, name, placer, params)) for name, placer, params in schedules]
 
 
+#: The list schedules that :func:`headroom_candidates` runs again with memory kept free: each
+#: plans with a memory model that cannot see everything the replay charges (HEFT the planning
+#: bytes; m-ETF outputs and lifetimes but not received copies held until a far consumer, such as
+#: the saved activations a weight gradient reads).
+HEADROOM_SCHEDULES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("heft", "heft", {}), ("etf", "m-etf", {"fusion": False}))
+#: The shares of each device's memory (:meth:`~celeritas_core.graphs.cluster.Cluster.with_headroom`)
+#: that :func:`headroom_candidates` keeps free, tried in this order until a schedule fits by its
+#: replayed peak: a fixed ladder of equal steps, not fitted to any graph.
+HEADROOM_LADDER: tuple[float, ...] = (0.15, 0.3, 0.45, 0.6)
+#: Suffix of the optional stages of :func:`headroom_candidates`.
+HEADROOM_STAGE = "headroom"
+
+
+def headroom_candidates(graph: Graph, cluster: Cluster,
+                        pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
+    """The list schedules of :data:`HEADROOM_SCHEDULES` again on devices that keep a share of their
+    memory free (:data:`HEADROOM_LADDER`, the first share whose schedule fits by its replayed peak
+    wins), as ``(name, run)`` for the work budget: a list schedule overlaps independent branches
+    at the price of received copies and long lifetimes its memory model does not see, so on a
+    tight graph with liveness fields it overflows while the placements that fit are slower.
+    Each runs only when :func:`headroom_worth` (its plain schedule overflows and replays faster than
+    every candidate that fits)."""
+    def run(name: str, placer: str, params: dict[str, Any]) -> None:
+        spec = get_placer(placer)
+        for share in HEADROOM_LADDER:
+            roomy = cluster.with_headroom(share)
+            assignment = spec.func(graph, roomy, spec.typed_params(params)).assignment
+            if pool.add(f"{name}/{HEADROOM_STAGE}{round(share * 100)}", assignment).fits:
+                return
+
+    if graph.liveness is None or cluster.num_devices < 2:
+        return []
+    return [(f"{name}/{HEADROOM_STAGE}", partial(run, name, placer, params))
+            for name, placer, params in HEADROOM_SCHEDULES]
+
+
+def headroom_worth(pool: CandidatePool, stage: str) -> bool:
+    """Whether the plain schedule of headroom ``stage`` (``NAME/headroom``) is in the pool, overflows,
+    and replays faster than every candidate that fits."""
+    plain = stage.rsplit("/", 1)[0]
+    fastest_fitting = min((c.step_time_us for c in pool.candidates if c.fits), default=math.inf)
+    return any(c.name == plain and not c.fits and c.step_time_us < fastest_fitting for c in pool.candidates)
+
+
 def simple_candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
                       pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
     """The cheap baselines a user would try first, as ``(name, run)`` for the caller's work budget:
@@ -638,17 +684,22 @@ def _candidates(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np
 
     simple = estimated(simple_candidates(graph, cluster, fusion, coarse_order, pool))
     schedules = estimated(list_schedule_candidates(graph, cluster, pool))
+    replay_us = REPLAY_US_PER_ITEM * (graph.num_nodes + graph.num_edges)
+    headroom = [(name, len(HEADROOM_LADDER) * (estimate_us + replay_us), run)
+                for name, estimate_us, run in estimated(headroom_candidates(graph, cluster, pool))]
     if cluster.is_flat:
-        optional = (simple + estimated(first_split) + schedules + estimated(more_multilevel)
+        optional = (simple + estimated(first_split) + schedules + headroom + estimated(more_multilevel)
                     + estimated(more_splits))
     else:  # a repair of fast candidates that overflow, the cheap partitions, list schedules cheapest first
         unit_rank = plans[0].seq.position if plans else None
         optional = (simple + estimated(first_split)
                     + _fitting_repair(graph, cluster, pool, params, unit_rank, extra)
-                    + estimated(more_multilevel) + sorted(schedules, key=lambda entry: entry[1])
+                    + estimated(more_multilevel) + sorted(schedules, key=lambda entry: entry[1]) + headroom
                     + estimated(more_splits))
     for name, estimate_us, run in optional:
         if name == FITTING_REPAIR and not _worth_repairing(pool):
+            continue
+        if name.endswith(f"/{HEADROOM_STAGE}") and not headroom_worth(pool, name):
             continue
         if budget.allow(name, estimate_us):
             run()
@@ -662,6 +713,8 @@ def _stage_kind(name: str) -> str:
     """The key of an optional stage's estimate: ``multilevel/K``, ``hierarchical/K`` (a multilevel
     partition per level) and ``stages/ORDER/K`` by their kind, the others by name."""
     kind = name.split("/")[0]
+    if name.endswith(f"/{HEADROOM_STAGE}"):
+        return kind
     if kind in ("multilevel", "hierarchical"):
         return "multilevel"
     return kind if kind == "stages" else name
