@@ -35,7 +35,7 @@ from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.levels import cpath, edge_comm_us
 from celeritas_core.graphs.opkeys import KeyedFits, KeyMatch, fits_op_keys, match_op_keys, with_op_keys
 from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order
-from celeritas_core.placers.celeritas import order_place
+from celeritas_core.placers.adjusting import order_place
 from celeritas_core.readwrite.format_tags import ACCURACY_FORMAT, PROFILE_FORMAT, VALIDATION_FORMAT
 from celeritas_core.readwrite.formats import (
     check_device_order,

@@ -12,9 +12,9 @@ from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import colocation_respected
 from celeritas_core.graphs.graph import Graph, Liveness
 from celeritas_core.placers import place
-from celeritas_core.placers.celeritas import HEADROOM_STAGE, headroom_candidates, headroom_worth
 from celeritas_core.placers.etf import list_schedule
 from celeritas_core.placers.local_search import CandidatePool
+from celeritas_core.placers.portfolio import HEADROOM_STAGE, headroom_candidates, headroom_worth
 
 
 def _chain(outputs: list[float], *, liveness: bool = True) -> Graph:

@@ -282,8 +282,8 @@ def test_celeritas_fits_where_the_summed_bytes_placers_overflow():
 
 
 def test_memory_repair_repairs_every_start_that_could_still_win():
-    from celeritas_core.placers.celeritas import memory_repair
     from celeritas_core.placers.local_search import CandidatePool
+    from celeritas_core.placers.portfolio import memory_repair
 
     g, cluster = _two_branches(), _tight()
     pool = CandidatePool(g, cluster)

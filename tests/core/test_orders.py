@@ -8,7 +8,7 @@ import pytest
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.levels import blevel, ccr, cpath, critical_path_length_us, tlevel
 from celeritas_core.graphs.orders import cpd_topo_order, dfs_topo_order, is_topological, m_topo_order
-from celeritas_core.placers.celeritas import order_place
+from celeritas_core.placers.adjusting import order_place
 from tests.conftest import make_graph
 
 

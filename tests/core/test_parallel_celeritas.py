@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import celeritas_core.placers.celeritas as celeritas_module
+import celeritas_core.placers.portfolio as portfolio_module
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import colocation_respected
 from celeritas_core.graphs.graph import Graph
@@ -130,7 +130,7 @@ def test_celeritas_is_never_slower_than_its_best_candidates_robustly(graph, devi
 
     cluster = clusters(graph, devices, scale, slope, intercept)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(celeritas_module, "CandidatePool", Recorded)
+        patch.setattr(portfolio_module, "CandidatePool", Recorded)
         p = place(graph, cluster, "celeritas")
     assert colocation_respected(graph, p.assignment)
 

@@ -191,9 +191,10 @@ def test_refinement_is_never_slower_than_adjusting_placement(seed):
     from celeritas_core.graphs.colocation import apply_colocation
     from celeritas_core.graphs.levels import cpath, edge_comm_us
     from celeritas_core.graphs.orders import cpd_topo_order
-    from celeritas_core.placers.celeritas import adjusting_placement, communication_refinement
+    from celeritas_core.placers.adjusting import adjusting_placement
     from celeritas_core.placers.fusion import optimal_operation_fusion
     from celeritas_core.placers.local_search import CandidatePool
+    from celeritas_core.placers.refinement import communication_refinement
 
     rng = np.random.default_rng(seed)
     n = 40

@@ -11,7 +11,7 @@ from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import colocation_respected
 from celeritas_core.placers import PLACERS, get_placer, place
-from celeritas_core.placers.celeritas import adjusting_placement, order_place
+from celeritas_core.placers.adjusting import adjusting_placement, order_place
 from celeritas_core.placers.compare import params_for
 from celeritas_core.readwrite.formats import placement_to_json
 from celeritas_core.simulation.timeline import DeviceTimeline

@@ -294,7 +294,7 @@ def _live_step_on(preset: str | None, node_share: float, devices: int = 8) -> tu
 
 
 def test_stage_estimates_on_a_topology_use_its_table_and_grow_with_devices_for_list_schedules() -> None:
-    from celeritas_core.placers.celeritas import (
+    from celeritas_core.placers.portfolio import (
         STAGE_US_PER_ITEM,
         TOPOLOGY_STAGE_US_PER_ITEM,
         stage_estimate_us,
@@ -376,9 +376,9 @@ def test_traffic_by_link_counts_the_replays_transfers_on_each_kind_of_link() -> 
 def test_the_refinement_along_the_links_takes_the_heavy_tensors_off_the_network() -> None:
     """op0 -> op1 and op2 -> op3 carry 1 MB, op1 -> op2 one byte; the start puts both heavy
     tensors across nodes. Refined with the nodes as parts first, nothing crosses the network."""
-    from celeritas_core.placers.celeritas import OpNets, refine_along_links
     from celeritas_core.placers.local_search import CandidatePool
     from celeritas_core.placers.partition import traffic_by_link
+    from celeritas_core.placers.refinement import OpNets, refine_along_links
 
     graph = Graph.from_arrays(name="pairs", node_names=[f"op{i}" for i in range(4)], time_us=[10.0] * 4,
                               memory_bytes=[100] * 4, edge_src=[0, 1, 2], edge_dst=[1, 2, 3],
