@@ -43,9 +43,29 @@ step (geometric mean, range, the instance furthest from 1); and every placer's p
 * Celeritas's step under the alternative dispatch orders within 3 % of its prediction (median of
   the five / predicted), on every instance.
 
+**Baechi's own code** as a reference column (``--baechi``; ``bench/baechi_reference.py`` runs
+beomyeol/baechi's placers outside the product, from a checkout named by ``--baechi DIR`` or
+``$BAECHI_DIR``, or extracted from the git mirror ``$BAECHI_MIRROR``): on every instance of at most
+``--baechi-max-nodes`` ops (default 1,500) each configuration that runs here (m-ETF, m-ETF with
+memory reservation, m-TOPO, m-TOPO non-uniform; each also with Baechi's fusion) places the graph and
+our simulator replays the placement (step, and whether it fits by its replayed peak). Targets, per
+family where Baechi ran:
+
+* on (e), Celeritas never more than 1 % slower than the best of every other placer and of Baechi's
+  placements that fit, and the geometric mean of that ratio <= 0.95;
+* the project's ``m-etf`` and ``m-topo`` within 2 % of Baechi's own on every instance of (e), each
+  against Baechi's configuration that is best there among those that fit (m-ETF with or without
+  memory reservation, m-TOPO uniform or not), run the same way: on the ops (ours ``/ops``) or
+  with Baechi's fusion (ours by default); reported for the other families too. (m-SCT cannot run
+  here, see below.)
+
+Without a checkout the column is skipped and said so. Baechi's m-SCT needs cvxopt and MOSEK and is
+left out (``baechi_reference.UNAVAILABLE_CONFIGS``).
+
 Targets are reported, not enforced (exit 0). Figures go to ``build/bench/quality.json``.
 
-Run: ``make bench`` (or ``.venv/bin/python bench/bench_quality.py --help``).
+Run: ``make bench`` (or ``.venv/bin/python bench/bench_quality.py --help``). To get Baechi's code:
+``git clone https://github.com/beomyeol/baechi`` and ``--baechi PATH`` (or ``BAECHI_DIR=PATH``).
 """
 
 from __future__ import annotations
@@ -72,6 +92,7 @@ from celeritas_core.graphs.graph import Graph  # noqa: E402
 from celeritas_core.graphs.levels import ccr  # noqa: E402
 from celeritas_core.graphs.placement import Placement  # noqa: E402
 from celeritas_core.placers import PLACERS, place  # noqa: E402
+from celeritas_core.placers.local_search import excess_bytes  # noqa: E402
 from celeritas_core.readwrite.formats import write_json_atomic  # noqa: E402
 from celeritas_core.readwrite.units import format_us  # noqa: E402
 from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, simulate  # noqa: E402
@@ -102,6 +123,18 @@ LIST_SCHEDULES = ("heft", "m-etf", "m-etf/ops", "m-sct", "m-sct/ops", "m-topo")
 CHEAP_VARIANT = "cheap"  # families.Instance.variant of those steps
 CHEAP_TARGET = 1.01  # Celeritas / best of LIST_SCHEDULES that fits, every cheap-transfer step
 DISPATCH_TARGET = 0.03  # |median step under the alternative dispatch orders / predicted - 1|
+#: Per algorithm, Baechi's configurations -> our placer label that runs it the same way (op level
+#: with TensorFlow's co-location groups: ``/ops``; Baechi's co-placement grouping and fusion: our
+#: default). On each instance our placer is compared with the configuration best for Baechi there.
+BAECHI_PAIRS: dict[str, dict[str, str]] = {
+    "m-etf": {"m-etf": "m-etf/ops", "m-etf-reserve": "m-etf/ops", "m-etf/fusion": "m-etf",
+              "m-etf-reserve/fusion": "m-etf"},
+    "m-topo": {"m-topo": "m-topo", "m-topo-nonuniform": "m-topo", "m-topo/fusion": "m-topo",
+               "m-topo-nonuniform/fusion": "m-topo"},
+}
+BAECHI_PAIR_TARGET = 1.02  # our placer / Baechi's own, same configuration, where Baechi's fits
+BAECHI_FAMILY = "e"  # the family whose targets include Baechi's placements
+BAECHI_MAX_NODES = 1_500
 
 Row = dict[str, Any]
 
@@ -191,7 +224,56 @@ def _dispatch_figures(inst: Instance, cel: Row | None) -> Row | None:
     return {"steps_us": steps, "median_us": median, "ratio": median / cel["step_time_us"]}
 
 
-def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> Row:
+class BaechiColumn:
+    """Baechi's own placers (``bench/baechi_reference.py``) on the instances of at most ``max_nodes``
+    ops, replayed by our simulator; ``note`` says why the column is empty when it is."""
+
+    def __init__(self, choice: str, max_nodes: int) -> None:
+        self.max_nodes = max_nodes
+        self.dir: Path | None = None
+        self.note = ""
+        self.configs: list[str] = []
+        if choice == "off":
+            self.note = "Baechi's own placers: off (--baechi off)"
+            return
+        try:
+            import baechi_reference as br  # bench/ is on sys.path when this script runs
+        except ImportError as exc:  # pragma: no cover - the module sits beside this script
+            self.note = f"Baechi's own placers: skipped ({exc})"
+            return
+        try:
+            path = br.default_baechi_dir() if choice == "auto" else Path(choice)
+        except (OSError, RuntimeError, ValueError) as exc:
+            self.note = (f"Baechi's own placers: skipped (no checkout: {str(exc).splitlines()[0]}; "
+                         f"--baechi PATH or ${br.BAECHI_DIR_ENV})")
+            return
+        reason = br.baechi_available(path)
+        if reason is not None:
+            self.note = f"Baechi's own placers: skipped ({reason})"
+            return
+        self.dir, self.configs, self._br = path, list(br.BAECHI_CONFIGS), br
+
+    def run(self, inst: Instance) -> dict[str, Row] | None:
+        """Each configuration's replayed step (µs), fit and seconds, or its error; None when skipped."""
+        if self.dir is None or inst.graph.num_nodes > self.max_nodes or not inst.cluster.is_flat \
+                or len(set(inst.cluster.speed.tolist())) > 1:
+            return None
+        out: dict[str, Row] = {}
+        for config in self.configs:
+            result = self._br.baechi_run(inst.graph, inst.cluster, config, self.dir)
+            if result.assignment is None:
+                out[config] = {"error": (result.error or "").splitlines()[0][:200]}
+                continue
+            replay = simulate(inst.graph, inst.cluster, result.assignment)
+            excess = excess_bytes(inst.graph, inst.cluster, result.assignment, replay)
+            out[config] = {"step_time_us": float(replay.step_time_us), "oom": bool(excess > 0),
+                           "placement_seconds": result.placement_seconds,
+                           "keeps_groups": colocation_respected(inst.graph, result.assignment)}
+        return out
+
+
+def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool,
+                 baechi: BaechiColumn | None = None) -> Row:
     """Run every placer on ``inst``; return its row of figures (times in µs, seconds)."""
     graph, cluster = inst.graph, inst.cluster
     figures = {label: _run_placer(inst, *placer_of(label)) for label in placers}
@@ -218,8 +300,41 @@ def run_instance(inst: Instance, placers: Sequence[str], with_optimal: bool) -> 
     for fig in [*figures.values(), row.get("optimal", {})]:
         fig.pop("_assignment", None)
     row["placers"] = figures
+    row["baechi"] = baechi.run(inst) if baechi is not None else None
     row.update(_ratios(row))
+    row.update(_baechi_ratios(row))
     return row
+
+
+def _baechi_ratios(row: Row) -> Row:
+    """Celeritas / the best of every other placer and Baechi's placements that fit; and our placer /
+    Baechi's own in each configuration of :data:`BAECHI_PAIRS` where Baechi's fits."""
+    baechi = row.get("baechi")
+    out: Row = {"best_with_baechi": row["best_other"],
+                "ratio_vs_best_with_baechi": row["ratio_vs_best_other"], "baechi_pairs": {}}
+    if not baechi:
+        return out
+    fits = {f"baechi:{c}": f["step_time_us"] for c, f in baechi.items() if "error" not in f and not f["oom"]}
+    if row["best_other"] is not None:
+        fits[row["best_other"]] = row["best_other_step_us"]
+    if fits:
+        best = min(fits, key=fits.__getitem__)
+        out["best_with_baechi"] = best
+        cel = row["placers"].get("celeritas", {})
+        if not row["celeritas_oom"]:
+            out["ratio_vs_best_with_baechi"] = cel["step_time_us"] / fits[best]
+    for algorithm, configs in BAECHI_PAIRS.items():
+        fitting = [(baechi[c]["step_time_us"], c) for c in configs
+                   if "step_time_us" in baechi.get(c, {}) and not baechi[c]["oom"]]
+        if not fitting:
+            continue
+        step, config = min(fitting)
+        ours = configs[config]
+        mine = row["placers"].get(ours, {})
+        if "step_time_us" in mine:
+            out["baechi_pairs"][algorithm] = {"config": config, "ours": ours, "ours_oom": mine["oom"],
+                                              "ratio": mine["step_time_us"] / step}
+    return out
 
 
 def _ratios(row: Row) -> Row:
@@ -292,7 +407,8 @@ def _optimum_ratios(cel: Row, opt: Row) -> Row:
     }
 
 
-def run(families: Sequence[str], quick: bool, seed: int) -> tuple[dict[str, list[Row]], list[str]]:
+def run(families: Sequence[str], quick: bool, seed: int,
+        baechi: BaechiColumn | None = None) -> tuple[dict[str, list[Row]], list[str]]:
     """Run the benchmark; return the rows per family and the notes on skipped placers."""
     placers = [p for p in PLACER_NAMES if placer_of(p)[0] in PLACERS]
     notes = [f"placer {p!r} is not registered: skipped"
@@ -308,7 +424,8 @@ def run(families: Sequence[str], quick: bool, seed: int) -> tuple[dict[str, list
         for i, inst in enumerate(instances):
             print(f"  [{family} {i + 1}/{len(instances)}] {inst.name}: {inst.graph.num_nodes:,} ops "
                   f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-            rows[family].append(run_instance(inst, placers, with_optimal and family == OPTIMAL_FAMILY))
+            optimal = with_optimal and family == OPTIMAL_FAMILY
+            rows[family].append(run_instance(inst, placers, optimal, baechi))
     return rows, notes
 
 
@@ -358,6 +475,7 @@ def summarize(rows: Sequence[Row], placers: Sequence[str]) -> Row:
         "placement_seconds": seconds,
         **_cheap_summary(rows),
         **_dispatch_summary(rows),
+        **_baechi_summary(rows),
         "groups_split": [f"{p} on {r['name']}" for r in rows for p, f in r["placers"].items()
                          if f.get("keeps_groups") is False],
     }
@@ -377,6 +495,32 @@ def _cheap_summary(rows: Sequence[Row]) -> Row:
         "worst_cheap_beaten_by": worst["best_list"] if worst else None,
         "celeritas_oom_where_a_list_schedule_fits_cheap": [r["name"] for r in cheap if r["celeritas_oom"]
                                                            and r["best_list"] is not None],
+    }
+
+
+def _baechi_summary(rows: Sequence[Row]) -> Row:
+    """Where Baechi's own placers ran: Celeritas / the best with them, and our placers / Baechi's."""
+    ran = [r for r in rows if r.get("baechi")]
+    rated = [r for r in ran if r["ratio_vs_best_with_baechi"] is not None]
+    worst = max(rated, key=lambda r: r["ratio_vs_best_with_baechi"], default=None)
+    pairs: Row = {}
+    for algorithm in BAECHI_PAIRS:
+        ratios = [(r["baechi_pairs"][algorithm]["ratio"], r["name"], r["baechi_pairs"][algorithm]["config"])
+                  for r in ran if algorithm in r["baechi_pairs"]]
+        if ratios:
+            high = max(ratios)
+            pairs[algorithm] = {"rated": len(ratios), "geomean": geomean([x for x, _, _ in ratios]),
+                                "worst": high[0], "worst_graph": high[1], "worst_config": high[2]}
+    fits = {c: sum(1 for r in ran if "step_time_us" in r["baechi"].get(c, {}) and not r["baechi"][c]["oom"])
+            for c in (ran[0]["baechi"] if ran else {})}
+    return {
+        "baechi_graphs": len(ran),
+        "baechi_fits": fits,
+        "geomean_vs_best_with_baechi": geomean([r["ratio_vs_best_with_baechi"] for r in rated]),
+        "worst_vs_best_with_baechi": worst["ratio_vs_best_with_baechi"] if worst else None,
+        "worst_with_baechi_graph": worst["name"] if worst else None,
+        "worst_with_baechi_by": worst["best_with_baechi"] if worst else None,
+        "baechi_pairs": pairs,
     }
 
 
@@ -432,6 +576,8 @@ def print_family(family: str, rows: Sequence[Row], summary: Row, placers: Sequen
               f"predicted step: geomean {_fmt(summary['dispatch_geomean'])}, range "
               f"{_fmt(summary['dispatch_min'])}–{_fmt(summary['dispatch_max'])}, furthest from 1 on "
               f"{summary['dispatch_worst_graph']}")
+    if summary["baechi_graphs"]:
+        _print_baechi(summary)
     print(f"{'placement seconds':<18}{'mean':>9}{'max':>9}")
     for p in [*placers, OPTIMAL]:
         if p in summary["placement_seconds"]:
@@ -463,6 +609,20 @@ def _print_cheap(rows: Sequence[Row], summary: Row) -> None:
     print(f"  geomean {_fmt(summary['geomean_vs_best_list_cheap'])} over {summary['cheap_rated']} rated, "
           f"worst {_fmt(summary['worst_vs_best_list_cheap'])} on {summary['worst_cheap_graph']} "
           f"(by {summary['worst_cheap_beaten_by']})")
+
+
+def _print_baechi(summary: Row) -> None:
+    """Baechi's own placers: how often each fits, Celeritas against the best with them, the pairs."""
+    fits = ", ".join(f"{c} {n}" for c, n in summary["baechi_fits"].items())
+    print(f"Baechi's own code on {summary['baechi_graphs']} graphs (placements that fit: {fits})")
+    print(f"  Celeritas / best of every placer and Baechi's placements that fit: geomean "
+          f"{_fmt(summary['geomean_vs_best_with_baechi'])}, "
+          f"worst {_fmt(summary['worst_vs_best_with_baechi'])} "
+          f"on {summary['worst_with_baechi_graph']} (by {summary['worst_with_baechi_by']})")
+    for algorithm, pair in summary["baechi_pairs"].items():
+        print(f"  our {algorithm} / Baechi's own in its best configuration that fits: geomean "
+              f"{_fmt(pair['geomean'])}, worst {_fmt(pair['worst'])} on {pair['worst_graph']} (Baechi's "
+              f"{pair['worst_config']}; {pair['rated']} rated)")
 
 
 def _print_optimum(rows: Sequence[Row], summary: Row) -> None:
@@ -506,9 +666,41 @@ def targets(rows: dict[str, list[Row]], notes: Sequence[str]) -> list[str]:
     lines.append(_single_target(every))
     if any(r.get("variant") == CHEAP_VARIANT for r in every):
         lines.append(_cheap_target(every))
+    if BAECHI_FAMILY in rows:
+        lines.extend(_baechi_targets(rows[BAECHI_FAMILY], notes))
     lines.append(_groups_target(every))
     lines.append(_dispatch_target(every))
     lines.append(ENFORCED.line())
+    return lines
+
+
+def _baechi_targets(rows: Sequence[Row], notes: Sequence[str]) -> list[str]:
+    """Family (e): Celeritas against every placer and Baechi's own placements; our baselines against
+    Baechi's in the same configuration."""
+    what = f"({BAECHI_FAMILY}) with Baechi's own placements"
+    ran = [r for r in rows if r.get("baechi")]
+    if not ran:
+        why = next((n for n in notes if n.startswith("Baechi")), "Baechi's own placers did not run")
+        return [f"SKIP Celeritas on {what}: {why}"]
+    rated = [r for r in ran if r["ratio_vs_best_with_baechi"] is not None]
+    worst = max(rated, key=lambda r: r["ratio_vs_best_with_baechi"], default=None)
+    g = geomean([r["ratio_vs_best_with_baechi"] for r in rated])
+    detail = (f"worst {worst['ratio_vs_best_with_baechi']:.3f} on {worst['name']} "
+              f"vs {worst['best_with_baechi']}" if worst else "none rated")
+    ok = worst is not None and worst["ratio_vs_best_with_baechi"] <= WORST_TARGET
+    lines = [f"{_verdict(ok)} Celeritas never more than {WORST_TARGET - 1:.0%} slower than the best other "
+             f"placer or Baechi placement on {what} ({detail}; {len(rated)} of {len(rows)} rated)",
+             f"{_verdict(g is not None and g <= GEOMEAN_TARGET)} geomean Celeritas / best with Baechi's "
+             f"{_fmt(g)} on {what} (target <= {GEOMEAN_TARGET})"]
+    pairs = [(pair["ratio"], r["name"], pair) for r in ran for pair in r["baechi_pairs"].values()]
+    over = [p for p in pairs if p[0] > BAECHI_PAIR_TARGET]
+    high = max(pairs, key=lambda p: p[0], default=None)
+    detail = (f"worst {high[0]:.3f}: our {high[2]['ours']} vs Baechi's {high[2]['config']} on {high[1]}"
+              if high else "none")
+    lines.append(f"{_verdict(bool(pairs) and not over)} our {', '.join(BAECHI_PAIRS)} within "
+                 f"{BAECHI_PAIR_TARGET - 1:.0%} of Baechi's own in its best configuration that fits, run "
+                 f"the same way (ops or fused), on ({BAECHI_FAMILY}) ({detail}; {len(pairs)} pairs, "
+                 f"{len(over)} over)")
     return lines
 
 
@@ -612,7 +804,7 @@ def _dispatch_target(every: Sequence[Row]) -> str:
 
 # ---------------------------------------------------------------------------- main
 def _parse_families(text: str) -> list[str]:
-    aliases = {"training": "a", "inference": "b", "layered": "c", "small": "d"}
+    aliases = {"training": "a", "inference": "b", "layered": "c", "small": "d", "layers": "e"}
     out = []
     for part in (p.strip() for p in text.split(",")):
         key = aliases.get(part, part)
@@ -626,11 +818,18 @@ def _parse_families(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables and targets, write the JSON; exit 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", default="a,b,c,d",
-                        help="comma-separated families a,b,c,d (default: all)")
+    parser.add_argument("--families", default=",".join(FAMILIES),
+                        help=f"comma-separated families {','.join(FAMILIES)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="a few instances per family (for tests)")
     parser.add_argument("--seed", type=int, default=0, help="offset of every generator seed (default: 0)")
     parser.add_argument("--out", default="build/bench/quality.json", help="figures JSON")
+    parser.add_argument("--baechi", default="auto",
+                        help="Baechi's own placers as a reference column: a checkout of beomyeol/baechi, "
+                             "'auto' ($BAECHI_DIR, else extracted from the git mirror $BAECHI_MIRROR; "
+                             "skipped when neither exists) or 'off' (default: auto)")
+    parser.add_argument("--baechi-max-nodes", type=int, default=BAECHI_MAX_NODES,
+                        help=f"run Baechi's placers on instances of at most this many ops (default: "
+                             f"{BAECHI_MAX_NODES})")
     args = parser.parse_args(argv)
     try:
         families = _parse_families(args.families)
@@ -640,7 +839,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     start = time.perf_counter()
     print(f"Quality benchmark, seed {args.seed}{', quick' if args.quick else ''}", file=sys.stderr)
-    rows, notes = run(families, args.quick, args.seed)
+    baechi = BaechiColumn(args.baechi, args.baechi_max_nodes)
+    rows, notes = run(families, args.quick, args.seed, baechi)
+    if baechi.note:
+        notes.append(baechi.note)
     placers = [p for p in PLACER_NAMES if placer_of(p)[0] in PLACERS]
     for note in notes:
         print(note)

@@ -118,7 +118,8 @@ class _ListScheduler:
     def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None,
                  live_memory: bool = False) -> None:
         n = graph.num_nodes
-        self.live = live_memory
+        # without liveness fields nothing is ever freed: the live model would only make ops wait
+        self.live = live_memory and graph.liveness is not None
         self.n = n
         self.num_dev = cluster.num_devices
         self._init_tensors(graph, cluster)
@@ -129,7 +130,7 @@ class _ListScheduler:
         self.pending = graph.in_degree.tolist()
         self.fav = favourite.tolist() if favourite is not None else None
         self._init_memory(graph)
-        if live_memory:
+        if self.live:
             self._init_live_memory(graph)
         self.devices = [_Device(d, m) for d, m in enumerate(cluster.memory_bytes.astype(np.float64).tolist())]
         self.device = [-1] * n

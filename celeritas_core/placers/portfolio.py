@@ -152,22 +152,27 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
                              pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
     """List schedules that use parallel work, as ``(name, run)`` for the caller's work budget: the
     ``heft`` placer on the ops, the ``m-etf`` and ``m-sct`` placers on Baechi's fused co-placement
-    graph (their defaults) and both on the ops, each with its default parameters."""
+    graph (their defaults) and both on the ops, these with every op's planning bytes held all step
+    (``live_memory`` off: on the steps with liveness fields of the benchmark families that model
+    overflowed less often than Baechi's live one, whose schedules are repaired or retried with
+    headroom here anyway)."""
     def offer(name: str, placer: str, params: dict[str, Any]) -> None:
         spec = get_placer(placer)
         pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
 
-    schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", {}), ("sct/fused", "m-sct", {}),
-                 ("etf", "m-etf", {"fusion": False}), ("sct", "m-sct", {"fusion": False}))
+    static = {"live_memory": False}
+    schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", static), ("sct/fused", "m-sct", static),
+                 ("etf", "m-etf", {"fusion": False, **static}), ("sct", "m-sct", {"fusion": False, **static}))
     return [(name, partial(offer, name, placer, params)) for name, placer, params in schedules]
 
 
 #: The list schedules that :func:`headroom_candidates` runs again with memory kept free: each
-#: plans with a memory model that cannot see everything the replay charges (HEFT the planning
-#: bytes; m-ETF outputs and lifetimes but not received copies held until a far consumer, such as
-#: the saved activations a weight gradient reads).
+#: plans with a memory model that cannot see everything the replay charges: every op's planning
+#: bytes held all step, whose transient part is scaled to the one-device peak, misses the received
+#: copies and long lifetimes of a split (such as the saved activations a weight gradient reads on
+#: another device).
 HEADROOM_SCHEDULES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("heft", "heft", {}), ("etf", "m-etf", {"fusion": False}))
+    ("heft", "heft", {}), ("etf", "m-etf", {"fusion": False, "live_memory": False}))
 #: The shares of each device's memory (:meth:`~celeritas_core.graphs.cluster.Cluster.with_headroom`)
 #: that :func:`headroom_candidates` keeps free, tried in this order until a schedule fits by its
 #: replayed peak: a fixed ladder of equal steps, not fitted to any graph.
