@@ -14,6 +14,7 @@ DAC 1982.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -865,7 +866,17 @@ def _multinomial(counts: np.ndarray) -> int:
 def _distinct_mappings(members: list[np.ndarray], group: np.ndarray, n: int) -> np.ndarray:
     """Every permutation of ``n`` devices that keeps each device within its class (``members``),
     one per assignment of blocks to interchangeable ``group`` (within a group, blocks go to its
-    devices in ascending order, so the identity is among them)."""
+    devices in ascending order, so the identity is among them). They depend on the cluster alone,
+    and a placer maps many partitions onto one cluster: computed once per (classes, groups)."""
+    key = (tuple(tuple(m.tolist()) for m in members), tuple(group.tolist()), n)
+    return _mappings_of(key)
+
+
+@functools.lru_cache(maxsize=32)
+def _mappings_of(key: tuple[tuple[tuple[int, ...], ...], tuple[int, ...], int]) -> np.ndarray:
+    """:func:`_distinct_mappings` of a hashable ``(members, group, n)``; read-only."""
+    members = [np.asarray(m, dtype=np.int64) for m in key[0]]
+    group, n = np.asarray(key[1], dtype=np.int64), key[2]
     perms = np.arange(n, dtype=np.int64)[None, :]
     for m in members:
         labels = group[m]
@@ -881,6 +892,7 @@ def _distinct_mappings(members: list[np.ndarray], group: np.ndarray, n: int) -> 
         grown = np.repeat(perms, len(inside), axis=0)
         grown[:, m] = np.tile(inside, (len(perms), 1))
         perms = grown
+    perms.setflags(write=False)
     return perms
 
 
