@@ -18,7 +18,7 @@ to their anchor's device; on graphs with liveness fields their capacity checks a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -169,12 +169,33 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
     """
     started = time.perf_counter()
     fusion, coarse_order, extra = _fused(graph, cluster, params)
-    if params.refine:
+    if params.refine and not cluster.is_flat and cluster.num_devices > 1:
+        assignment = _aware_and_blind(graph, cluster, fusion, coarse_order, params, started, extra)
+    elif params.refine:
         assignment = portfolio_placement(graph, cluster, fusion, coarse_order, params, started, extra)
     else:
         room = fusion_room(graph, cluster, fusion)
         assignment = fusion.to_fine(adjusting_placement(fusion.coarse, cluster, coarse_order, room=room))
     return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
+
+
+def _aware_and_blind(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
+                     params: CeleritasParams, started: float, extra: dict[str, Any]) -> np.ndarray:
+    """On a link topology: the portfolio's candidates placed blind (on the flat mean-link cluster,
+    without the critical-path search), then the portfolio aware of the links with the blind
+    placement among the finalists of its robust ranking, so the search starts from it when it
+    replays best on the true links. Why: candidates built for the links can lose to ones built
+    without them, and a blind start searched on the true links is then kept. The blind run costs
+    its candidates, not a second search. ``extra["blind"]`` reports it."""
+    flat = cluster.flat()
+    flat_fusion, flat_order, blind_extra = _fused(graph, flat, params)
+    blind = portfolio_placement(graph, flat, flat_fusion, flat_order, replace(params, search_budget=0),
+                                started, blind_extra)
+    assignment = portfolio_placement(graph, cluster, fusion, coarse_order, params, started, extra,
+                                     blind=blind)
+    extra["blind"] = {"chosen": blind_extra["chosen"], "search": blind_extra["search"],
+                      "stages": blind_extra["stages"]}
+    return assignment
 
 
 def order_place_placer(graph: Graph, cluster: Cluster, params: FusionParams) -> PlacerOutput:

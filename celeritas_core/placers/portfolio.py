@@ -260,9 +260,12 @@ def memory_repair(graph: Graph, cluster: Cluster, pool: CandidatePool, budget: i
 
 
 def portfolio_placement(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
-             params: CeleritasParams, started: float, extra: dict[str, Any]) -> np.ndarray:
+                        params: CeleritasParams, started: float, extra: dict[str, Any], *,
+                        blind: np.ndarray | None = None) -> np.ndarray:
     """The fastest replay among Adjusting Placement and the other candidates, repaired when none
-    fits and improved by the critical-path search, within the placer's work budgets."""
+    fits and improved by the critical-path search, within the placer's work budgets. ``blind``: on
+    a link topology, the placement made for the flat mean-link cluster, a candidate (``blind``)
+    that is always among the finalists of the robust ranking."""
     budget = StageBudget(work_us=params.work_seconds * 1e6, deadline=started + params.search_seconds)
     robust = budget.reserve("robust ranking", ROBUST_FINALISTS * len(ROBUST_DISPATCH) * REPLAY_US_PER_ITEM
                             * (graph.num_nodes + graph.num_edges))
@@ -274,7 +277,11 @@ def portfolio_placement(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_o
         else:
             unit_rank = plans[0].seq.position if plans else None
             extra["memory_repair"] = memory_repair(graph, cluster, pool, params.repair_budget, unit_rank)
-    start, start_replay = robust_start(graph, cluster, pool) if robust else (pool.best, pool.best_replay())
+    always: tuple[Candidate, ...] = ()
+    if blind is not None:
+        always = (pool.add(BLIND, blind),)
+    start, start_replay = (robust_start(graph, cluster, pool, always) if robust or always
+                           else (pool.best, pool.best_replay()))
     search: dict[str, Any] = {}
     best = critical_path_search(graph, cluster, start, deadline=budget.deadline,
                                 replay_seconds=pool.replay_seconds,
@@ -393,16 +400,23 @@ def _worth_repairing(pool: CandidatePool) -> bool:
 ROBUST_FINALISTS = 3
 
 
-def robust_start(graph: Graph, cluster: Cluster,
-                 pool: CandidatePool) -> tuple[Candidate, SimulationResult | None]:
+#: The candidate name of the placement made for the flat mean-link cluster, on a link topology.
+BLIND = "blind"
+
+
+def robust_start(graph: Graph, cluster: Cluster, pool: CandidatePool,
+                 always: tuple[Candidate, ...] = ()) -> tuple[Candidate, SimulationResult | None]:
     """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
-    then fastest) and its one-device candidates, the one with the shortest robust step
+    then fastest), its one-device candidates and ``always``, the one with the shortest robust step
     (:func:`~celeritas_core.placers.local_search.robust_step_us` over
     :data:`~celeritas_core.placers.local_search.ROBUST_DISPATCH`), with its documented replay. A one-device
-    candidate's robust step is its documented step, so the result is never slower than it."""
+    candidate's robust step is its documented step, so the result is never slower than it; nor,
+    by its robust step, than a candidate of ``always`` that fits as the best does."""
     ranked = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
     one_device = [c for c in ranked[ROBUST_FINALISTS:] if np.all(c.assignment == c.assignment[0])]
-    finalists = [c for c in ranked[:ROBUST_FINALISTS] + one_device if c.fits == ranked[0].fits]
+    top = ranked[:ROBUST_FINALISTS]
+    extra = [c for c in always if not any(c.assignment.tobytes() == t.assignment.tobytes() for t in top)]
+    finalists = [c for c in top + one_device + extra if c.fits == ranked[0].fits]
     if len(finalists) < 2:
         return pool.best, pool.best_replay()
     scored = []

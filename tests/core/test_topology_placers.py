@@ -431,3 +431,24 @@ def test_bench_topology_quick_runs_and_reports_both_targets(tmp_path) -> None:
         cel, blind = row["placers"]["celeritas"], row["blind"]
         if cel["fits"] and blind["fits"]:
             assert row["blind_vs_aware"] == pytest.approx(blind["step_time_us"] / cel["step_time_us"])
+
+
+def test_celeritas_on_a_topology_is_never_robustly_slower_than_its_blind_candidate() -> None:
+    from celeritas_core.generators.layers import layer_training_graph
+    from celeritas_core.placers.local_search import robust_step_us
+    from celeritas_core.simulation.memory import one_device_peak_bytes
+    from celeritas_core.simulation.simulator import simulate
+
+    graph = layer_training_graph("inception", size=2, liveness=True)
+    cluster = Cluster.homogeneous(8, 0.5 * one_device_peak_bytes(graph))
+    cluster = cluster.with_topology(parse_preset("2x2x2:nvlink,pcie,ib").topology(cluster.device_names))
+    placement = place(graph, cluster, "celeritas")
+    assert placement.extra["blind"]["chosen"]  # the blind run happened and is reported
+    assert "blind" in placement.extra["candidates"]
+    blind = place(graph, cluster.flat(), "celeritas", {"search_budget": 0}).assignment
+
+    def robust(assignment: np.ndarray) -> float:
+        return robust_step_us(graph, cluster, assignment, simulate(graph, cluster, assignment))
+
+    assert not placement.oom
+    assert robust(placement.assignment) <= robust(blind) * (1 + 1e-9)
