@@ -61,6 +61,7 @@ from celeritas_core.graphs.graph import Graph
 from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, register_placer
 from celeritas_core.placers.grouping import FusedGraph, baechi_fusion
 from celeritas_core.placers.sct_lp import solve_favourite_children
+from celeritas_core.simulation.simulator import dispatch_order
 
 _DEAD = -2.0  # (op, device) not a candidate
 _RIPE = -1.0  # (op, device) in the device's rank heap (arrival maybe <= device free time)
@@ -116,15 +117,23 @@ class _ListScheduler:
     """
 
     def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None,
-                 live_memory: bool = False) -> None:
+                 live_memory: bool = False, rank: np.ndarray | None = None,
+                 shared_channel: bool = False) -> None:
         n = graph.num_nodes
+        self.copies_held = not shared_channel  # Baechi's devices do not hold what they receive
         # without liveness fields nothing is ever freed: the live model would only make ops wait
         self.live = live_memory and graph.liveness is not None
         self.n = n
         self.num_dev = cluster.num_devices
         self._init_tensors(graph, cluster)
-        self.rank = graph.topological_rank.tolist()
+        self.rank = (graph.topological_rank if rank is None else rank).tolist()
+        if shared_channel:  # Baechi's devices: one channel carries a device's sends and receives
+            self._arrival = self._arrival_shared  # type: ignore[method-assign]
+            self._reserve_inputs = self._reserve_shared  # type: ignore[method-assign]
         self.time_us = graph.time_us.tolist()
+        if shared_channel:  # whole µs, as Baechi's graphs carry them: an op at least 1, transfers rounded
+            self.time_us = [max(1.0, float(round(t))) for t in self.time_us]
+            self.t_comm = [float(round(c)) for c in self.t_comm]
         self.speed = cluster.speed.tolist()
         self.succ_ptr, self.succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
         self.pending = graph.in_degree.tolist()
@@ -175,10 +184,12 @@ class _ListScheduler:
         self.group_dev = [-1] * num_groups
 
     def _init_live_memory(self, graph: Graph) -> None:
-        """Baechi's memory model on our liveness fields (bytes): an op needs its persistent bytes
-        (a grouped op: its whole group's, until the group is placed), its outputs and its scratch
-        to start; outputs stay charged until every consumer has run, received copies likewise.
-        A node without liveness fields holds its ``memory_bytes`` all step."""
+        """Baechi's memory model (``m_etf`` without reservation) on our liveness fields (bytes): an
+        op needs room for its persistent bytes, outputs and scratch to start, and the first of a
+        co-location group also room for the group's persistent bytes together; it is charged its
+        persistent bytes and outputs when it runs; outputs stay charged until every consumer has
+        run, received copies likewise; persistent bytes stay. A node without liveness fields
+        holds its ``memory_bytes`` all step."""
         n, live = self.n, graph.liveness
         view = graph.tensors
         pers = graph.memory_bytes.astype(np.float64).copy()
@@ -200,17 +211,14 @@ class _ListScheduler:
         self.t_live = t_live.tolist()
         self.t_left = np.diff(view.consumer_ptr).tolist()  # consumers still to run, per tensor
         self.charge = (pers + np.bincount(view.producer, weights=t_live, minlength=n)).tolist()
-        self.transient = (out_total + scratch).tolist()
+        own = pers + out_total + scratch
+        self.transient = own.tolist()  # what a member needs once its group is placed
         gid = graph.colocation_ids
         grouped = gid >= 0
-        req = pers + out_total + scratch
+        req = own.copy()
         if grouped.any():
             group_pers = np.bincount(gid[grouped], weights=pers[grouped], minlength=len(self.members))
-            req[grouped] = group_pers[gid[grouped]] + out_total[grouped] + scratch[grouped]
-            self.group_pers = group_pers.tolist()
-            charge = np.asarray(self.charge)
-            charge[grouped] -= pers[grouped]  # the group's persistent bytes are charged once, whole
-            self.charge = charge.tolist()
+            req[grouped] = np.maximum(group_pers[gid[grouped]], own[grouped])
         self.req = req.tolist()
 
     # ------------------------------------------------------------------ the main loop
@@ -506,17 +514,64 @@ class _ListScheduler:
             if pending[w] == 0:
                 self._make_ready(w)
 
+    def _arrival_shared(self, v: int, d: int) -> float:
+        """:meth:`_arrival` with Baechi's channels: one per device for sending and receiving (its
+        ``send_free``); a transfer from ``p`` is sent at ``max(producer finish, p's channel)`` and
+        received from ``max(that, d's channel)`` for its duration (no reservation)."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        a = 0.0
+        chan: list[float] | None = None
+        for f, _, p, t, c in self.inputs[v]:
+            if p == d:
+                if f > a:
+                    a = f
+                continue
+            e = sent[t * num_dev + d]
+            if e < 0.0:
+                if chan is None:
+                    chan = [device.send_free for device in devices]
+                s = f if f > chan[p] else chan[p]
+                r = s if s > chan[d] else chan[d]
+                chan[p] = s + c
+                e = chan[d] = r + c
+            if e > a:
+                a = e
+        return a
+
+    def _reserve_shared(self, v: int, d: int) -> tuple[float, list[int]]:
+        """:meth:`_reserve_inputs` with Baechi's one channel per device (:meth:`_arrival_shared`)."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        target = devices[d]
+        a = 0.0
+        new: list[int] = []
+        for f, _, p, t, c in self.inputs[v]:
+            if p == d:
+                e = f
+            else:
+                j = t * num_dev + d
+                e = sent[j]
+                if e < 0.0:
+                    sender = devices[p]
+                    s = f if f > sender.send_free else sender.send_free
+                    r = s if s > target.send_free else target.send_free
+                    sender.send_free = sender.recv_free = s + c
+                    e = target.send_free = target.recv_free = r + c
+                    sent[j] = e
+                    new.append(t)
+                    self.transfers += 1
+            if e > a:
+                a = e
+        return a, new
+
     def _charge_live(self, v: int, d: int, new: list[int]) -> None:
-        """Live memory: charge v's bytes (its group's persistent bytes when it is the first member
-        placed) and its newly received copies on d; free every tensor whose last consumer is v
+        """Live memory: charge v's persistent bytes and outputs and its newly received copies on d;
+        free every tensor whose last consumer is v
         (the output on its producer's device and its copies), then revive what now fits."""
         devices, t_live, num_dev, sent = self.devices, self.t_live, self.num_dev, self.sent
         charge = self.charge[v]
-        g = self.group_of[v]
-        if g >= 0 and self.group_dev[g] < 0:
-            charge += self.group_pers[g]
-        for t in new:
-            charge += t_live[t]
+        if self.copies_held:
+            for t in new:
+                charge += t_live[t]
         devices[d].free_bytes -= charge
         freed: set[int] = set()
         t_left, device_of, t_src = self.t_left, self.device, self.t_src
@@ -528,7 +583,7 @@ class _ListScheduler:
             home = device_of[t_src[t]]
             devices[home].free_bytes += t_live[t]
             freed.add(home)
-            for k2 in range(num_dev):
+            for k2 in range(num_dev) if self.copies_held else ():
                 if k2 != home and sent[t * num_dev + k2] >= 0.0:
                     devices[k2].free_bytes += t_live[t]
                     freed.add(k2)
@@ -677,13 +732,18 @@ class _LinkedListScheduler(_ListScheduler):
 
 
 def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None = None, *,
-                  live_memory: bool = False) -> ScheduleResult:
+                  live_memory: bool = False, baechi_ties: bool = False) -> ScheduleResult:
     """m-ETF list scheduling, or m-SCT when ``favourite`` (child per op, -1 if none) is given; on a
     cluster with a link topology transfers take their pair's link and the shared network ports.
     ``live_memory``: Baechi's memory model (outputs freed after their last consumer) on the
-    graph's liveness fields instead of every op's ``memory_bytes`` held all step."""
-    scheduler = _ListScheduler if cluster.is_flat else _LinkedListScheduler
-    return scheduler(graph, cluster, favourite, live_memory).run()
+    graph's liveness fields instead of every op's ``memory_bytes`` held all step. ``baechi_ties``:
+    ties between equal starts go by Baechi's topological order (Kahn's algorithm with a FIFO
+    queue) instead of :attr:`Graph.topological_rank`, and, on a flat cluster, a device has one
+    channel for its sends and receives, as in Baechi's ``DeviceWrapper``."""
+    rank = dispatch_order(graph, "fifo")[1] if baechi_ties else None
+    if not cluster.is_flat:
+        return _LinkedListScheduler(graph, cluster, favourite, live_memory, rank).run()
+    return _ListScheduler(graph, cluster, favourite, live_memory, rank, baechi_ties).run()
 
 
 def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
@@ -698,6 +758,10 @@ def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:
 
 _FUSION_DOC = ("true: Baechi co-placement grouping and operator fusion before scheduling (Baechi's "
                "--placer_type=fusion --grouper=coplace); false: schedule the ops")
+_BAECHI_DOC = ("true: Baechi's scheduler model: ties between equal starts by its topological order (Kahn's "
+               "algorithm, FIFO), one channel per device for sends and receives, times in whole µs, received "
+               "copies not charged to memory; false: ties by the graph's topological rank, a send and a "
+               "receive channel per device as the simulator has, copies held")
 _LIVE_DOC = ("true: Baechi's memory model on the graph's liveness fields (an op's outputs are held from its "
              "start until its last consumer has run, persistent bytes all step); false: every op holds its "
              "planning bytes all step. The same without liveness fields")
@@ -715,16 +779,21 @@ class ETFParams:
     live_memory : bool
         True (default): Baechi's memory model, outputs freed after their last consumer ran
         (on graphs with liveness fields); False: every op's planning bytes held all step.
+    baechi_model : bool
+        True (default): Baechi's own scheduler model (ties by its FIFO topological order, one
+        channel per device, whole µs, received copies not charged), so the placement is the one
+        Baechi's code makes; False: the simulator's channels and the graph's topological rank.
 
     Examples
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("m-etf").typed_params({"fusion": "0"})
-    ETFParams(fusion=False, live_memory=True)
+    ETFParams(fusion=False, live_memory=True, baechi_model=True)
     """
 
     fusion: bool = param(True, _FUSION_DOC)
     live_memory: bool = param(True, _LIVE_DOC)
+    baechi_model: bool = param(True, _BAECHI_DOC)
 
 
 @dataclass(frozen=True)
@@ -740,18 +809,21 @@ class SCTParams:
         As :class:`ETFParams` (default True).
     live_memory : bool
         As :class:`ETFParams` (default True).
+    baechi_model : bool
+        As :class:`ETFParams` (default True).
 
     Examples
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("m-sct").typed_params({"threshold": 0.3})
-    SCTParams(threshold=0.3, fusion=True, live_memory=True)
+    SCTParams(threshold=0.3, fusion=True, live_memory=True, baechi_model=True)
     """
 
     threshold: float = param(0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
                              minimum=0.0, maximum=1.0)
     fusion: bool = param(True, _FUSION_DOC)
     live_memory: bool = param(True, _LIVE_DOC)
+    baechi_model: bool = param(True, _BAECHI_DOC)
 
 
 def _target(graph: Graph, fusion: bool) -> tuple[Graph, FusedGraph | None, float]:
@@ -812,7 +884,8 @@ def m_etf_placer(graph: Graph, cluster: Cluster, params: ETFParams) -> PlacerOut
     """
     target, fused, fuse_seconds = _target(graph, params.fusion)
     t0 = time.perf_counter()
-    result = list_schedule(target, cluster, live_memory=params.live_memory)
+    result = list_schedule(target, cluster, live_memory=params.live_memory,
+                           baechi_ties=params.baechi_model)
     return _output(result, fused, fuse_seconds, _extra(result, time.perf_counter() - t0))
 
 
@@ -850,7 +923,8 @@ def m_sct_placer(graph: Graph, cluster: Cluster, params: SCTParams) -> PlacerOut
     target, fused, fuse_seconds = _target(graph, params.fusion)
     fc = solve_favourite_children(target, cluster, params.threshold)
     t0 = time.perf_counter()
-    result = list_schedule(target, cluster, fc.favourite, live_memory=params.live_memory)
+    result = list_schedule(target, cluster, fc.favourite, live_memory=params.live_memory,
+                           baechi_ties=params.baechi_model)
     extra = _extra(result, time.perf_counter() - t0)
     extra.update({
         "lp_seconds": fc.lp_seconds,

@@ -152,17 +152,19 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
                              pool: CandidatePool) -> list[tuple[str, Callable[[], None]]]:
     """List schedules that use parallel work, as ``(name, run)`` for the caller's work budget: the
     ``heft`` placer on the ops, the ``m-etf`` and ``m-sct`` placers on Baechi's fused co-placement
-    graph (their defaults) and both on the ops, these with every op's planning bytes held all step
-    (``live_memory`` off: on the steps with liveness fields of the benchmark families that model
-    overflowed less often than Baechi's live one, whose schedules are repaired or retried with
-    headroom here anyway)."""
+    graph and both on the ops, these with every op's planning bytes held all step and the
+    simulator's channels (``live_memory`` and ``baechi_model`` off: on the steps with liveness
+    fields of the benchmark families that model overflowed less often, and its schedules are
+    repaired or retried with headroom here anyway); then ``m-etf`` on the ops as Baechi runs it
+    (``etf/baechi``: its memory and scheduler models, the placer's defaults)."""
     def offer(name: str, placer: str, params: dict[str, Any]) -> None:
         spec = get_placer(placer)
         pool.add(name, spec.func(graph, cluster, spec.typed_params(params)).assignment)
 
-    static = {"live_memory": False}
+    static = {"live_memory": False, "baechi_model": False}
     schedules = (("heft", "heft", {}), ("etf/fused", "m-etf", static), ("sct/fused", "m-sct", static),
-                 ("etf", "m-etf", {"fusion": False, **static}), ("sct", "m-sct", {"fusion": False, **static}))
+                 ("etf", "m-etf", {"fusion": False, **static}), ("sct", "m-sct", {"fusion": False, **static}),
+                 ("etf/baechi", "m-etf", {"fusion": False}))
     return [(name, partial(offer, name, placer, params)) for name, placer, params in schedules]
 
 
@@ -172,7 +174,7 @@ def list_schedule_candidates(graph: Graph, cluster: Cluster,
 #: copies and long lifetimes of a split (such as the saved activations a weight gradient reads on
 #: another device).
 HEADROOM_SCHEDULES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("heft", "heft", {}), ("etf", "m-etf", {"fusion": False, "live_memory": False}))
+    ("heft", "heft", {}), ("etf", "m-etf", {"fusion": False, "live_memory": False, "baechi_model": False}))
 #: The shares of each device's memory (:meth:`~celeritas_core.graphs.cluster.Cluster.with_headroom`)
 #: that :func:`headroom_candidates` keeps free, tried in this order until a schedule fits by its
 #: replayed peak: a fixed ladder of equal steps, not fitted to any graph.
@@ -357,7 +359,7 @@ def _stage_kind(name: str) -> str:
     """The key of an optional stage's estimate: ``multilevel/K``, ``hierarchical/K`` (a multilevel
     partition per level) and ``stages/ORDER/K`` by their kind, the others by name."""
     kind = name.split("/")[0]
-    if name.endswith(f"/{HEADROOM_STAGE}"):
+    if name.endswith(f"/{HEADROOM_STAGE}") or name == "etf/baechi":
         return kind
     if kind in ("multilevel", "hierarchical"):
         return "multilevel"

@@ -158,8 +158,9 @@ def test_sct_keeps_the_favourite_child_where_etf_moves_it():
     g = _favourite_graph()
     assert g.topological_rank[g.index["x"]] < g.topological_rank[g.index["b"]]
     cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=1.0, intercept_us=0.0)
-    etf = place(g, cluster, "m-etf", {"fusion": 0})
-    sct = place(g, cluster, "m-sct", {"threshold": 0.5, "fusion": 0})
+    # ties by the graph's topological rank and the simulator's channels (baechi_model off)
+    etf = place(g, cluster, "m-etf", {"fusion": 0, "baechi_model": 0})
+    sct = place(g, cluster, "m-sct", {"threshold": 0.5, "fusion": 0, "baechi_model": 0})
     # m-ETF: x takes gpu:0 at 10 (lower rank), b moves to gpu:1 at 10 + 20.
     assert _devices(g, etf.assignment) == {"a": 0, "b": 1, "x": 0}
     # m-SCT: gpu:0 waits for b (x would not finish before b starts: not urgent); x goes to gpu:1.
@@ -305,15 +306,17 @@ def test_heap_scheduler_matches_brute_force_on_dense_dags(seed, n, density, devi
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("placer", ["m-etf", "m-sct"])
-def test_random_dags_are_fully_placed_and_above_the_lower_bound(seed, placer):
+@pytest.mark.parametrize("baechi_model", [False, True])
+def test_random_dags_are_fully_placed_and_above_the_lower_bound(seed, placer, baechi_model):
     g = _random_dag(100 + seed, n=30)
     cluster = Cluster.homogeneous(3, 0.4 * g.total_memory_bytes, slope_us_per_byte=1e-4,
                                   intercept_us=[0.0, 5.0, 50.0, 5.0][seed])
-    p = place(g, cluster, placer)
+    p = place(g, cluster, placer, {"baechi_model": baechi_model})
     assert p.assignment.shape == (g.num_nodes,)
     assert p.assignment.min() >= 0 and p.assignment.max() < cluster.num_devices
     assert p.predicted_step_time_us >= p.lower_bound_us * (1 - 1e-9)
-    assert not p.oom  # 3 × 40 % of the memory always leaves room for a 30-op graph here
+    if not baechi_model:  # with Baechi's ties the greedy can fill devices so that a late op fits nowhere
+        assert not p.oom  # 3 × 40 % of the memory leaves room for these 30-op graphs with the rank ties
 
 
 def test_groups_stay_whole_when_best_effort_overfills_devices(rng):
@@ -335,3 +338,24 @@ def test_groups_stay_whole_when_best_effort_overfills_devices(rng):
         for name in ("m-etf", "m-sct"):
             p = place(g, cluster, name)
             assert colocation_respected(g, p.assignment), name
+
+
+def test_baechi_model_breaks_ties_by_baechis_fifo_topological_order_and_shares_one_channel():
+    # s feeds a (its first edge) and b; with equal starts Baechi's FIFO order runs a first, the
+    # graph's depth-first rank b first
+    g = make_graph([("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")],
+                   times={"s": 1, "a": 100, "b": 100, "t": 1})
+    assert g.topological_rank[g.index["b"]] < g.topological_rank[g.index["a"]]
+    cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=5.0)
+    ours = list_schedule(g, cluster)
+    baechi = list_schedule(g, cluster, baechi_ties=True)
+    assert _devices(g, ours.assignment)["b"] == 0 and _devices(g, baechi.assignment)["a"] == 0
+    # one channel per device: while gpu:1 sends (until 50 µs) it cannot receive a's tensor (5 µs,
+    # ready at 10); with the simulator's send and receive channels it arrives at 15
+    from celeritas_core.placers.etf import _ListScheduler
+
+    for shared, arrival in ((False, 15.0), (True, 55.0)):
+        sched = _ListScheduler(g, cluster, None, shared_channel=shared)
+        sched.devices[1].send_free = 50.0
+        sched.inputs[g.index["t"]] = [(10.0, 0, 0, 0, 5.0)]  # (finish, rank, device, tensor, µs)
+        assert sched._arrival(g.index["t"], 1) == arrival

@@ -198,7 +198,7 @@ def test_m_etf_and_m_sct_fusion_zero_schedule_the_ops_and_fusion_one_maps_back()
                    times={"s": 1, "a": 100, "b": 100, "t": 1})
     cluster = Cluster.homogeneous(2, 1e9, slope_us_per_byte=0.0, intercept_us=5.0)
     assert place(g, cluster, "m-etf", {"fusion": 0}).assignment.tolist() == \
-        list_schedule(g, cluster).assignment.tolist()
+        list_schedule(g, cluster, live_memory=True, baechi_ties=True).assignment.tolist()
     for name in ("m-etf", "m-sct"):
         p = place(g, cluster, name)
         assert p.params["fusion"] == 1 and p.coarse_nodes == p.extra["fused_nodes"] == 2

@@ -420,7 +420,9 @@ def test_bench_topology_quick_runs_and_reports_both_targets(tmp_path) -> None:
                           cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert sum(1 for line in lines if line.startswith(("PASS ", "MISS "))) == 3
+    assert sum(1 for line in lines if line.startswith(("PASS ", "MISS "))) == 6
+    assert any("topology-aware never slower than blind under the other dispatch orders" in line for line in lines)
+    assert any("placement seconds on a topology" in line for line in lines)
     enforced = "PASS every placement's replay with its recorded order enforced"
     assert any(line.startswith(enforced) for line in lines)
     doc = json.loads(out.read_text())
