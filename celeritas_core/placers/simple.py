@@ -1,12 +1,15 @@
 """Baseline placers without fusion: ``single`` (everything on device 0) and Baechi's ``m-topo``.
 
 ``m-topo`` follows Baechi (Jeon et al., SoCC 2020): walk the M-TOPO order and fill each device up
-to an even share of the model's memory plus the largest placement unit, then move on. Neither
+to an even share of the model's memory plus the largest placement unit (``uniform``, Baechi's
+``m_topo``), or up to its memory (``uniform=0``, Baechi's ``m_topo_nonuniform``), then move on. Neither
 placer raises when the model does not fit: the placement is best effort and :func:`place`
 reports the over-full devices as OOM.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,7 +17,7 @@ from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.colocation import anchored_memory, apply_colocation, colocation_anchor
 from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.orders import m_topo_order
-from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, register_placer
+from celeritas_core.placers.base import NoParams, PlacerOutput, PlacerSpec, param, register_placer
 
 
 def single_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
@@ -50,8 +53,33 @@ def single_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOut
     return PlacerOutput(assignment=np.zeros(graph.num_nodes, dtype=np.int64))
 
 
-def m_topo_caps(total_bytes: float, largest_bytes: float, cluster: Cluster) -> np.ndarray:
-    """Per-device fill cap (bytes): ``min(total / k + largest, memory)``, the last device its memory."""
+@dataclass(frozen=True)
+class TopoParams:
+    """m-TOPO's parameters.
+
+    Parameters
+    ----------
+    uniform : bool
+        True (default, Baechi's ``m_topo``): fill each device up to ``total / k + largest`` bytes;
+        False (Baechi's ``m_topo_nonuniform``): up to its memory, so the fewest devices are used.
+
+    Examples
+    --------
+    >>> from celeritas_core import get_placer
+    >>> get_placer("m-topo").typed_params({"uniform": "0"})
+    TopoParams(uniform=False)
+    """
+
+    uniform: bool = param(True, "true: fill each device up to total/k + largest op bytes (Baechi's "
+                                "m_topo); false: up to its memory (Baechi's m_topo_nonuniform)")
+
+
+def m_topo_caps(total_bytes: float, largest_bytes: float, cluster: Cluster,
+                uniform: bool = True) -> np.ndarray:
+    """Per-device fill cap (bytes): ``min(total / k + largest, memory)``, the last device its memory;
+    every device's memory when not ``uniform``."""
+    if not uniform:
+        return cluster.memory_bytes.astype(np.float64).copy()
     k = cluster.num_devices
     caps = np.minimum(total_bytes / k + largest_bytes, cluster.memory_bytes.astype(np.float64))
     caps[-1] = float(cluster.memory_bytes[-1])
@@ -59,7 +87,7 @@ def m_topo_caps(total_bytes: float, largest_bytes: float, cluster: Cluster) -> n
 
 
 def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
-                 node_memory: np.ndarray) -> np.ndarray:
+                 node_memory: np.ndarray, uniform: bool = True) -> np.ndarray:
     """Fill devices in ``order`` up to :func:`m_topo_caps` of ``node_memory`` (bytes); device per node.
 
     A node that fits under the cap of neither the current nor any later device goes to the device
@@ -67,7 +95,7 @@ def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
     """
     mem = node_memory.tolist()
     largest = max(mem, default=0.0)
-    caps = m_topo_caps(float(node_memory.sum()), largest, cluster).tolist()
+    caps = m_topo_caps(float(node_memory.sum()), largest, cluster, uniform).tolist()
     capacity = cluster.memory_bytes.astype(np.float64).tolist()
     used = [0.0] * cluster.num_devices
     device = np.zeros(graph.num_nodes, dtype=np.int64)
@@ -86,8 +114,9 @@ def m_topo_place(graph: Graph, cluster: Cluster, order: np.ndarray,
     return device
 
 
-def m_topo_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOutput:
-    """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each.
+def m_topo_placer(graph: Graph, cluster: Cluster, params: TopoParams) -> PlacerOutput:
+    """Baechi's m-TOPO: fill devices in M-TOPO order up to an even memory share (bytes) each, or
+    (``uniform`` false) up to each one's memory.
 
     Parameters
     ----------
@@ -96,7 +125,7 @@ def m_topo_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOut
         ``memory_bytes``).
     cluster : Cluster
         The devices, with the memory the placer may fill (bytes).
-    params : NoParams
+    params : TopoParams
         The placer's parameters.
 
     Returns
@@ -120,8 +149,8 @@ def m_topo_placer(graph: Graph, cluster: Cluster, params: NoParams) -> PlacerOut
     order = m_topo_order(graph)
     anchor = colocation_anchor(graph, order)
     memory = anchored_memory(graph, anchor)
-    device = m_topo_place(graph, cluster, order, memory)
-    caps = m_topo_caps(float(memory.sum()), float(memory.max(initial=0.0)), cluster)
+    device = m_topo_place(graph, cluster, order, memory, params.uniform)
+    caps = m_topo_caps(float(memory.sum()), float(memory.max(initial=0.0)), cluster, params.uniform)
     return PlacerOutput(assignment=apply_colocation(device, anchor),
                         extra={"cap_bytes": [float(c) for c in caps]})
 
@@ -133,4 +162,5 @@ register_placer(PlacerSpec(
 register_placer(PlacerSpec(
     "m-topo", m_topo_placer,
     "Baechi m-TOPO: fill devices in M-TOPO order up to total/k + largest op bytes each",
+    TopoParams,
 ))

@@ -230,3 +230,19 @@ def test_metis_warnings_never_reach_standard_output_or_error(capfd):
         print("kept line", flush=True)
         print("kept on error", file=sys.stderr, flush=True)
     assert capfd.readouterr() == ("kept line\n", "kept on error\n")
+
+
+def test_m_topo_nonuniform_fills_each_device_to_its_memory_like_baechis_m_topo_nonuniform():
+    from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.graphs.graph import Graph
+    from celeritas_core.placers import place
+
+    graph = Graph.from_arrays(name="chain", node_names=list("abcd"), time_us=[1.0] * 4,
+                              memory_bytes=[100] * 4, edge_src=[0, 1, 2], edge_dst=[1, 2, 3],
+                              edge_bytes=[10] * 3)
+    cluster = Cluster.homogeneous(2, 1000)
+    # uniform: caps of 400 / 2 + 100 = 300 bytes split the chain; non-uniform: one device holds it
+    assert place(graph, cluster, "m-topo").assignment.tolist() == [0, 0, 0, 1]
+    nonuniform = place(graph, cluster, "m-topo", {"uniform": 0})
+    assert nonuniform.assignment.tolist() == [0, 0, 0, 0]
+    assert nonuniform.extra["cap_bytes"] == [1000.0, 1000.0]
