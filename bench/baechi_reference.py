@@ -14,7 +14,8 @@ TensorFlow 2. Its modules that can be are imported as they are: ``placer.placer_
 ``placer.m_topo``, ``placer.virtual_scheduler``, ``placer.grouper`` (that one defines a ``tf.app.flags``
 flag at import: it imports with ``tensorflow.app`` briefly set to a stand-in flags object, so no absl flag
 is registered, and the attribute is removed again) and ``placer.m_sct`` (which needs ``cvxopt``; its LP
-calls ``cvxopt.solvers.lp(..., solver='mosek')``, so m-SCT also needs MOSEK and a licence: without either
+calls ``cvxopt.solvers.lp(..., solver='mosek')``; MOSEK needs a licence, and without it m-SCT's module
+sees a ``cvxopt`` whose ``solvers.lp`` uses cvxopt's own LP solver, :data:`SCT_SOLVER`; without cvxopt
 the m-SCT configurations are left out of :data:`BAECHI_CONFIGS` and listed in
 :data:`UNAVAILABLE_CONFIGS`). From ``placer_lib.py`` the functions that take networkx graphs are read
 from the checkout's source and executed, unchanged (its ``ast``, at their own line numbers, in a
@@ -178,7 +179,7 @@ class BaechiConfig:
 
     @property
     def needs_sct(self) -> bool:
-        """Whether the method is m-SCT (needs cvxopt and MOSEK)."""
+        """Whether the method is m-SCT (needs cvxopt; MOSEK, or cvxopt's own solver instead)."""
         return self.method.startswith("m_sct")
 
     @property
@@ -199,19 +200,44 @@ ALL_BAECHI_CONFIGS: dict[str, BaechiConfig] = {
 
 
 def _sct_missing() -> str | None:
-    """Why m-SCT cannot run here (cvxopt, or the MOSEK solver its LP names), or None."""
+    """Why m-SCT cannot run here (no cvxopt), or None."""
     try:
         import cvxopt  # noqa: F401
     except ImportError as exc:
         return f"m-SCT needs cvxopt ({exc})"
-    if importlib.util.find_spec("mosek") is None:
-        return "m-SCT needs MOSEK: Baechi solves its LP with cvxopt.solvers.lp(solver='mosek')"
     return None
+
+
+#: Baechi's m-SCT solves its LP with ``cvxopt.solvers.lp(..., solver='mosek')``; MOSEK needs a licence.
+#: Without it the LP goes to cvxopt's own solver (the same LP and optimum; where the optimum is not
+#: unique the favourite children may differ), and :data:`SCT_SOLVER` says so.
+SCT_SOLVER = "mosek" if importlib.util.find_spec("mosek") is not None else "cvxopt (MOSEK absent)"
+
+
+class _CvxoptWithoutMosek(types.ModuleType):
+    """``cvxopt`` as Baechi's m_sct sees it when MOSEK is absent: everything as is, except that
+    ``solvers.lp`` drops ``solver='mosek'`` and solves with cvxopt's own LP solver."""
+
+    def __init__(self, cvxopt: types.ModuleType) -> None:
+        super().__init__("cvxopt")
+        self._real = cvxopt
+        real_lp = cvxopt.solvers.lp
+
+        def lp(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("solver") == "mosek":
+                kwargs.pop("solver")
+                kwargs.setdefault("options", {"show_progress": False})  # its iteration log, quiet
+            return real_lp(*args, **kwargs)
+
+        self.solvers = types.SimpleNamespace(lp=lp, options=cvxopt.solvers.options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 _SCT_MISSING = _sct_missing()
 
-#: The configurations whose dependencies import here (m-SCT only with cvxopt and MOSEK).
+#: The configurations whose dependencies import here (m-SCT only with cvxopt).
 BAECHI_CONFIGS: dict[str, BaechiConfig] = {
     name: config for name, config in ALL_BAECHI_CONFIGS.items() if not (config.needs_sct and _SCT_MISSING)}
 #: The configurations left out of :data:`BAECHI_CONFIGS`, with the reason.
@@ -406,6 +432,8 @@ def _load(baechi_dir: Path) -> _Baechi:
             m_sct: types.ModuleType | None = None
             if _SCT_MISSING is None:
                 m_sct = importlib.import_module("placer.m_sct")
+                if SCT_SOLVER != "mosek":  # its module's own cvxopt name, nobody else's
+                    m_sct.cvxopt = _CvxoptWithoutMosek(m_sct.cvxopt)  # type: ignore[attr-defined]
     except (ImportError, AttributeError, SyntaxError) as exc:
         raise BaechiUnavailableError(
             f"cannot import Baechi from {root}: {type(exc).__name__}: {exc}") from exc

@@ -804,7 +804,7 @@ class SCTParams:
     ----------
     threshold : float
         An edge is a favourite-child candidate when its LP value ``x_e`` is below it, in [0, 1]
-        (default 0.5).
+        (default 0.1, the default of Baechi's ``--sct_threshold``).
     fusion : bool
         As :class:`ETFParams` (default True).
     live_memory : bool
@@ -819,7 +819,8 @@ class SCTParams:
     SCTParams(threshold=0.3, fusion=True, live_memory=True, baechi_model=True)
     """
 
-    threshold: float = param(0.5, "an edge is a favourite-child candidate when its LP value x_e < threshold",
+    threshold: float = param(0.1, "an edge is a favourite-child candidate when its LP value x_e < threshold "
+                             "(default: Baechi's --sct_threshold)",
                              minimum=0.0, maximum=1.0)
     fusion: bool = param(True, _FUSION_DOC)
     live_memory: bool = param(True, _LIVE_DOC)
