@@ -318,12 +318,14 @@ def test_generate_rejects_unknown_kind(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def _quick_bench(tmp_path, families: str, timeout: int) -> tuple[subprocess.CompletedProcess[str], Any]:
-    """Run ``bench_quality.py --quick --families FAMILIES`` in a subprocess; its result and JSON path."""
+def _quick_bench(tmp_path, families: str, timeout: int,
+                 baechi: str = "off") -> tuple[subprocess.CompletedProcess[str], Any]:
+    """Run ``bench_quality.py --quick --families FAMILIES --baechi BAECHI`` in a subprocess; its result
+    and JSON path."""
     out = tmp_path / "quality.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_quality.py"), "--quick",
-                           "--families", families, "--out", str(out)],
+                           "--families", families, "--out", str(out), "--baechi", baechi],
                           capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
     return proc, out
@@ -344,6 +346,37 @@ def test_bench_quality_quick_runs_and_writes_json(tmp_path):
             "lower_bound_us", "single_device_time_us"} <= set(row)
     assert "celeritas" in row["placers"] and "step_time_us" in row["placers"]["celeritas"]
     assert all(line.split()[0] in ("PASS", "MISS", "SKIP") for line in doc["checks"])
+
+
+def test_bench_quality_without_baechi_says_so_and_skips_its_targets(tmp_path):
+    proc, out = _quick_bench(tmp_path, "e", 300)
+    doc = json.loads(out.read_text())
+    assert "Baechi's own placers: off (--baechi off)" in doc["notes"]
+    assert all(r["baechi"] is None for r in doc["families"]["e"]["instances"])
+    skip = [line for line in doc["checks"] if line.startswith("SKIP Celeritas on (e)")]
+    assert len(skip) == 1 and "--baechi off" in skip[0]
+
+
+@pytest.mark.slow
+def test_bench_quality_replays_baechis_own_placements_as_a_reference_column(tmp_path):
+    mirror = Path(os.environ.get("BAECHI_MIRROR") or "/work/.mirror/beomyeol+baechi/repo")
+    if not os.environ.get("BAECHI_DIR") and not mirror.exists():
+        pytest.skip("no Baechi checkout ($BAECHI_DIR) or mirror ($BAECHI_MIRROR)")
+    proc, out = _quick_bench(tmp_path, "e", 600, baechi="auto")
+    doc = json.loads(out.read_text())
+    rows = doc["families"]["e"]["instances"]
+    assert all(r["baechi"] for r in rows)
+    for row in rows:
+        for config, fig in row["baechi"].items():
+            assert "error" in fig or (fig["step_time_us"] > 0 and isinstance(fig["oom"], bool)), config
+        cel = row["placers"]["celeritas"]
+        fits = [f["step_time_us"] for f in row["baechi"].values() if "error" not in f and not f["oom"]]
+        if fits and not row["celeritas_oom"]:
+            best = min(fits + [row["best_other_step_us"] or float("inf")])
+            assert row["ratio_vs_best_with_baechi"] == pytest.approx(cel["step_time_us"] / best)
+    assert "Baechi's own code on" in proc.stdout
+    lines = [line for line in doc["checks"] if "Baechi" in line]
+    assert len(lines) == 3 and all(line.split()[0] in ("PASS", "MISS") for line in lines)
 
 
 def test_bench_quality_training_quick_reports_cheap_steps_groups_and_dispatch(tmp_path):
