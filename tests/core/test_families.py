@@ -349,7 +349,7 @@ def test_bench_quality_quick_runs_and_writes_json(tmp_path):
 
 
 def test_bench_quality_without_baechi_says_so_and_skips_its_targets(tmp_path):
-    proc, out = _quick_bench(tmp_path, "e", 300)
+    _, out = _quick_bench(tmp_path, "e", 300)
     doc = json.loads(out.read_text())
     assert "Baechi's own placers: off (--baechi off)" in doc["notes"]
     assert all(r["baechi"] is None for r in doc["families"]["e"]["instances"])
@@ -372,7 +372,7 @@ def test_bench_quality_replays_baechis_own_placements_as_a_reference_column(tmp_
         cel = row["placers"]["celeritas"]
         fits = [f["step_time_us"] for f in row["baechi"].values() if "error" not in f and not f["oom"]]
         if fits and not row["celeritas_oom"]:
-            best = min(fits + [row["best_other_step_us"] or float("inf")])
+            best = min([*fits, row["best_other_step_us"] or float("inf")])
             assert row["ratio_vs_best_with_baechi"] == pytest.approx(cel["step_time_us"] / best)
     assert "Baechi's own code on" in proc.stdout
     lines = [line for line in doc["checks"] if "Baechi" in line]
