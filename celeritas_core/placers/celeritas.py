@@ -179,18 +179,24 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
     return PlacerOutput(assignment=assignment, coarse_nodes=fusion.num_clusters, extra=extra)
 
 
+#: The share of the work budget (``work_seconds``) the blind run's optional candidates may use: none,
+#: so the blind run costs its always-run candidates (on the benchmark's topologies a larger share
+#: never changed the result and made the topology placement up to 2.4x the flat one's seconds).
+BLIND_WORK_SHARE = 0.0
+
+
 def _aware_and_blind(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_order: np.ndarray,
                      params: CeleritasParams, started: float, extra: dict[str, Any]) -> np.ndarray:
-    """On a link topology: the portfolio's candidates placed blind (on the flat mean-link cluster,
-    without the critical-path search), then the portfolio aware of the links with the blind
-    placement among the finalists of its robust ranking, so the search starts from it when it
-    replays best on the true links. Why: candidates built for the links can lose to ones built
-    without them, and a blind start searched on the true links is then kept. The blind run costs
-    its candidates, not a second search. ``extra["blind"]`` reports it."""
+    """On a link topology: the portfolio's always-run candidates placed blind (on the flat mean-link
+    cluster; :data:`BLIND_WORK_SHARE` of the work budget for optional ones, no critical-path
+    search), then the portfolio aware of the links with the best blind placement among the
+    finalists of its robust ranking, so the search starts from it when it replays best on the true
+    links. Why: candidates built for the links can lose to ones built without them, and a blind
+    start searched on the true links is then kept. ``extra["blind"]`` reports the blind run."""
     flat = cluster.flat()
     flat_fusion, flat_order, blind_extra = _fused(graph, flat, params)
-    blind = portfolio_placement(graph, flat, flat_fusion, flat_order, replace(params, search_budget=0),
-                                started, blind_extra)
+    blind_params = replace(params, search_budget=0, work_seconds=BLIND_WORK_SHARE * params.work_seconds)
+    blind = portfolio_placement(graph, flat, flat_fusion, flat_order, blind_params, started, blind_extra)
     assignment = portfolio_placement(graph, cluster, fusion, coarse_order, params, started, extra,
                                      blind=blind)
     extra["blind"] = {"chosen": blind_extra["chosen"], "search": blind_extra["search"],

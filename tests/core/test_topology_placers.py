@@ -447,7 +447,7 @@ def test_celeritas_on_a_topology_is_never_robustly_slower_than_its_blind_candida
     placement = place(graph, cluster, "celeritas")
     assert placement.extra["blind"]["chosen"]  # the blind run happened and is reported
     assert "blind" in placement.extra["candidates"]
-    blind = place(graph, cluster.flat(), "celeritas", {"search_budget": 0}).assignment
+    blind = place(graph, cluster.flat(), "celeritas", {"search_budget": 0, "work_seconds": 0}).assignment
 
     def robust(assignment: np.ndarray) -> float:
         return robust_step_us(graph, cluster, assignment, simulate(graph, cluster, assignment))
