@@ -22,6 +22,7 @@ from celeritas_core.placers.base import get_placer
 from celeritas_core.placers.budget import StageBudget
 from celeritas_core.placers.fusion import Fusion
 from celeritas_core.placers.local_search import (
+    IMPROVEMENT_TOLERANCE,
     ROBUST_DISPATCH,
     Candidate,
     CandidatePool,
@@ -282,17 +283,53 @@ def portfolio_placement(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_o
     always: tuple[Candidate, ...] = ()
     if blind is not None:
         always = (pool.add(BLIND, blind),)
-    start, start_replay = (robust_start(graph, cluster, pool, always) if robust or always
-                           else (pool.best, pool.best_replay()))
+    starts = (robust_ranking(graph, cluster, pool, always) if robust or always
+              else [((pool.best.excess_bytes, pool.best.step_time_us), pool.best, pool.best_replay())])
     search: dict[str, Any] = {}
-    best = critical_path_search(graph, cluster, start, deadline=budget.deadline,
-                                replay_seconds=pool.replay_seconds,
-                                max_replays=-(-params.search_budget // graph.num_nodes),
-                                start_replay=start_replay, stats=search)
+    max_replays = -(-params.search_budget // graph.num_nodes)
+    best = _searched(graph, cluster, pool, starts, budget, max_replays, search)
     if search["stopped"] == "clock":
         budget.cut.append("critical-path search")
     extra.update(chosen=best.name, candidates=pool.summary(), search=search, stages=budget.report())
     return best.assignment
+
+
+def _searched(graph: Graph, cluster: Cluster, pool: CandidatePool, starts: list[RankedStart],
+              budget: StageBudget, max_replays: int, search: dict[str, Any]) -> Candidate:
+    """The critical-path search from the first of ``starts``; while a search ends at a local optimum
+    with replays of its budget left, again from the next start with what is left, keeping the
+    result of least (excess, robust step). Why: hill climbing ends where its start leads, and a
+    start that replays faster can lead to a worse optimum than the runner-up's. ``search`` gets
+    the moves, replays, restarts and why the last search stopped."""
+    search.update(moves=0, replays=0, restarts=0, stopped="budget")
+
+    def run(start: Candidate, replay: SimulationResult | None) -> Candidate:
+        stats: dict[str, Any] = {}
+        found = critical_path_search(graph, cluster, start, deadline=budget.deadline,
+                                     replay_seconds=pool.replay_seconds,
+                                     max_replays=max_replays - search["replays"], start_replay=replay,
+                                     stats=stats)
+        search.update(moves=search["moves"] + stats["moves"], replays=search["replays"] + stats["replays"],
+                      stopped=stats["stopped"])
+        return found
+
+    def key(found: Candidate) -> tuple[float, float]:
+        result = simulate(graph, cluster, found.assignment)
+        return found.excess_bytes, robust_step_us(graph, cluster, found.assignment, result)
+
+    best = run(starts[0][1], starts[0][2])
+    best_key: tuple[float, float] | None = None
+    for _, start, replay in starts[1:]:
+        if search["stopped"] != "local optimum" or max_replays - search["replays"] < 2 * len(ROBUST_DISPATCH):
+            break
+        best_key = key(best) if best_key is None else best_key
+        found = run(start, replay)
+        search["restarts"] += 1
+        found_key = key(found)
+        if found_key[0] < best_key[0] or (found_key[0] == best_key[0] and
+                                          found_key[1] < best_key[1] * (1 - IMPROVEMENT_TOLERANCE)):
+            best, best_key = found, found_key
+    return best
 
 
 #: On a cluster with a link topology, the share of the work budget (``work_seconds``) that the
@@ -406,25 +443,36 @@ ROBUST_FINALISTS = 3
 BLIND = "blind"
 
 
+#: A search start: its (excess bytes, robust step µs) key, the candidate and its documented replay.
+RankedStart = tuple[tuple[float, float], Candidate, SimulationResult | None]
+
+
 def robust_start(graph: Graph, cluster: Cluster, pool: CandidatePool,
                  always: tuple[Candidate, ...] = ()) -> tuple[Candidate, SimulationResult | None]:
-    """The search's start: of the pool's :data:`ROBUST_FINALISTS` best (fitting first, least excess,
-    then fastest), its one-device candidates and ``always``, the one with the shortest robust step
-    (:func:`~celeritas_core.placers.local_search.robust_step_us` over
-    :data:`~celeritas_core.placers.local_search.ROBUST_DISPATCH`), with its documented replay. A one-device
-    candidate's robust step is its documented step, so the result is never slower than it; nor,
-    by its robust step, than a candidate of ``always`` that fits as the best does."""
+    """The search's start: the first of :func:`robust_ranking`, with its documented replay."""
+    _, best, result = robust_ranking(graph, cluster, pool, always)[0]
+    return best, result
+
+
+def robust_ranking(graph: Graph, cluster: Cluster, pool: CandidatePool,
+                   always: tuple[Candidate, ...] = ()) -> list[RankedStart]:
+    """The search's starts, best first: of the pool's :data:`ROBUST_FINALISTS` best (fitting first,
+    least excess, then fastest), its one-device candidates and ``always``, by least excess then
+    shortest robust step (:func:`~celeritas_core.placers.local_search.robust_step_us` over
+    :data:`~celeritas_core.placers.local_search.ROBUST_DISPATCH`), each with its documented replay. A
+    one-device candidate's robust step is its documented step, so the first is never slower than
+    it; nor, by its robust step, than a candidate of ``always`` that fits as the best does. With
+    fewer than two finalists: the pool's best alone, unranked."""
     ranked = sorted({c.assignment.tobytes(): c for c in pool.candidates}.values(), key=lambda c: c.key)
     one_device = [c for c in ranked[ROBUST_FINALISTS:] if np.all(c.assignment == c.assignment[0])]
     top = ranked[:ROBUST_FINALISTS]
     extra = [c for c in always if not any(c.assignment.tobytes() == t.assignment.tobytes() for t in top)]
     finalists = [c for c in top + one_device + extra if c.fits == ranked[0].fits]
     if len(finalists) < 2:
-        return pool.best, pool.best_replay()
-    scored = []
+        return [((pool.best.excess_bytes, pool.best.step_time_us), pool.best, pool.best_replay())]
+    scored: list[RankedStart] = []
     for candidate in finalists:
         result = simulate(graph, cluster, candidate.assignment)
         robust = robust_step_us(graph, cluster, candidate.assignment, result)
         scored.append(((candidate.excess_bytes, robust), candidate, result))
-    _, best, result = min(scored, key=lambda s: s[0])
-    return best, result
+    return sorted(scored, key=lambda s: s[0])
