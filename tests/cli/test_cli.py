@@ -246,7 +246,7 @@ def test_info_and_placers(graph_file, capsys):
     assert code == 0 and "41 (10 with in-degree 0)" in out and "CCR" in out
     code, out, _ = _run(["placers"], capsys)
     assert code == 0 and "celeritas" in out and "order-place" in out and "memory_fraction=0.25" in out
-    assert "threshold=0.5" in out and "--param NAME=VALUE" in out
+    assert "threshold=0.1" in out and "--param NAME=VALUE" in out
 
 
 def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
@@ -254,7 +254,8 @@ def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                            "--placer", "m-sct", "--param", "threshold=0.3", "--out", str(out_file)], capsys)
     assert code == 0, err
-    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": True}
+    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": True, "live_memory": True,
+                                                          "baechi_model": True}
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                          "--refine", "0", "--out", str(out_file)], capsys)
     assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0
