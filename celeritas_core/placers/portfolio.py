@@ -294,13 +294,19 @@ def portfolio_placement(graph: Graph, cluster: Cluster, fusion: Fusion, coarse_o
     return best.assignment
 
 
+#: A further search start is tried only when its robust step is within this factor of the best
+#: search result so far (µs/µs): the restarts go to starts that can plausibly end below it.
+RESTART_WITHIN = 1.10
+
+
 def _searched(graph: Graph, cluster: Cluster, pool: CandidatePool, starts: list[RankedStart],
               budget: StageBudget, max_replays: int, search: dict[str, Any]) -> Candidate:
     """The critical-path search from the first of ``starts``; while a search ends at a local optimum
-    with replays of its budget left, again from the next start with what is left, keeping the
-    result of least (excess, robust step). Why: hill climbing ends where its start leads, and a
-    start that replays faster can lead to a worse optimum than the runner-up's. ``search`` gets
-    the moves, replays, restarts and why the last search stopped."""
+    with replays of its budget left, again from the next start within :data:`RESTART_WITHIN` of the
+    result so far with what is left, keeping the result of least (excess, robust step). Why: hill
+    climbing ends where its start leads, and a start that replays faster can lead to a worse
+    optimum than the runner-up's. ``search`` gets the moves, replays, restarts and why the last
+    search stopped."""
     search.update(moves=0, replays=0, restarts=0, stopped="budget")
 
     def run(start: Candidate, replay: SimulationResult | None) -> Candidate:
@@ -319,10 +325,12 @@ def _searched(graph: Graph, cluster: Cluster, pool: CandidatePool, starts: list[
 
     best = run(starts[0][1], starts[0][2])
     best_key: tuple[float, float] | None = None
-    for _, start, replay in starts[1:]:
+    for (start_excess, start_robust), start, replay in starts[1:]:
         if search["stopped"] != "local optimum" or max_replays - search["replays"] < 2 * len(ROBUST_DISPATCH):
             break
         best_key = key(best) if best_key is None else best_key
+        if start_excess > best_key[0] or start_robust > RESTART_WITHIN * best_key[1]:
+            continue  # a start this far behind the result so far rarely climbs past it
         found = run(start, replay)
         search["restarts"] += 1
         found_key = key(found)

@@ -254,8 +254,8 @@ def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                            "--placer", "m-sct", "--param", "threshold=0.3", "--out", str(out_file)], capsys)
     assert code == 0, err
-    assert json.loads(out_file.read_text())["params"] == {"threshold": 0.3, "fusion": True, "live_memory": True,
-                                                          "baechi_model": True}
+    params = json.loads(out_file.read_text())["params"]
+    assert params == {"threshold": 0.3, "fusion": True, "live_memory": True, "baechi_model": True}
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                          "--refine", "0", "--out", str(out_file)], capsys)
     assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0
