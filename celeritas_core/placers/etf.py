@@ -28,7 +28,11 @@ and between nodes also waits for the shared network port sides it holds, as in t
 member of a co-location group to be placed charges the whole group's memory to its device and
 pins every other member there (0 further bytes). An op that fits on no device goes, best effort,
 to the device with the most free memory at that moment (lowest index on ties); ``place`` then
-reports the OOM.
+reports the OOM. That is the static model (``live_memory=0``); by default, on graphs with
+liveness fields, memory follows Baechi's ``m_etf`` (:meth:`_ListScheduler._init_live_memory`:
+outputs freed after their last consumer, ops waiting for memory, best effort only when nothing
+can start). ``baechi_model`` (default on) makes the rest Baechi's too (:func:`list_schedule`):
+ties by its FIFO topological order, one channel per device, whole-µs times.
 
 **m-SCT** (favourite children, see :mod:`celeritas_core.placers.sct_lp`). As m-ETF, except that a
 device ``d`` whose last committed op ``u`` has a favourite child ``c`` that is ready, unscheduled,
