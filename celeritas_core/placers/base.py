@@ -197,10 +197,12 @@ def get_placer(name: str) -> PlacerSpec:
     --------
     >>> from celeritas_core import get_placer
     >>> spec = get_placer("m-sct")
-    >>> [p.name for p in spec.params], spec.resolve_params(None)
-    (['threshold', 'fusion'], {'threshold': 0.5, 'fusion': True})
+    >>> [p.name for p in spec.params]
+    ['threshold', 'fusion', 'live_memory', 'baechi_model']
+    >>> spec.resolve_params(None)
+    {'threshold': 0.1, 'fusion': True, 'live_memory': True, 'baechi_model': True}
     >>> spec.typed_params({"threshold": 0.3})
-    SCTParams(threshold=0.3, fusion=True)
+    SCTParams(threshold=0.3, fusion=True, live_memory=True, baechi_model=True)
     >>> get_placer("fastest")
     Traceback (most recent call last):
     ...

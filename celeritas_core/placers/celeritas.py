@@ -163,7 +163,7 @@ def celeritas_placer(graph: Graph, cluster: Cluster, params: CeleritasParams) ->
     >>> placement.assignment.tolist(), placement.predicted_step_time_us
     ([0, 0, 1, 1], 95.1)
     >>> placement.extra["chosen"], placement.extra["candidates"]["single/0"]
-    ('multilevel/2', 120.0)
+    ('etf/baechi', 120.0)
     >>> place(graph, cluster, "celeritas", {"refine": False}).assignment.tolist()   # the paper's
     [0, 0, 0, 0]
     """
