@@ -120,24 +120,19 @@ class _ListScheduler:
     the end (µs) of tensor t's transfer to d, -1 while none.
     """
 
+    #: Whether a device holds the copies it receives until their last consumer there has run.
+    copies_held = True
+
     def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None,
-                 live_memory: bool = False, rank: np.ndarray | None = None,
-                 shared_channel: bool = False) -> None:
+                 live_memory: bool = False, rank: np.ndarray | None = None) -> None:
         n = graph.num_nodes
-        self.copies_held = not shared_channel  # Baechi's devices do not hold what they receive
         # without liveness fields nothing is ever freed: the live model would only make ops wait
         self.live = live_memory and graph.liveness is not None
         self.n = n
         self.num_dev = cluster.num_devices
         self._init_tensors(graph, cluster)
         self.rank = (graph.topological_rank if rank is None else rank).tolist()
-        if shared_channel:  # Baechi's devices: one channel carries a device's sends and receives
-            self._arrival = self._arrival_shared  # type: ignore[method-assign]
-            self._reserve_inputs = self._reserve_shared  # type: ignore[method-assign]
         self.time_us = graph.time_us.tolist()
-        if shared_channel:  # whole µs, as Baechi's graphs carry them: an op at least 1, transfers rounded
-            self.time_us = [max(1.0, float(round(t))) for t in self.time_us]
-            self.t_comm = [float(round(c)) for c in self.t_comm]
         self.speed = cluster.speed.tolist()
         self.succ_ptr, self.succ_idx = graph.succ_ptr.tolist(), graph.succ_idx.tolist()
         self.pending = graph.in_degree.tolist()
@@ -216,7 +211,7 @@ class _ListScheduler:
         self.t_left = np.diff(view.consumer_ptr).tolist()  # consumers still to run, per tensor
         self.charge = (pers + np.bincount(view.producer, weights=t_live, minlength=n)).tolist()
         own = pers + out_total + scratch
-        self.transient = own.tolist()  # what a member needs once its group is placed
+        self.own_need = own.tolist()  # what a member needs once its group is placed
         gid = graph.colocation_ids
         grouped = gid >= 0
         req = own.copy()
@@ -518,55 +513,6 @@ class _ListScheduler:
             if pending[w] == 0:
                 self._make_ready(w)
 
-    def _arrival_shared(self, v: int, d: int) -> float:
-        """:meth:`_arrival` with Baechi's channels: one per device for sending and receiving (its
-        ``send_free``); a transfer from ``p`` is sent at ``max(producer finish, p's channel)`` and
-        received from ``max(that, d's channel)`` for its duration (no reservation)."""
-        num_dev, sent, devices = self.num_dev, self.sent, self.devices
-        a = 0.0
-        chan: list[float] | None = None
-        for f, _, p, t, c in self.inputs[v]:
-            if p == d:
-                if f > a:
-                    a = f
-                continue
-            e = sent[t * num_dev + d]
-            if e < 0.0:
-                if chan is None:
-                    chan = [device.send_free for device in devices]
-                s = f if f > chan[p] else chan[p]
-                r = s if s > chan[d] else chan[d]
-                chan[p] = s + c
-                e = chan[d] = r + c
-            if e > a:
-                a = e
-        return a
-
-    def _reserve_shared(self, v: int, d: int) -> tuple[float, list[int]]:
-        """:meth:`_reserve_inputs` with Baechi's one channel per device (:meth:`_arrival_shared`)."""
-        num_dev, sent, devices = self.num_dev, self.sent, self.devices
-        target = devices[d]
-        a = 0.0
-        new: list[int] = []
-        for f, _, p, t, c in self.inputs[v]:
-            if p == d:
-                e = f
-            else:
-                j = t * num_dev + d
-                e = sent[j]
-                if e < 0.0:
-                    sender = devices[p]
-                    s = f if f > sender.send_free else sender.send_free
-                    r = s if s > target.send_free else target.send_free
-                    sender.send_free = sender.recv_free = s + c
-                    e = target.send_free = target.recv_free = r + c
-                    sent[j] = e
-                    new.append(t)
-                    self.transfers += 1
-            if e > a:
-                a = e
-        return a, new
-
     def _charge_live(self, v: int, d: int, new: list[int]) -> None:
         """Live memory: charge v's persistent bytes and outputs and its newly received copies on d;
         free every tensor whose last consumer is v
@@ -632,7 +578,7 @@ class _ListScheduler:
         self.group_dev[g] = d
         loc, num_dev = self.loc, self.num_dev
         for m in self.members[g]:
-            self.req[m] = self.transient[m] if self.live else 0.0
+            self.req[m] = self.own_need[m] if self.live else 0.0
             if m == v or not self.ready[m] or self.done[m]:
                 continue
             for k in range(num_dev):
@@ -656,6 +602,71 @@ class _ListScheduler:
                         if a2 < old:
                             loc[w * num_dev + d] = a2
                             heapq.heappush(heap, (a2, self.rank[w], w))
+
+
+class _BaechiListScheduler(_ListScheduler):
+    """:class:`_ListScheduler` as Baechi's ``m_etf`` runs on a flat cluster: one channel per device
+    carries its sends and its receives (``send_free``, kept equal to ``recv_free``), times are
+    whole µs (an op at least 1, transfers rounded, as Baechi's graphs carry them) and devices do
+    not hold the copies they receive."""
+
+    copies_held = False
+
+    def __init__(self, graph: Graph, cluster: Cluster, favourite: np.ndarray | None,
+                 live_memory: bool = False, rank: np.ndarray | None = None) -> None:
+        super().__init__(graph, cluster, favourite, live_memory, rank)
+        self.time_us = [max(1.0, float(round(t))) for t in self.time_us]
+        self.t_comm = [float(round(c)) for c in self.t_comm]
+
+    def _arrival(self, v: int, d: int) -> float:
+        """Time (µs) all of v's inputs are on d if v were committed there now: a transfer from ``p``
+        is sent at ``max(producer finish, p's channel)`` and received from ``max(that, d's
+        channel)`` for its duration (no reservation)."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        a = 0.0
+        chan: list[float] | None = None
+        for f, _, p, t, c in self.inputs[v]:
+            if p == d:
+                if f > a:
+                    a = f
+                continue
+            e = sent[t * num_dev + d]
+            if e < 0.0:
+                if chan is None:
+                    chan = [device.send_free for device in devices]
+                s = f if f > chan[p] else chan[p]
+                r = s if s > chan[d] else chan[d]
+                chan[p] = s + c
+                e = chan[d] = r + c
+            if e > a:
+                a = e
+        return a
+
+    def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
+        """Reserve the transfers of v's inputs missing on d on the devices' channels, in input
+        order; return when all are there (µs) and the tensors newly sent to d."""
+        num_dev, sent, devices = self.num_dev, self.sent, self.devices
+        target = devices[d]
+        a = 0.0
+        new: list[int] = []
+        for f, _, p, t, c in self.inputs[v]:
+            if p == d:
+                e = f
+            else:
+                j = t * num_dev + d
+                e = sent[j]
+                if e < 0.0:
+                    sender = devices[p]
+                    s = f if f > sender.send_free else sender.send_free
+                    r = s if s > target.send_free else target.send_free
+                    sender.send_free = sender.recv_free = s + c
+                    e = target.send_free = target.recv_free = r + c
+                    sent[j] = e
+                    new.append(t)
+                    self.transfers += 1
+            if e > a:
+                a = e
+        return a, new
 
 
 class _LinkedListScheduler(_ListScheduler):
@@ -747,7 +758,8 @@ def list_schedule(graph: Graph, cluster: Cluster, favourite: np.ndarray | None =
     rank = dispatch_order(graph, "fifo")[1] if baechi_ties else None
     if not cluster.is_flat:
         return _LinkedListScheduler(graph, cluster, favourite, live_memory, rank).run()
-    return _ListScheduler(graph, cluster, favourite, live_memory, rank, baechi_ties).run()
+    scheduler = _BaechiListScheduler if baechi_ties else _ListScheduler
+    return scheduler(graph, cluster, favourite, live_memory, rank).run()
 
 
 def _extra(result: ScheduleResult, seconds: float) -> dict[str, Any]:

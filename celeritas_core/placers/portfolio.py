@@ -462,13 +462,6 @@ BLIND = "blind"
 RankedStart = tuple[tuple[float, float], Candidate, SimulationResult | None]
 
 
-def robust_start(graph: Graph, cluster: Cluster, pool: CandidatePool,
-                 always: tuple[Candidate, ...] = ()) -> tuple[Candidate, SimulationResult | None]:
-    """The search's start: the first of :func:`robust_ranking`, with its documented replay."""
-    _, best, result = robust_ranking(graph, cluster, pool, always)[0]
-    return best, result
-
-
 def robust_ranking(graph: Graph, cluster: Cluster, pool: CandidatePool,
                    always: tuple[Candidate, ...] = ()) -> list[RankedStart]:
     """The search's starts, best first: of the pool's :data:`ROBUST_FINALISTS` best (fitting first,

@@ -352,10 +352,10 @@ def test_baechi_model_breaks_ties_by_baechis_fifo_topological_order_and_shares_o
     assert _devices(g, ours.assignment)["b"] == 0 and _devices(g, baechi.assignment)["a"] == 0
     # one channel per device: while gpu:1 sends (until 50 µs) it cannot receive a's tensor (5 µs,
     # ready at 10); with the simulator's send and receive channels it arrives at 15
-    from celeritas_core.placers.etf import _ListScheduler
+    from celeritas_core.placers.etf import _BaechiListScheduler, _ListScheduler
 
-    for shared, arrival in ((False, 15.0), (True, 55.0)):
-        sched = _ListScheduler(g, cluster, None, shared_channel=shared)
+    for scheduler, arrival in ((_ListScheduler, 15.0), (_BaechiListScheduler, 55.0)):
+        sched = scheduler(g, cluster, None)
         sched.devices[1].send_free = 50.0
         sched.inputs[g.index["t"]] = [(10.0, 0, 0, 0, 5.0)]  # (finish, rank, device, tensor, µs)
         assert sched._arrival(g.index["t"], 1) == arrival
