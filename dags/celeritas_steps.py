@@ -56,7 +56,8 @@ GPU = {"queue": os.environ.get("CELERITAS_GPU_QUEUE", "gpu"),
 DEFAULT_ARGS = {
     "owner": "ml-platform",
     "retries": int(os.environ.get("CELERITAS_RETRIES", "2")),
-    "retry_delay": timedelta(seconds=30),
+    # the first retry's delay; each further one doubles it (at most 10 minutes)
+    "retry_delay": timedelta(seconds=float(os.environ.get("CELERITAS_RETRY_DELAY_SECONDS") or 30)),
     "retry_exponential_backoff": True,
     "max_retry_delay": timedelta(minutes=10),
     "execution_timeout": TASK_TIMEOUT,
@@ -68,18 +69,39 @@ DEFAULT_ARGS = {
 def _call(step: Callable[[], Any]) -> Any:
     """Run ``step`` (a call into ``tasks/``, decoding and encoding its XCom) with credentials masked
     in the task log; deterministic failures (bad input or XCom, a model that cannot fit) fail
-    without retry, transient ones (storage, tracking server, runtime) are retried. Messages are
-    redacted of credentials either way."""
+    without retry, transient ones (storage, tracking server, runtime) are retried. A tracking server
+    that cannot be reached is waited for first (``CELERITAS_TRACKING_WAIT_S``, default 120 s), and
+    metric points carry the DAG run's start as their time, so a retry logs nothing twice.
+    Messages are redacted of credentials either way; a transient storage or tracking failure is
+    raised as its one line, without the client library's chain of causes."""
+    # lazy: the DAG processor parses this file often; the task's modules load when it runs
+    from tasks import tracking
+    from tasks.storage import TransientStorageError
+
     install_log_redaction()
     _mask_tracking_credentials()
     try:
+        tracking.wait_for_server(tracking.task_wait_s())
+        tracking.pin_metric_time(_run_start_ms())
         return step()
     except CeleritasInputError as exc:
         raise AirflowFailException(redact(str(exc))) from None
+    except (TransientStorageError, tracking.TransientTrackingError) as exc:
+        raise type(exc)(exc.uri, redact(exc.cause)) from None  # one line, retried
     except Exception as exc:
         if _holds_secrets(exc):  # the traceback would print them: raise a clean one (still retried)
             raise RuntimeError(f"{type(exc).__name__}: {redact(str(exc))}") from None
         raise
+
+
+def _run_start_ms() -> int | None:
+    """The DAG run's start (ms since the epoch), the same for every try of its tasks; None outside
+    a task."""
+    try:
+        started = getattr(get_current_context()["dag_run"], "start_date", None)
+    except Exception:  # no task context (a test calling a body directly)
+        return None
+    return int(started.timestamp() * 1000) if started else None
 
 
 def _run_step(step: Callable[[], Any], job: dict[str, Any] | None = None) -> dict[str, Any]:

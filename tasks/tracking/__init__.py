@@ -29,10 +29,17 @@ quotes in filter values, non-numeric metrics, missing files, unknown run ids) ra
 defaults, 7 retries with exponential backoff and 120 s, would hold a task for minutes before
 Airflow's retry policy gets a say).
 
+A task of the pipeline waits for an unreachable server (:func:`wait_for_server`; the DAG's tasks
+up to ``CELERITAS_TRACKING_WAIT_S``, default 120 s): each call is repeated after pauses until it
+gets through or the wait is spent, so a server restarted within the wait costs a pause, not a
+retried task. Elsewhere (the CLI) the wait is 0: a command fails at once.
+
 Retries are idempotent: :func:`start_parent_run` returns the unfinished parent run of the same
 ``job_id`` and :func:`child_run` the existing child of the same (parent, placer). Parameters, which
 MLflow never overwrites, are only logged when not logged yet (a different value is kept and a
-warning logged); metrics and tags are simply logged again (the newest value wins).
+warning logged); tags are simply set again; a metric point logged again within one call (repeated
+while the server was away) carries the call's first timestamp, and in a pipeline task the DAG
+run's start (:func:`pin_metric_time`), so the store keeps a point a retried task logs again once.
 
 The package, by responsibility (everything public is re-exported here: ``tracking.end_run(...)``):
 
@@ -101,6 +108,7 @@ from tasks.tracking.runs import (
     start_parent_run,
 )
 from tasks.tracking.store import (
+    DEFAULT_TASK_WAIT_S,
     EXPERIMENT,
     HOME_ENV,
     MAX_PARAM_VALUE,
@@ -127,15 +135,20 @@ from tasks.tracking.store import (
     TAG_SUPERSEDED_BY,
     TRAINING_VIEW,
     URI_ENV,
+    WAIT_ENV,
     TransientTrackingError,
     artifact_root,
+    pin_metric_time,
     project_home,
+    task_wait_s,
     tracking_uri,
     ui_base_url,
+    wait_for_server,
 )
 
 __all__ = [
     "ALIAS_CHAMPION",
+    "DEFAULT_TASK_WAIT_S",
     "END_STATUSES",
     "EXPERIMENT",
     "EXPERIMENT_DESCRIPTION",
@@ -180,6 +193,7 @@ __all__ = [
     "TAG_SUPERSEDED_BY",
     "TRAINING_VIEW",
     "URI_ENV",
+    "WAIT_ENV",
     "Champion",
     "Decision",
     "Promotion",
@@ -199,6 +213,7 @@ __all__ = [
     "log_metrics",
     "log_series",
     "parent_run_name",
+    "pin_metric_time",
     "project_home",
     "promote_if_current",
     "recent_runs",
@@ -207,6 +222,8 @@ __all__ = [
     "run_link",
     "set_tags",
     "start_parent_run",
+    "task_wait_s",
     "tracking_uri",
     "ui_base_url",
+    "wait_for_server",
 ]

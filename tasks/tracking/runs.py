@@ -39,8 +39,8 @@ from tasks.tracking.store import (
     _log_batch,
     _log_metric_dict,
     _log_params,
+    _metric_ms,
     _metric_values,
-    _now_ms,
     _one_line,
     _quote,
     _search,
@@ -276,7 +276,7 @@ def log_series(run_id: str, key: str, values: Iterable[float]) -> None:
 
     _text(run_id, "run id")
     _text(key, "metric name")
-    ts = _now_ms()
+    ts = _metric_ms()
     points = []
     for i, value in enumerate(values):
         if not isinstance(value, numbers.Real):

@@ -18,6 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -76,6 +77,20 @@ _TRANSIENT_ERROR_CODES = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EX
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: How long a call waits for an unreachable tracking server before it fails (s): the pipeline's
+#: tasks set it (:func:`wait_for_server`; the DAG's from ``CELERITAS_TRACKING_WAIT_S``, default
+#: 120); 0 elsewhere, so an interactive command fails at once.
+WAIT_ENV = "CELERITAS_TRACKING_WAIT_S"
+DEFAULT_TASK_WAIT_S = 120.0
+_MAX_PAUSE_S = 15.0
+_server_wait_s = [0.0]
+#: When the outermost tracked call began (ms since the epoch), None outside one: the timestamp of
+#: every metric point it logs, so a call repeated after a lost answer logs identical points, which
+#: the store keeps once (its metric key is name, timestamp, step and value).
+_call_began_ms: ContextVar[int | None] = ContextVar("celeritas_tracking_call_began_ms", default=None)
+#: The timestamp of every metric point this process logs, when pinned (:func:`pin_metric_time`).
+_pinned_metric_ms: list[int | None] = [None]
 
 
 class TransientTrackingError(RuntimeError):
@@ -281,15 +296,82 @@ def _raise_database_error(exc: BaseException, uri: str) -> None:
     raise CeleritasInputError(f"{URI_ENV}={redact(uri)}: not a usable MLflow store ({cause})") from exc
 
 
+def task_wait_s() -> float:
+    """The wait of a pipeline task (s): ``CELERITAS_TRACKING_WAIT_S``, default
+    :data:`DEFAULT_TASK_WAIT_S`; a value that is not a number is refused in one line."""
+    text = (os.environ.get(WAIT_ENV) or "").strip()
+    try:
+        return float(text) if text else DEFAULT_TASK_WAIT_S
+    except ValueError:
+        raise CeleritasInputError(f"{WAIT_ENV}={text!r}: expected seconds (e.g. 120)") from None
+
+
+def wait_for_server(seconds: float) -> None:
+    """Make every later tracked call wait up to ``seconds`` for an unreachable tracking server
+    (retrying with pauses of 1, 2, 4 … 15 s) before it raises :class:`TransientTrackingError`."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise CeleritasInputError(f"{WAIT_ENV}: expected seconds >= 0, not {seconds!r}")
+    _server_wait_s[0] = float(seconds)
+
+
 def _tracked(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` under :func:`_translated`."""
+    """Run ``fn`` under :func:`_translated`; the outermost tracked call is repeated while the
+    tracking server stays unreachable, for up to :func:`wait_for_server`'s seconds. Every call
+    here is safe to repeat: runs are found before they are created, parameters are logged once,
+    tags overwritten, and metric points repeated identically (:data:`_call_began_ms`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _translated():
-            return fn(*args, **kwargs)
+        if _call_began_ms.get() is not None:  # inside another tracked call, which repeats the whole
+            with _translated():
+                return fn(*args, **kwargs)
+        token = _call_began_ms.set(int(time.time() * 1000))
+        try:
+            return _repeated_while_unreachable(lambda: fn(*args, **kwargs))
+        finally:
+            _call_began_ms.reset(token)
 
     return wrapper
+
+
+def _repeated_while_unreachable(call: Callable[[], R]) -> R:
+    """``call()``, repeated after pauses while it raises :class:`TransientTrackingError`, until the
+    wait (:func:`wait_for_server`) is spent; then the error, saying how long it waited."""
+    wait_s = _server_wait_s[0]
+    deadline = time.monotonic() + wait_s
+    pause = 1.0
+    while True:
+        try:
+            with _translated():
+                return call()
+        except TransientTrackingError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if wait_s <= 0:
+                    raise
+                raise TransientTrackingError(exc.uri, f"{exc.cause} (for {wait_s:.0f} s)") from None
+            log.warning("%s: trying again in %.0f s (waiting up to %.0f s more)", exc, min(pause, left), left)
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, _MAX_PAUSE_S)
+
+
+def pin_metric_time(ms: int | None) -> None:
+    """Give every metric point this process logs the timestamp ``ms`` (ms since the epoch; None:
+    the tracked call's start again). A pipeline task pins its DAG run's start: a retried task then
+    logs the points its killed try had logged identically, and the store keeps them once (a
+    cleared run starts again, so its tasks log anew)."""
+    if ms is not None and (not isinstance(ms, int) or isinstance(ms, bool) or ms < 0):
+        raise CeleritasInputError(f"metric time: expected ms since the epoch, not {ms!r}")
+    _pinned_metric_ms[0] = ms
+
+
+def _metric_ms() -> int:
+    """The timestamp of the metric points logged now: the pinned time (:func:`pin_metric_time`),
+    else the outermost tracked call's start."""
+    if _pinned_metric_ms[0] is not None:
+        return _pinned_metric_ms[0]
+    began = _call_began_ms.get()
+    return began if began is not None else _now_ms()
 
 
 # ---------------------------------------------------------------------------- value helpers
@@ -407,7 +489,7 @@ def _log_metric_dict(client: MlflowClient, run_id: str, metrics: Mapping[str, fl
     # lazy: mlflow loads only when the store is used, so DAG files parse without it
     from mlflow.entities import Metric
 
-    ts = _now_ms()
+    ts = _metric_ms()
     _log_batch(client, run_id, metrics=[Metric(k, v, ts, step) for k, v in metrics.items()])
 
 
