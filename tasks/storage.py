@@ -17,7 +17,8 @@ functions here take such URIs and hide the difference:
   bucket name, missing bucket, access denied, rejected credentials) derive from
   :class:`CeleritasInputError` and are deterministic; :class:`TransientStorageError` (network,
   endpoint, timeout, throttling, S3 5xx, credentials that could not be fetched) is a
-  :class:`RuntimeError` worth retrying. Every message is one line naming the URI.
+  :class:`RuntimeError` worth retrying, and so is :class:`StorageFullError` (no space left on a
+  local file system: it says to free space). Every message is one line naming the URI.
 
 The S3 client is ``boto3``'s, configured from the standard environment (``AWS_ENDPOINT_URL``,
 ``AWS_ENDPOINT_URL_S3``, ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``,
@@ -68,6 +69,7 @@ _TRANSIENT_CODES = frozenset({
     "RequestExpired", "RequestTimeTooSkewed", "TokenRefreshRequired", "OperationAborted",
 })
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ESTALE, errno.EINTR})
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 _clients: dict[tuple[str | None, str | None], Any] = {}
 _clients_lock = threading.Lock()
@@ -106,6 +108,16 @@ class TransientStorageError(RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.uri, self.cause))
+
+
+class StorageFullError(TransientStorageError):
+    """No space left where a local artifact is written (ENOSPC, EDQUOT): nothing was written there
+    (the staged file is removed), and a retry succeeds once space is freed."""
+
+    def __init__(self, uri: str, cause: str) -> None:
+        super().__init__(uri, cause)
+        self.args = (f"{uri}: {cause}; nothing was written: free space on its file system, then clear "
+                     "the failed task",)
 
 
 def _one_line(text: object) -> str:
@@ -290,6 +302,8 @@ def _classify(exc: OSError, uri: str) -> BaseException | None:
         return CeleritasInputError("a parent of this path is a file, not a directory", source=uri)
     if isinstance(exc, PermissionError):
         return StorageConfigError(f"permission denied ({exc.strerror})", source=uri)
+    if exc.errno in _FULL_ERRNOS:
+        return StorageFullError(uri, exc.strerror or type(exc).__name__)
     if isinstance(exc, ConnectionError | TimeoutError) or exc.errno in _TRANSIENT_ERRNOS:
         return TransientStorageError(uri, f"{type(exc).__name__}: {_one_line(exc)}")
     return None
@@ -410,19 +424,19 @@ def read_text(uri: str) -> str:
 def read_json(uri: str) -> Any:
     """The parsed JSON document at ``uri``; syntax problems are one-line input errors."""
     s = os.fspath(uri)
-    data = read_bytes(s)
+    return parse_json(read_bytes(s), s)
+
+
+def parse_json(data: bytes, uri: str) -> Any:
+    """``data``, read from ``uri``, parsed as JSON; syntax problems are one-line input errors
+    naming ``uri``."""
     try:
         return json.loads(data)
     except json.JSONDecodeError as exc:
         raise CeleritasInputError(f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-                                  source=s) from None
+                                  source=uri) from None
     except UnicodeDecodeError:
-        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=s) from None
-    except RecursionError:
-        raise CeleritasInputError("not valid JSON (nested too deeply)", source=s) from None
-    except ValueError as exc:  # e.g. an integer literal longer than Python's digit limit
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CeleritasInputError(f"not valid JSON ({reason})", source=s) from None
+        raise CeleritasInputError("not valid JSON (not UTF-8 text)", source=uri) from None
 
 
 def exists(uri: str) -> bool:

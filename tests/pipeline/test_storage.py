@@ -179,7 +179,8 @@ def test_local_write_is_atomic_with_plain_mode(tmp_path: Path, monkeypatch: pyte
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="No space left"):
+    full = r"out\.json: No space left on device; nothing was written"
+    with pytest.raises(storage.StorageFullError, match=full):
         storage.write_text(str(target), "new")
     assert json.loads(target.read_text()) == {"a": 1}
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.json"]
