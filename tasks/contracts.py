@@ -263,12 +263,15 @@ class PlaceResult(Contract):
 class ValidationItem(Contract):
     """One GPU validation task: a placement to time, against the configuration's champion (its
     model version and published placement) when there is one. ``plan_validation`` makes one per
-    placement that fits; the DAG maps ``validate`` over them."""
+    placement that fits; the DAG maps ``validate`` over them. ``champion_placement_sha256``: the
+    digest the registry recorded for the champion's placement (its download is checked against it;
+    None: not recorded, or an older producer)."""
 
     placer: str
     placement_uri: str
     champion_version: str | None
     champion_placement_uri: str | None
+    champion_placement_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -305,7 +308,9 @@ class PlacementValidation(Contract):
     the placement competes in (its own ``order_mode``; None: an older producer, which timed the
     free order only); ``mode_step_seconds`` holds every mode timed (both when the placement
     records an order), that one included; ``predicted_step_time_s`` is the placement's simulated
-    step (None when it records none); ``devices_used`` the TensorFlow devices that ran its ops."""
+    step (None when it records none); ``devices_used`` the TensorFlow devices that ran its ops;
+    ``placement_sha256`` the SHA-256 of the placement file's bytes that were timed (``publish``
+    promotes only those bytes; None: an older producer)."""
 
     placer: str
     placement_uri: str
@@ -323,6 +328,7 @@ class PlacementValidation(Contract):
     mode_step_seconds: dict[str, tuple[float, ...]] = field(default_factory=dict)
     predicted_step_time_s: float | None = None
     devices_used: tuple[str, ...] = ()
+    placement_sha256: str | None = None
 
     def mode_median_s(self, mode: str) -> float | None:
         """The median step (s) of ``mode`` (``enforced`` or ``free``), None when not timed (an

@@ -6,6 +6,7 @@ and measured step time per execution-order mode, and the predicted-vs-measured c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -141,6 +142,7 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
             else:
                 path.write_bytes(storage.read_bytes(uri))
             local[name] = str(path)
+        _check_timed_bytes(best, Path(local["placement.json"]).read_bytes())
         tags = {tracking.TAG_PLACER: best.placer, "celeritas.step_time_s": repr(best.median_s),
                 tracking.TAG_CONFIG_KEY: job.config_key, "celeritas.batch_size": config["batch_size"],
                 "celeritas.previous_version": plan.champion_version or "none"}
@@ -151,6 +153,17 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
             registered_model=plan.registered_model, model=job.params.model, config_key=job.config_key,
             configuration=json.dumps(config, sort_keys=True), run_id=job.parent_run_id,
             expected_version=plan.champion_version, published=local, tags=tags, reason=reason)
+
+
+def _check_timed_bytes(best: PlacementValidation, placement: bytes) -> None:
+    """Refuse to promote a placement whose bytes are not those ``validate`` timed (the file was
+    rewritten or damaged since): production stays as it is."""
+    digest = hashlib.sha256(placement).hexdigest()
+    if best.placement_sha256 is not None and digest != best.placement_sha256:
+        raise CeleritasInputError(
+            f"publish: {best.placement_uri} changed since validate timed it (SHA-256 "
+            f"{best.placement_sha256[:12]}… timed, {digest[:12]}… now); production unchanged: "
+            "trigger a new run")
 
 
 def _decision_metrics(best: PlacementValidation, comparison: StepTimeComparison | None) -> dict[str, float]:

@@ -134,17 +134,20 @@ def fetch_champion(registered_model: str, dest_dir: str | Path) -> PublishedPlac
                                   "pipeline for its configuration first; celeritas production show lists "
                                   "the champions)")
     return fetch_published(found.placement_uri, dest_dir, registered_model=registered_model,
-                           version=found.version, placer=found.placer)
+                           version=found.version, placer=found.placer,
+                           placement_sha256=found.placement_sha256)
 
 
 def fetch_published(placement_uri: str, dest_dir: str | Path, *, registered_model: str | None = None,
-                    version: str | None = None, placer: str | None = None) -> PublishedPlacement:
+                    version: str | None = None, placer: str | None = None,
+                    placement_sha256: str | None = None) -> PublishedPlacement:
     """Download a published placement (``.../published/placement.json``) and the
-    ``configuration.json`` beside it into ``dest_dir``."""
+    ``configuration.json`` beside it into ``dest_dir``; with ``placement_sha256`` (the registry's
+    record), bytes with another digest are refused."""
     if not isinstance(placement_uri, str) or not placement_uri.endswith("/placement.json"):
         raise CeleritasInputError(f"not a published placement URI (…/placement.json): {placement_uri!r}")
     dest = Path(dest_dir)
-    local = tracking.download_published(placement_uri, dest / "placement")
+    local = tracking.download_published(placement_uri, dest / "placement", expected_sha256=placement_sha256)
     placement = read_json(local)
     configuration_uri = placement_uri.rsplit("/", 1)[0] + "/configuration.json"
     configuration = read_json(tracking.download_published(configuration_uri, dest / "configuration"))

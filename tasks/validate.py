@@ -4,6 +4,7 @@ same devices (GPU node; the DAG maps it over the plan)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import tempfile
@@ -38,9 +39,11 @@ def plan_validation(job: Job, placed: PlaceResult) -> ValidationPlan:
     promote only if it is still the champion)."""
     name = str(job.configuration["registered_model"])
     current = tracking.champion(name)
+    digest = (current.placement_sha256 or None) if current else None
     items = tuple(ValidationItem(placer=placer, placement_uri=uri,
                                  champion_version=current.version if current else None,
-                                 champion_placement_uri=current.placement_uri if current else None)
+                                 champion_placement_uri=current.placement_uri if current else None,
+                                 champion_placement_sha256=digest)
                   for placer, uri in placed.placements.items() if not placed.oom.get(placer))
     if not items:
         raise CeleritasInputError("no placement fits in memory: nothing to validate")
@@ -66,7 +69,8 @@ def _champion_assignment(item: ValidationItem
     if item.champion_placement_uri is None:
         return None, None, None
     with tempfile.TemporaryDirectory() as tmp:
-        local = tracking.download_published(item.champion_placement_uri, tmp)
+        local = tracking.download_published(item.champion_placement_uri, tmp,
+                                            expected_sha256=item.champion_placement_sha256)
         doc = json.loads(Path(local).read_text())
         return (_assignment(doc, item.champion_placement_uri),
                 placement_op_keys_digest(doc, item.champion_placement_uri),
@@ -83,7 +87,8 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     predicted vs measured peak memory per device (bytes), and the champion's median measured
     alongside."""
     params = job.params
-    doc = storage.read_json(item.placement_uri)
+    placement_bytes = storage.read_bytes(item.placement_uri)
+    doc = storage.parse_json(placement_bytes, item.placement_uri)
     arms = {"challenger": _assignment(doc, item.placement_uri)}
     orders = {"challenger": placement_order(doc, item.placement_uri)}
     champion_error = champion_digest = None
@@ -141,7 +146,7 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         order_mode=mine.order_mode,
         mode_step_seconds={mode: times.step_seconds for mode, times in mine.modes.items()},
         predicted_step_time_s=None if predicted is None else predicted / 1e6,
-        devices_used=tuple(mine.devices_used))
+        devices_used=tuple(mine.devices_used), placement_sha256=hashlib.sha256(placement_bytes).hexdigest())
 
 
 def _modes_line(modes: Mapping[str, ModeTimes], competing: str, predicted_us: float | None,

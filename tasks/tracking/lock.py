@@ -2,7 +2,9 @@
 
 Registering a model name is atomic (names are unique in every MLflow store), so creating the
 registered model ``celeritas-lock-<hash of the name>`` takes the lock and deleting it releases
-it. A lock whose holder's lease has expired (a killed process) is broken.
+it. A lock whose holder is gone is broken: at once when the holder ran on this host and its
+process has ended (a worker killed in the middle of a promotion, retried on the same node), else
+once its lease has expired.
 """
 
 from __future__ import annotations
@@ -36,8 +38,24 @@ def _owner_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _holder_ended(owner: str) -> bool:
+    """Whether the lock holder ``host:pid:nonce`` ran on this host in a process that has ended."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def _lock_expired(client: MlflowClient, lock: str) -> bool:
-    """Whether the lock ``lock`` exists with an expired lease (its holder died)."""
+    """Whether the lock ``lock`` exists with a holder that is gone: its process ended on this host
+    (:func:`_holder_ended`), or its lease expired."""
     # lazy: mlflow loads only when the store is used, so DAG files parse without it
     from mlflow.exceptions import MlflowException
 
@@ -45,6 +63,8 @@ def _lock_expired(client: MlflowClient, lock: str) -> bool:
         tags = client.get_registered_model(lock).tags
     except MlflowException:
         return False
+    if _holder_ended(tags.get(_LOCK_OWNER, "")):
+        return True
     try:
         return float(tags.get(_LOCK_EXPIRES, "inf")) < time.time()
     except ValueError:

@@ -5,6 +5,7 @@ parent runs (``celeritas production show/history``)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -46,6 +47,8 @@ from tasks.tracking.store import (
     _truncate,
     tracking_uri,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -183,14 +186,24 @@ def champion(registered_model: str) -> Champion | None:
 
 
 @_tracked
-def download_published(placement_uri: str, dest_dir: str | os.PathLike[str]) -> Path:
-    """Download a champion's published file (:attr:`Champion.placement_uri`) into ``dest_dir``."""
+def download_published(placement_uri: str, dest_dir: str | os.PathLike[str], *,
+                       expected_sha256: str | None = None) -> Path:
+    """Download a champion's published file (:attr:`Champion.placement_uri`) into ``dest_dir``;
+    with ``expected_sha256`` (:attr:`Champion.placement_sha256`), refuse bytes with another digest
+    in one line (the artifact was changed or damaged after it was published)."""
     # lazy: mlflow loads only when the store is used, so DAG files parse without it
     import mlflow.artifacts
 
     _text(placement_uri, "placement URI")
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=placement_uri, dst_path=str(dest_dir),
-                                                    tracking_uri=tracking_uri()))
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=placement_uri, dst_path=str(dest_dir),
+                                                     tracking_uri=tracking_uri()))
+    if expected_sha256:
+        digest = file_sha256(local)
+        if digest != expected_sha256:
+            raise CeleritasInputError(f"the published file's SHA-256 is {digest[:12]}…, not the "
+                                      f"{expected_sha256[:12]}… the registry recorded when it was published: "
+                                      "it was changed since; refusing it", source=placement_uri)
+    return local
 
 
 @_tracked
@@ -201,8 +214,10 @@ def promote_if_current(*, registered_model: str, model: str, config_key: str, co
     ``expected_version`` (None: there was none): compare-and-set under the configuration's lock.
 
     ``published`` maps file names (``placement.json`` must be one) to local files, logged once to
-    the run under ``published/``: the version's immutable artifacts. A retry of a promotion that
-    went through returns it again instead of creating a second version.
+    the run under ``published/``: the version's immutable artifacts, with the SHA-256 of
+    ``placement.json`` recorded on the version (``celeritas.placement_sha256``). A retry of a
+    promotion returns the version it made (or finishes it: a version registered but not yet the
+    champion gets the alias) instead of creating a second one.
     """
     for key in (registered_model, model, config_key, run_id):
         _text(key, "promotion field")
@@ -214,7 +229,9 @@ def promote_if_current(*, registered_model: str, model: str, config_key: str, co
     with _registry_lock(client, registered_model):
         current = _champion_of(client, registered_model)
         if current is not None and current.run_id == run_id:
-            return Promotion(True, "this run is already the champion (a retried publish)", current)
+            log.info("promotion: run %s is already the champion (version %s): a retried publish",
+                     run_id, current.version)
+            return Promotion(True, reason, current)
         if (current.version if current else None) != expected_version:
             now = current.version if current else "none"
             return Promotion(False, "the champion changed while this run measured it (measured against "
