@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.stack import ROOT, Stack, leftovers, missing_system_packages, start_stack
+from tests.integration.stack import ROOT, Stack, in_sessions, leftovers, missing_system_packages, start_stack
 from tests.integration.ui import chromium
 
 
@@ -21,7 +21,7 @@ def stack() -> Iterator[Stack]:
         yield running
     finally:
         running.stop()
-    left = leftovers(running.marker)
+    left = sorted({*leftovers(running.marker), *in_sessions(running.sessions)})
     assert left == [], f"processes left running after the stack stopped: {left}"
 
 

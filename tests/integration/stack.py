@@ -1,12 +1,18 @@
 """A real distributed deployment on this machine, for the integration tests.
 
-PostgreSQL and Redis from Debian's packages, an MLflow server on PostgreSQL, and Airflow with the
-CeleryExecutor: scheduler, DAG processor, API server and two Celery workers, one on the default
-queue and one on the ``gpu`` queue (with the hostnames ``default-worker`` and ``gpu-worker`` in
-the task instances, through ``[core] hostname_callable``). Everything listens on 127.0.0.1 on
-free ports, keeps its files and logs under ``build/integration/``, runs in its own process group
-and carries the marker ``CELERITAS_IT_RUN`` in its environment; :meth:`Stack.stop` stops every
-process it started by PID (SIGTERM, then SIGKILL) and :func:`leftovers` finds any that survived.
+PostgreSQL and Redis from Debian's packages, an MLflow server on PostgreSQL, an S3 endpoint (moto's
+server) behind a fault-injecting proxy (:mod:`tests.faulty_proxy`, threads of the test
+process), and Airflow with the CeleryExecutor: scheduler, DAG processor, API server and two Celery
+workers, one on the default queue and one on the ``gpu`` queue (with the hostnames
+``default-worker`` and ``gpu-worker`` in the task instances, through ``[core] hostname_callable``).
+Everything listens on 127.0.0.1 on free ports, keeps its files and logs under
+``build/integration/``, runs in its own process group and carries the marker ``CELERITAS_IT_RUN``
+in its environment; :meth:`Stack.stop` stops every process it started by PID (SIGTERM, then
+SIGKILL) and :func:`leftovers` finds any that survived.
+
+Tasks are retried as in production (2 retries), 5 s apart rather than 30 s, and a task whose worker
+died is failed (then retried) after 30 s without a heartbeat rather than 300 s: the fault tests
+(``test_faults.py``) kill workers and servers with :meth:`Stack.kill` and start them again.
 """
 
 from __future__ import annotations
@@ -25,13 +31,18 @@ import uuid
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from tests.faulty_proxy import FaultyProxy
 from tests.mlflow_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 GRACE_S = 30.0
 START_S = 240.0
+#: The bucket and prefix S3 run directories may use (``CELERITAS_RUNS_S3_PREFIX``).
+S3_BUCKET = "celeritas-it"
+S3_RUNS_PREFIX = f"s3://{S3_BUCKET}/runs"
 
 
 def postgres_bin() -> Path | None:
@@ -49,16 +60,56 @@ def missing_system_packages() -> list[str]:
     return missing
 
 
-def leftovers(marker: str) -> list[int]:
-    """PIDs of processes whose environment holds ``CELERITAS_IT_RUN=<marker>``."""
-    needle = f"CELERITAS_IT_RUN={marker}".encode()
+def leftovers(marker: str, process: str | None = None) -> list[int]:
+    """PIDs of processes whose environment holds ``CELERITAS_IT_RUN=<marker>`` (and
+    ``CELERITAS_IT_PROCESS=<process>``: started as that process of the stack, or by it)."""
+    needles = [f"CELERITAS_IT_RUN={marker}".encode()]
+    if process is not None:
+        needles.append(f"CELERITAS_IT_PROCESS={process}".encode())
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with suppress(OSError):
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                environ = (entry / "environ").read_bytes().split(b"\0")
+                if all(needle in environ for needle in needles) and _alive(entry):
                     found.append(int(entry.name))
     return found
+
+
+def in_sessions(sessions: set[int]) -> list[int]:
+    """The PIDs of the live processes in any of ``sessions`` (by session id, from ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) in sessions and fields[0] != "Z":
+                    found.append(int(entry.name))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """The PIDs of every process below ``pid`` (its children, theirs, …), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with suppress(OSError, IndexError, ValueError):
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(entry: Path) -> bool:
+    """Whether the process at ``/proc/PID`` runs (not a zombie waiting to be reaped)."""
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass
@@ -72,6 +123,13 @@ class Stack:
     airflow_url: str = ""
     mlflow_url: str = ""
     password: str = ""
+    pg_port: int = 0
+    pg_data: Path | None = None
+    #: The session of every process started (each starts one): what they start stays in it, even
+    #: an Airflow task process, which moves to a process group of its own and hides its environment
+    sessions: set[int] = field(default_factory=set)
+    s3_proxy: FaultyProxy | None = None
+    worker_env: dict[str, dict[str, str]] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- processes
     def start(self, name: str, command: list[str], *, env: dict[str, str] | None = None,
@@ -82,10 +140,12 @@ class Stack:
         logs = self.folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(command, env={**(env or self.env), "CELERITAS_IT_RUN": self.marker},
+            proc = subprocess.Popen(command, env={**(env or self.env), "CELERITAS_IT_RUN": self.marker,
+                                                  "CELERITAS_IT_PROCESS": name},
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.folder, start_new_session=True)
         self.procs[name] = proc
+        self.sessions.add(proc.pid)
         return proc
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
@@ -101,8 +161,27 @@ class Stack:
                 raise RuntimeError(f"{what} did not come up; log of {name}:\n{self.log_tail(name)}")
             time.sleep(0.5)
 
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` to process ``name``, every process it started (an Airflow task process runs
+        in a process group of its own) and every process of this stack that carries its name
+        (``CELERITAS_IT_PROCESS``); wait until they are gone."""
+        proc = self.procs[name]
+        doomed = {proc.pid, *descendants(proc.pid), *in_sessions({proc.pid}),
+                  *leftovers(self.marker, process=name)}
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        for pid in doomed:
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        proc.wait(timeout=GRACE_S)
+        deadline = time.monotonic() + GRACE_S
+        while [pid for pid in doomed if _alive(Path(f"/proc/{pid}"))] and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     def stop(self) -> None:
         """Stop every process started, newest first: SIGTERM its group, SIGKILL after the grace."""
+        if self.s3_proxy is not None:
+            self.s3_proxy.close()
         for name, proc in reversed(list(self.procs.items())):
             if proc.poll() is None:
                 with suppress(ProcessLookupError):
@@ -115,6 +194,11 @@ class Stack:
                     proc.wait(timeout=10)
             with suppress(ProcessLookupError):  # anything the group left behind
                 os.killpg(proc.pid, signal.SIGKILL)
+        for pid in in_sessions(self.sessions):  # what left its group (an Airflow task process)
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.pg_data is not None:  # the database's files, outside the build folder
+            shutil.rmtree(self.pg_data, ignore_errors=True)
 
     # ---------------------------------------------------------------- services
     def start_postgres(self) -> int:
@@ -123,6 +207,7 @@ class Stack:
         assert bin_dir is not None, "PostgreSQL is not installed (tests/integration/system_packages.sh)"
         data = Path(f"/tmp/celeritas-it-pg-{self.marker[:8]}")
         data.mkdir(mode=0o700)
+        self.pg_data = data
         if os.geteuid() == 0:
             shutil.chown(data, "postgres", "postgres")
         run_as = "postgres" if os.geteuid() == 0 else None
@@ -150,8 +235,10 @@ class Stack:
         self.wait_for("Redis", lambda: _answers_tcp(port), "redis", 30)
         return port
 
-    def start_mlflow(self, pg_port: int) -> None:
-        port = free_port()
+    def start_mlflow(self, pg_port: int, port: int | None = None) -> None:
+        """The MLflow server on PostgreSQL (on ``port``: again where it was, after :meth:`kill`)."""
+        self.pg_port = pg_port
+        port = port or free_port()
         self.mlflow_url = f"http://127.0.0.1:{port}"
         env = {**self.env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         env.pop("MLFLOW_TRACKING_URI", None)
@@ -181,7 +268,11 @@ class Stack:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "MLFLOW_TRACKING_URI": self.mlflow_url, "CELERITAS_MLFLOW_UI_URL": self.mlflow_url,
-            "CELERITAS_HOME": str(self.folder / "home"), "CELERITAS_RETRIES": "0",
+            "CELERITAS_HOME": str(self.folder / "home"), "CELERITAS_RETRIES": "2",
+            "CELERITAS_RETRY_DELAY_SECONDS": "5",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "5",
         }
 
     def start_airflow(self, pg_port: int, redis_port: int) -> None:
@@ -199,17 +290,46 @@ class Stack:
         self.start("dag-processor", [airflow, "dag-processor"])
         python_path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
         for queue in ("default", "gpu"):
-            worker_env = {**env, "CELERITAS_IT_HOSTNAME": f"{queue}-worker", "PYTHONPATH": python_path,
-                          "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.integration.hostnames.from_environment"}
-            # no log server: Airflow binds it to every interface (no host setting); the workers
-            # write their task logs under this machine's AIRFLOW_HOME, where the API server reads them
-            self.start(f"worker-{queue}", [airflow, "celery", "worker", "--queues", queue,
-                                           "--concurrency", "1", "--celery-hostname", f"{queue}-worker@%h",
-                                           "--without-gossip", "--without-mingle", "--skip-serve-logs"],
-                       env=worker_env)
+            self.worker_env[queue] = {
+                **env, "CELERITAS_IT_HOSTNAME": f"{queue}-worker", "PYTHONPATH": python_path,
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.integration.hostnames.from_environment"}
+            self.start_worker(queue)
         health = f"{self.airflow_url}/api/v2/monitor/health"
         self.wait_for("the Airflow API server", lambda: _answers_http(health), "api-server")
         self.password = _password(Path(env["AIRFLOW_HOME"]))
+
+    def start_worker(self, queue: str, **extra_env: str) -> None:
+        """The Celery worker of ``queue`` (``default`` or ``gpu``), one task at a time (again after
+        :meth:`kill`; ``extra_env`` added to its environment)."""
+        # no log server: Airflow binds it to every interface (no host setting); the workers
+        # write their task logs under this machine's AIRFLOW_HOME, where the API server reads them
+        self.start(f"worker-{queue}", [str(VENV_BIN / "airflow"), "celery", "worker", "--queues", queue,
+                                       "--concurrency", "1", "--celery-hostname", f"{queue}-worker@%h",
+                                       "--without-gossip", "--without-mingle", "--skip-serve-logs"],
+                   env={**self.worker_env[queue], **extra_env})
+
+    def start_s3(self) -> None:
+        """moto's S3 server, the bucket :data:`S3_BUCKET`, and the fault-injecting proxy in front of it
+        that the tasks talk to (``CELERITAS_S3_ENDPOINT_URL``; run directories under
+        :data:`S3_RUNS_PREFIX` allowed)."""
+        port = free_port()
+        self.start("s3", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
+        self.wait_for("moto's S3 server", lambda: _answers_tcp(port), "s3", 60)
+        self.s3_proxy = FaultyProxy(port)
+        self.env.update({"CELERITAS_S3_ENDPOINT_URL": self.s3_proxy.url, "AWS_ACCESS_KEY_ID": "testing",
+                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                         "CELERITAS_RUNS_S3_PREFIX": S3_RUNS_PREFIX})
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            self.env.pop(name, None)
+        self.s3_client().create_bucket(Bucket=S3_BUCKET)
+
+    def s3_client(self) -> Any:
+        """A boto3 client on moto's server itself (past the proxy)."""
+        import boto3
+
+        endpoint = f"http://127.0.0.1:{self.s3_proxy.target_port}" if self.s3_proxy else None
+        return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                            aws_secret_access_key="testing", region_name="us-east-1")
 
     # ---------------------------------------------------------------- the REST API
     def token(self) -> str:
@@ -304,6 +424,7 @@ def start_stack(folder: Path) -> Stack:
         pg_port = stack.start_postgres()
         redis_port = stack.start_redis()
         stack.start_mlflow(pg_port)
+        stack.start_s3()
         stack.start_airflow(pg_port, redis_port)
     except BaseException:
         stack.stop()

@@ -15,6 +15,7 @@ import pytest
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.redact import RedactingFilter, redact
+from tasks import storage
 from tasks.params import resolve_params, schema
 from tasks.policy import check_model, check_run_dir, resolve_model
 
@@ -485,6 +486,19 @@ def test_dag_task_errors_lose_their_secrets() -> None:
     assert err.value.__suppress_context__
     with pytest.raises(Exception, match="parameter 'x': http://u:\\*\\*\\*@h"):
         _call(lambda: (_ for _ in ()).throw(CeleritasInputError("parameter 'x': http://u:pw@h")))
+
+    def store_down() -> None:
+        try:
+            raise ConnectionResetError("reset by http://u:topsecret@s3")
+        except ConnectionResetError as exc:
+            raise storage.TransientStorageError("s3://b/run/x.json", f"ConnectionResetError: {exc}") from exc
+
+    # a transient failure stays its type (retried), as its one line without the chain of causes
+    with pytest.raises(storage.TransientStorageError) as transient:
+        _call(store_down)
+    message = str(transient.value)
+    assert message.startswith("s3://b/run/x.json: transient storage error: ConnectionResetError")
+    assert "topsecret" not in message and "\n" not in message and transient.value.__cause__ is None
 
 
 def test_a_run_directory_belongs_to_one_job(store: Path) -> None:
