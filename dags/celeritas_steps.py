@@ -92,6 +92,9 @@ def _call(step: Callable[[], Any]) -> Any:
         if _holds_secrets(exc):  # the traceback would print them: raise a clean one (still retried)
             raise RuntimeError(f"{type(exc).__name__}: {redact(str(exc))}") from None
         raise
+    finally:  # back to the defaults: a process running tasks in turn (dag.test) starts each afresh
+        tracking.wait_for_server(0)
+        tracking.pin_metric_time(None)
 
 
 def _run_start_ms() -> int | None:
