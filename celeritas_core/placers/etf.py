@@ -541,8 +541,9 @@ class _ListScheduler:
             self._revive(k2)
 
     def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
-        """Reserve the transfers of v's inputs missing on d, in input order (FIFO channels);
-        return when all are there (µs) and the tensors newly sent to d."""
+        """Reserve the transfers of v's inputs missing on d, in input order (FIFO channels, each
+        booked by :meth:`_book_transfer`); return when all are there (µs) and the tensors newly
+        sent to d."""
         num_dev, sent, devices = self.num_dev, self.sent, self.devices
         target = devices[d]
         a = 0.0
@@ -554,21 +555,26 @@ class _ListScheduler:
                 j = t * num_dev + d
                 e = sent[j]
                 if e < 0.0:
-                    sender = devices[p]
-                    s = f
-                    if sender.send_free > s:
-                        s = sender.send_free
-                    if target.recv_free > s:
-                        s = target.recv_free
-                    e = s + c
-                    sender.send_free = e
-                    target.recv_free = e
-                    sent[j] = e
+                    e = sent[j] = self._book_transfer(devices[p], target, f, c)
                     new.append(t)
                     self.transfers += 1
             if e > a:
                 a = e
         return a, new
+
+    @staticmethod
+    def _book_transfer(sender: _Device, target: _Device, ready_us: float, cost_us: float) -> float:
+        """Book one transfer of ``cost_us`` from ``sender`` to ``target``, ready at ``ready_us``, on
+        the sender's send channel and the target's receive channel; returns when it arrives (µs)."""
+        s = ready_us
+        if sender.send_free > s:
+            s = sender.send_free
+        if target.recv_free > s:
+            s = target.recv_free
+        e = s + cost_us
+        sender.send_free = e
+        target.recv_free = e
+        return e
 
     def _pin_group(self, v: int, d: int) -> None:
         """The first placed member of a co-location group pins the other members to d (0 bytes)."""
@@ -642,31 +648,15 @@ class _BaechiListScheduler(_ListScheduler):
                 a = e
         return a
 
-    def _reserve_inputs(self, v: int, d: int) -> tuple[float, list[int]]:
-        """Reserve the transfers of v's inputs missing on d on the devices' channels, in input
-        order; return when all are there (µs) and the tensors newly sent to d."""
-        num_dev, sent, devices = self.num_dev, self.sent, self.devices
-        target = devices[d]
-        a = 0.0
-        new: list[int] = []
-        for f, _, p, t, c in self.inputs[v]:
-            if p == d:
-                e = f
-            else:
-                j = t * num_dev + d
-                e = sent[j]
-                if e < 0.0:
-                    sender = devices[p]
-                    s = f if f > sender.send_free else sender.send_free
-                    r = s if s > target.send_free else target.send_free
-                    sender.send_free = sender.recv_free = s + c
-                    e = target.send_free = target.recv_free = r + c
-                    sent[j] = e
-                    new.append(t)
-                    self.transfers += 1
-            if e > a:
-                a = e
-        return a, new
+    @staticmethod
+    def _book_transfer(sender: _Device, target: _Device, ready_us: float, cost_us: float) -> float:
+        """Book one transfer on the devices' one channel each: sent from ``max(ready, the sender's
+        channel)``, received from ``max(that, the target's channel)``; returns when it arrives (µs)."""
+        s = ready_us if ready_us > sender.send_free else sender.send_free
+        r = s if s > target.send_free else target.send_free
+        sender.send_free = sender.recv_free = s + cost_us
+        target.send_free = target.recv_free = r + cost_us
+        return r + cost_us
 
 
 class _LinkedListScheduler(_ListScheduler):
