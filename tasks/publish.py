@@ -140,9 +140,11 @@ def _promote(job: Job, plan: ValidationPlan, best: PlacementValidation, reason: 
             if uri is None:
                 path.write_text(json.dumps(config, indent=1, sort_keys=True))
             else:
-                path.write_bytes(storage.read_bytes(uri))
+                data = storage.read_bytes(uri)
+                if name == "placement.json":
+                    _check_timed_bytes(best, data)
+                path.write_bytes(data)
             local[name] = str(path)
-        _check_timed_bytes(best, Path(local["placement.json"]).read_bytes())
         tags = {tracking.TAG_PLACER: best.placer, "celeritas.step_time_s": repr(best.median_s),
                 tracking.TAG_CONFIG_KEY: job.config_key, "celeritas.batch_size": config["batch_size"],
                 "celeritas.previous_version": plan.champion_version or "none"}
