@@ -60,18 +60,14 @@ def missing_system_packages() -> list[str]:
     return missing
 
 
-def leftovers(marker: str, process: str | None = None) -> list[int]:
-    """PIDs of processes whose environment holds ``CELERITAS_IT_RUN=<marker>`` (and
-    ``CELERITAS_IT_PROCESS=<process>``: started as that process of the stack, or by it)."""
-    needles = [f"CELERITAS_IT_RUN={marker}".encode()]
-    if process is not None:
-        needles.append(f"CELERITAS_IT_PROCESS={process}".encode())
+def leftovers(marker: str) -> list[int]:
+    """PIDs of processes whose environment holds ``CELERITAS_IT_RUN=<marker>``."""
+    needle = f"CELERITAS_IT_RUN={marker}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with suppress(OSError):
-                environ = (entry / "environ").read_bytes().split(b"\0")
-                if all(needle in environ for needle in needles) and _alive(entry):
+                if needle in (entry / "environ").read_bytes().split(b"\0") and _alive(entry):
                     found.append(int(entry.name))
     return found
 
@@ -85,22 +81,6 @@ def in_sessions(sessions: set[int]) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
                 if int(fields[3]) in sessions and fields[0] != "Z":
                     found.append(int(entry.name))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """The PIDs of every process below ``pid`` (its children, theirs, …), from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with suppress(OSError, IndexError, ValueError):
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
     return found
 
 
@@ -140,8 +120,7 @@ class Stack:
         logs = self.folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(command, env={**(env or self.env), "CELERITAS_IT_RUN": self.marker,
-                                                  "CELERITAS_IT_PROCESS": name},
+            proc = subprocess.Popen(command, env={**(env or self.env), "CELERITAS_IT_RUN": self.marker},
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     cwd=self.folder, start_new_session=True)
         self.procs[name] = proc
@@ -162,14 +141,10 @@ class Stack:
             time.sleep(0.5)
 
     def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Send ``sig`` to process ``name``, every process it started (an Airflow task process runs
-        in a process group of its own) and every process of this stack that carries its name
-        (``CELERITAS_IT_PROCESS``); wait until they are gone."""
+        """Send ``sig`` to process ``name`` and every process in its session (what it started: an
+        Airflow task process, in a process group of its own, included); wait until they are gone."""
         proc = self.procs[name]
-        doomed = {proc.pid, *descendants(proc.pid), *in_sessions({proc.pid}),
-                  *leftovers(self.marker, process=name)}
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
+        doomed = {proc.pid, *in_sessions({proc.pid})}
         for pid in doomed:
             with suppress(ProcessLookupError):
                 os.kill(pid, sig)
