@@ -39,6 +39,7 @@ class FaultyProxy:
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()
         self._fault: tuple[str, float] | None = None
+        self._faults_left: int | None = None
         self._sockets: set[socket.socket] = set()
         self._closed = False
         self.injected: Counter[str] = Counter()
@@ -49,12 +50,17 @@ class FaultyProxy:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def fail(self, mode: str, seconds: float) -> None:
-        """Fail every request in ``mode`` (:data:`MODES`) for the next ``seconds``."""
+    def fail(self, mode: str, seconds: float, times: int | None = None) -> None:
+        """Fail every request in ``mode`` (:data:`MODES`) for the next ``seconds``.
+
+        With ``times``, the fault also ends after that many injected faults: a blip that does not
+        race the client's (jittered) retry delays against the clock.
+        """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         with self._lock:
             self._fault = (mode, time.monotonic() + seconds)
+            self._faults_left = times
 
     def heal(self) -> None:
         """Forward everything again."""
@@ -66,8 +72,13 @@ class FaultyProxy:
             if self._fault is None or time.monotonic() >= self._fault[1]:
                 self._fault = None
                 return None
-            self.injected[self._fault[0]] += 1
-            return self._fault[0]
+            mode = self._fault[0]
+            self.injected[mode] += 1
+            if self._faults_left is not None:
+                self._faults_left -= 1
+                if self._faults_left <= 0:
+                    self._fault = None
+            return mode
 
     def close(self) -> None:
         """Stop accepting and close every connection."""
