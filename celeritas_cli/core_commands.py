@@ -89,7 +89,33 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
     else:
         lines.append("OOM: none")
     lines.append(_memory_bound_line(placement))
+    lines.extend(_pipeline_lines(cluster, placement))
     return "\n".join(lines)
+
+
+def _pipeline_lines(cluster: Cluster, placement: Placement) -> list[str]:
+    """The pipelined step beside the single-batch one (none for a single-batch placement)."""
+    plan = placement.pipeline
+    search = placement.extra.get("pipeline_search")
+    if plan is None:
+        if search:
+            tried = search["micro_batches_tried"]
+            return ["", f"pipelined   micro-batches tried {tried}: one batch per step was fastest"]
+        return []
+    batch = f" of {plan.batch_size // plan.micro_batches}" if plan.batch_size else ""
+    ratio = plan.predicted_step_time_us / plan.single_batch_step_time_us
+    step = format_us(plan.predicted_step_time_us)
+    lines = ["", f"pipelined step         {step:>12}   {plan.micro_batches} micro-batches{batch}, "
+                 f"{plan.schedule}; {ratio:.2f}x the single-batch placement's "
+                 f"{format_us(plan.single_batch_step_time_us)}",
+             f"{'device':<10} {'warm-up':>7} {'peak memory':>12} {'capacity':>12} {'peak %':>7}"]
+    for d, name in enumerate(cluster.device_names):
+        used, cap = plan.device_peak_memory_bytes[d], cluster.memory_bytes[d]
+        flag = "  OOM" if name in plan.oom_devices else ""
+        lines.append(f"{name:<10} {int(plan.warmup[d]):>7} {format_bytes(used):>12} {format_bytes(cap):>12} "
+                     f"{used / cap * 100:>6.1f}%{flag}")
+    lines.append(f"OOM (pipelined): {', '.join(plan.oom_devices)}" if plan.oom else "OOM (pipelined): none")
+    return lines
 
 
 #: What each execution order means, on the summary's line (docs/simulator.md, "Enforced order").
@@ -155,10 +181,18 @@ def _cmd_place(args: argparse.Namespace) -> int:
         if value is not None:
             params[p.name] = value
     spec.resolve_params(params)  # types and ranges (docs/algorithms.md), before any file is read
+    request = _pipeline_request(args)
     out = args.out if args.out is not None else \
         Path(f"{Path(args.graph).stem}.{args.placer}.placement.json")  # as given: `--out dir/` is refused
     graph, cluster, inputs = _placing_inputs(args, [out])
-    placement = place(graph, cluster, args.placer, params, headroom=args.headroom, order_mode=args.order)
+    if request is None:
+        placement = place(graph, cluster, args.placer, params, headroom=args.headroom, order_mode=args.order)
+    else:
+        # lazy: numpy and the engine load only when a command runs (see the module docstring)
+        from celeritas_core.pipeline.plan import place_pipelined
+
+        placement = place_pipelined(graph, cluster, args.placer, params, request=request,
+                                    headroom=args.headroom)
     save_placement(placement, out, inputs=inputs, graph=graph)
     print(_summary(graph, cluster, placement))
     print(f"wrote {out}")
@@ -501,7 +535,42 @@ def _add_place(sub: typing.Any) -> None:
                         f"{ENFORCED_ORDER} (default): each device runs its ops in the order the simulator "
                         f"ran them, so the predicted step is the one that runs; {FREE_ORDER}: the runtime "
                         "picks among ready ops (docs/simulator.md, \"Enforced order\")")
+    _add_pipeline_flags(p)
     p.set_defaults(func=_cmd_place)
+
+
+def _add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
+    """``--micro-batches`` and what goes with it, on ``place`` and ``compare`` (docs/pipelining.md)."""
+    parser.add_argument("--micro-batches", dest="micro_batches", metavar="M|auto", default=None,
+                        help="place a training step as a pipelined step of M micro-batches (a divisor of "
+                             "the batch; auto: the fastest that fits of every divisor up to 4 per device, "
+                             "or one batch per step), gradients accumulated and the optimizer applied "
+                             "once (docs/pipelining.md); default: one batch per step")
+    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "auto"), default="auto",
+                        help="pipeline schedule with --micro-batches: gpipe (all forwards, then all "
+                             "backwards), 1f1b (one forward, one backward: fewer activations in flight) "
+                             "or auto (default: the faster that fits)")
+    parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, metavar="B",
+                        help="the batch the graph's costs were measured at (default: the graph's "
+                             "meta batch_size)")
+    parser.add_argument("--op-floor-us", dest="op_floor_us", type=float, default=None, metavar="US",
+                        help="per-op floor in µs that a micro-batch's op time never goes below (kernel "
+                             "launch and dispatch; default: the graph's meta op_floor_us, else 5)")
+
+
+def _pipeline_request(args: argparse.Namespace) -> typing.Any:
+    """The :class:`~celeritas_core.pipeline.plan.PipelineRequest` of the flags, None without
+    ``--micro-batches`` (checked before any file is read)."""
+    if args.micro_batches is None:
+        for flag in ("batch_size", "op_floor_us"):
+            if getattr(args, flag) is not None:
+                raise CeleritasInputError(f"--{flag.replace('_', '-')} needs --micro-batches")
+        return None
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    from celeritas_core.pipeline.plan import PipelineRequest
+
+    return PipelineRequest.parse(args.micro_batches, args.schedule, batch_size=args.batch_size,
+                                 op_floor_us=args.op_floor_us)
 
 
 def _add_headroom(parser: argparse.ArgumentParser) -> None:

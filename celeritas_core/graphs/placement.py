@@ -107,6 +107,47 @@ _NOT_EVALUATED = PlacementEvaluation(
 
 
 @dataclass(frozen=True, eq=False)
+class PipelinePlan:
+    """How a placement runs as a pipelined step of ``micro_batches`` micro-batches (µs, bytes).
+
+    ``schedule`` is ``gpipe`` or ``1f1b`` (:mod:`celeritas_core.pipeline.schedules`);
+    ``predicted_step_time_us`` and ``device_peak_memory_bytes`` are the pipelined step's replay
+    (every micro-batch's activations in flight counted), ``oom_devices`` the devices whose peak
+    exceeds their memory, ``warmup`` each device's warm-up in micro-batches (the most in flight
+    on it). ``device_order[d]`` lists device ``d``'s runs in order as rows ``(op, micro_batch,
+    accumulated_output)``: the op's index in the placement, its micro-batch (-1: run once per
+    step), and for the addition that accumulates a gradient, the op's output it sums (-1 for
+    the op itself). ``single_batch_step_time_us`` is the best single-batch placement's step that
+    the search started from; ``cost_source`` says where the micro-batch costs came from (``fits``
+    or ``scaled``, with ``op_floor_us`` the floor of the scaling).
+    """
+
+    micro_batches: int
+    schedule: str
+    predicted_step_time_us: float
+    device_peak_memory_bytes: np.ndarray
+    warmup: np.ndarray
+    device_order: tuple[np.ndarray, ...]
+    batch_size: int | None = None
+    oom_devices: tuple[str, ...] = ()
+    single_batch_step_time_us: float = math.nan
+    cost_source: str = "scaled"
+    op_floor_us: float = math.nan
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device_peak_memory_bytes", _frozen_array(self.device_peak_memory_bytes))
+        object.__setattr__(self, "warmup", _frozen_array(self.warmup, np.int64))
+        object.__setattr__(self, "device_order", tuple(_frozen_array(np.asarray(rows).reshape(-1, 3), np.int64)
+                                                       for rows in self.device_order))
+        object.__setattr__(self, "oom_devices", tuple(self.oom_devices))
+
+    @property
+    def oom(self) -> bool:
+        """True when some device's pipelined peak exceeds its memory."""
+        return bool(self.oom_devices)
+
+
+@dataclass(frozen=True, eq=False)
 class Placement:
     """An assignment of every node of a graph to a device, as a placer made it.
 
@@ -155,6 +196,8 @@ class Placement:
     evaluation: PlacementEvaluation | None = None
     device_order: tuple[np.ndarray, ...] | None = None
     order_mode: str = DEFAULT_ORDER_MODE
+    pipeline: PipelinePlan | None = None
+    """How it runs pipelined over micro-batches; None: one batch per step."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "assignment", _frozen_array(self.assignment, np.int64))

@@ -70,6 +70,7 @@ from celeritas_core.readwrite.limits import (
     is_number,
     short_repr,
 )
+from celeritas_core.readwrite.pipeline_json import pipeline_from_json, pipeline_to_json
 from celeritas_core.readwrite.safe_io import read_input_bytes, write_atomic
 from celeritas_core.simulation.simulator import order_indices
 from celeritas_core.statistics.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
@@ -748,6 +749,7 @@ def placement_from_json(doc: Any, graph: Graph, cluster: Cluster | None = None) 
         coarse_nodes=coarse_nodes,
         device_order=_device_order_indices(doc, graph, result),
         order_mode=placement_order_mode(doc),
+        pipeline=pipeline_from_json(doc, graph.index, devices),
     )
 
 
@@ -977,6 +979,8 @@ def placement_to_json(placement: Placement, *, op_keys_digest: str | None = None
     if p.device_order is not None:
         names = p.node_names
         doc["device_order"] = [[names[i] for i in order.tolist()] for order in p.device_order]
+    if p.pipeline is not None:
+        doc["pipeline"] = pipeline_to_json(p.pipeline, p.node_names)
     extra = dict(p.extra)
     if p.evaluation is not None:
         extra.update(p.evaluation.extra_json())

@@ -1,0 +1,280 @@
+"""Place a training step as a pipelined step: the assignment, ``M`` and the schedule.
+
+:func:`place_pipelined` runs a placer on the step as one batch, then, for every ``M`` asked for
+(``auto``: :func:`candidate_micro_batches`) and every schedule asked for (``auto``: GPipe and
+1F1B), replays candidate assignments as pipelined steps at the micro-batch's costs
+(:mod:`~celeritas_core.pipeline.schedules`) and keeps the fastest whose replayed peak fits every
+device (none fits: the least overflow, then the fastest). The candidates:
+
+* the placer's own single-batch assignment;
+* for ``celeritas`` (pipelined Celeritas), also the stage planners'
+  (:mod:`~celeritas_core.placers.pipeline_stages`: ``gpipe-even``, ``alpa-stages``,
+  ``pipedream``), each at the micro-batch's costs and that ``M``;
+* for a placer that takes ``micro_batches`` (a stage planner), its assignment at each ``M``.
+
+With ``auto``, one batch per step (``M = 1``, the single-batch placement itself) competes too:
+the result is never slower than it. Everything counted is work (replays of fixed candidates),
+never wall clock: the same input gives the same placement.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.graphs.graph import Graph
+from celeritas_core.graphs.placement import PipelinePlan, Placement
+from celeritas_core.pipeline.microbatch import BatchFits, microbatch_graph, op_floor_us
+from celeritas_core.pipeline.roles import OpRoles, op_roles
+from celeritas_core.pipeline.schedules import SCHEDULES, PipelineReplay, check_schedule, replay_pipeline
+from celeritas_core.pipeline.unroll import unroll
+from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import simulate
+
+#: The stage planners pipelined Celeritas also starts from.
+STAGE_PLANNERS = ("gpipe-even", "alpa-stages", "pipedream")
+#: ``auto`` tries every divisor of the batch up to this many micro-batches per device: GPipe's
+#: bubble overhead is negligible once M >= 4 x the stages (Huang et al., 2019, section 2.3).
+AUTO_MICRO_BATCHES_PER_DEVICE = 4
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    """What to pipeline: ``micro_batches`` (None: ``auto``), ``schedule`` (``gpipe``, ``1f1b`` or
+    ``auto``), the batch (None: the graph's ``meta["batch_size"]``) and the per-op floor (µs;
+    None: :func:`~celeritas_core.pipeline.microbatch.op_floor_us`)."""
+
+    micro_batches: int | None = None
+    schedule: str = "auto"
+    batch_size: int | None = None
+    op_floor_us: float | None = None
+
+    def __post_init__(self) -> None:
+        check_schedule(self.schedule, auto=True)
+        if self.micro_batches is not None and self.micro_batches < 1:
+            raise CeleritasInputError(f"micro-batches must be >= 1 or auto, got {self.micro_batches}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise CeleritasInputError(f"batch size must be >= 1, got {self.batch_size}")
+
+    @classmethod
+    def parse(cls, micro_batches: str | int | None, schedule: str = "auto", **rest: Any) -> PipelineRequest:
+        """From the command line's spelling: ``micro_batches`` an integer or ``auto``."""
+        if micro_batches is None or str(micro_batches).strip().lower() == "auto":
+            return cls(None, schedule, **rest)
+        text = str(micro_batches).strip()
+        if not text.isdigit():
+            raise CeleritasInputError(f"micro-batches must be a whole number or auto, got {micro_batches!r}")
+        return cls(int(text), schedule, **rest)
+
+    @property
+    def schedules(self) -> tuple[str, ...]:
+        """The schedules to try."""
+        return SCHEDULES if self.schedule == "auto" else (self.schedule,)
+
+
+def candidate_micro_batches(batch_size: int | None, num_devices: int, micro_batches: int | None) -> list[int]:
+    """The ``M`` to try: ``micro_batches`` when given (it must divide the batch, when known), else
+    every divisor of the batch from 2 to ``AUTO_MICRO_BATCHES_PER_DEVICE`` x the devices.
+
+    Examples
+    --------
+    >>> candidate_micro_batches(32, 4, None)
+    [2, 4, 8, 16]
+    >>> candidate_micro_batches(32, 4, 3)
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: micro-batches 3 does not divide the batch of 32
+    """
+    if micro_batches is not None:
+        if batch_size is not None and batch_size % micro_batches:
+            raise CeleritasInputError(f"micro-batches {micro_batches} does not divide the batch of "
+                                      f"{batch_size}")
+        return [micro_batches]
+    if batch_size is None:
+        raise CeleritasInputError("micro-batches auto needs the batch size: the graph records none "
+                                  "(meta batch_size); give it (--batch-size)")
+    most = min(batch_size, AUTO_MICRO_BATCHES_PER_DEVICE * num_devices)
+    return [m for m in range(2, most + 1) if batch_size % m == 0]
+
+
+@dataclass(frozen=True, eq=False)
+class _Tried:
+    """One candidate replayed: where its assignment came from, and the replay."""
+
+    source: str
+    assignment: np.ndarray
+    replay: PipelineReplay
+
+    def key(self, capacity: np.ndarray) -> tuple[float, float, int]:
+        """Fits first, then least overflow, then fastest, then fewer micro-batches."""
+        over = self.replay.overflow_bytes(capacity)
+        return (over, self.replay.step_time_us, self.replay.micro_batches)
+
+
+def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
+                    params: Mapping[str, Any] | None = None, *, request: PipelineRequest | None = None,
+                    fits: BatchFits | None = None, headroom: float = 0.0) -> Placement:
+    """Place ``graph`` (a training step) on ``cluster`` as a pipelined step (module docstring).
+
+    Parameters
+    ----------
+    graph : Graph
+        A training step with batch inputs (:func:`~celeritas_core.pipeline.roles.op_roles`).
+    cluster : Cluster
+        The devices.
+    placer : str, optional
+        The single-batch placer to start from (default ``celeritas``: pipelined Celeritas).
+    params : mapping, optional
+        Its parameters.
+    request : PipelineRequest, optional
+        M, the schedule, the batch and the floor (default: all ``auto``).
+    fits : BatchFits, optional
+        Per-op fits for the micro-batch costs (``celeritas-fits``); else the scaling.
+    headroom : float, optional
+        As for :func:`~celeritas_core.placers.place`.
+
+    Returns
+    -------
+    Placement
+        The chosen assignment, evaluated as one batch (the top-level figures, as every placement),
+        with its :class:`~celeritas_core.graphs.placement.PipelinePlan` (None when one batch per
+        step was fastest under ``auto``); ``placement_seconds`` counts the whole search.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster
+    >>> from celeritas_core.generators.synthetic import small_training_graph
+    >>> from celeritas_core.simulation.memory import one_device_peak_bytes
+    >>> g = small_training_graph(0, liveness=True)
+    >>> cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(g))
+    >>> p = place_pipelined(g, cluster, request=PipelineRequest(4, "1f1b"))
+    >>> p.pipeline.micro_batches, p.pipeline.schedule, p.pipeline.oom
+    (4, '1f1b', False)
+    >>> bool(p.pipeline.predicted_step_time_us < p.pipeline.single_batch_step_time_us)
+    True
+    """
+    request = request or PipelineRequest()
+    roles = op_roles(graph)
+    batch = request.batch_size or _graph_batch(graph)
+    ms = candidate_micro_batches(batch, cluster.num_devices, request.micro_batches)
+    floor = op_floor_us(graph, request.op_floor_us)
+    base = place(graph, cluster, placer, params, headroom=headroom)
+    started = time.perf_counter()
+    tried: list[_Tried] = []
+    for m in ms:
+        tried.extend(_replays(graph, cluster, roles, m, request, base, placer, floor, fits, batch, headroom))
+    capacity = cluster.memory_bytes
+    best = min(tried, key=lambda t: t.key(capacity))
+    base_over = float(np.maximum(base.device_peak_memory_bytes - capacity, 0).sum())
+    seconds = base.placement_seconds + time.perf_counter() - started
+    search = {"micro_batches_tried": ms, "schedules_tried": list(request.schedules), "candidates": len(tried)}
+    if request.micro_batches is None and (base_over, base.predicted_step_time_us) <= best.key(capacity)[:2]:
+        extra = dict(base.extra, pipeline_search={**search, "chosen": "one batch per step"})
+        return replace(base, placement_seconds=seconds, extra=extra)
+    chosen = base if np.array_equal(best.assignment, base.assignment) else evaluate_placement(
+        graph, cluster, replace(base, assignment=best.assignment, device_order=None))
+    plan = _plan(best, cluster, batch, base, floor, fits is not None)
+    extra = dict(base.extra, pipeline_search={**search, "chosen": best.source})
+    return replace(chosen, placement_seconds=seconds, pipeline=plan, extra=extra)
+
+
+def _graph_batch(graph: Graph) -> int | None:
+    """The graph's recorded batch size, if any."""
+    value = graph.meta.get("batch_size")
+    return int(value) if isinstance(value, int | float) and value >= 1 else None
+
+
+def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: PipelineRequest,
+             base: Placement, placer: str, floor: float, fits: BatchFits | None, batch: int | None,
+             headroom: float) -> list[_Tried]:
+    """Every candidate assignment at ``m`` micro-batches under every schedule asked for."""
+    micro = microbatch_graph(graph, roles, m, floor_us=floor, fits=fits, batch_size=batch)
+    unrolled = unroll(micro, roles, m)
+    sources: list[tuple[str, np.ndarray]] = []
+    planners = STAGE_PLANNERS if placer == "celeritas" else ()
+    if _takes_micro_batches(placer):
+        planners = (placer,)
+    else:
+        sources.append((placer, base.assignment))
+    for name in planners:
+        if name in PLACERS:
+            out = place(micro, cluster, name, {"micro_batches": m}, evaluate=False, headroom=headroom)
+            sources.append((name, out.assignment))
+    rank = graph.topological_rank
+    return [_Tried(f"{name}, M={m}", assignment,
+                   replay_pipeline(unrolled, cluster, assignment, schedule, rank))
+            for name, assignment in _distinct(sources) for schedule in request.schedules]
+
+
+def _takes_micro_batches(placer: str) -> bool:
+    """True for a placer with a ``micro_batches`` parameter (a stage planner)."""
+    return any(p.name == "micro_batches" for p in get_placer(placer).params)
+
+
+def _distinct(sources: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """``sources`` without repeated assignments (the first name kept)."""
+    out: list[tuple[str, np.ndarray]] = []
+    for name, assignment in sources:
+        if not any(np.array_equal(assignment, other) for _, other in out):
+            out.append((name, assignment))
+    return out
+
+
+def _plan(best: _Tried, cluster: Cluster, batch: int | None, base: Placement, floor: float,
+          from_fits: bool) -> PipelinePlan:
+    """The :class:`PipelinePlan` of the chosen replay."""
+    replay = best.replay
+    unrolled = replay.unrolled
+    rows = tuple(np.stack([unrolled.op[o], unrolled.micro_batch[o], unrolled.accumulated_output[o]], axis=1)
+                 for o in replay.orders)
+    over = np.flatnonzero(replay.device_peak_bytes > cluster.memory_bytes)
+    return PipelinePlan(
+        micro_batches=replay.micro_batches, schedule=replay.schedule,
+        predicted_step_time_us=replay.step_time_us, device_peak_memory_bytes=replay.device_peak_bytes,
+        warmup=replay.warmup, device_order=rows, batch_size=batch,
+        oom_devices=tuple(cluster.device_names[d] for d in over),
+        single_batch_step_time_us=base.predicted_step_time_us,
+        cost_source="fits" if from_fits else "scaled", op_floor_us=floor)
+
+
+def replay_plan(graph: Graph, cluster: Cluster, placement: Placement, *,
+                fits: BatchFits | None = None) -> PipelineReplay:
+    """Replay ``placement``'s recorded pipelined step (its ``pipeline``) with each device's
+    recorded order enforced, at the micro-batch costs it was planned with (the scaling with its
+    floor; ``fits`` for a plan made from fits).
+
+    Raises
+    ------
+    CeleritasInputError
+        When the placement has no pipeline, or its recorded order names a run the step does not
+        have, misses one, or deadlocks.
+    """
+    plan = placement.pipeline
+    if plan is None:
+        raise CeleritasInputError("the placement is not pipelined (no pipeline object)")
+    roles = op_roles(graph)
+    floor = plan.op_floor_us if math.isfinite(plan.op_floor_us) else None
+    micro = microbatch_graph(graph, roles, plan.micro_batches, floor_us=floor, fits=fits,
+                             batch_size=plan.batch_size)
+    unrolled = unroll(micro, roles, plan.micro_batches)
+    orders = []
+    for d, rows in enumerate(plan.device_order):
+        nodes = unrolled.nodes_of(rows)
+        if (nodes < 0).any():
+            op, k, _ = (int(x) for x in rows[int(np.flatnonzero(nodes < 0)[0])])
+            raise CeleritasInputError(f"pipeline.device_order[{d}]: {graph.node_names[op]!r} micro-batch {k} "
+                                      "is not a run of this pipelined step")
+        orders.append(nodes)
+    node_dev = unrolled.expand(placement.assignment)
+    result = simulate(unrolled.graph, cluster, node_dev, device_order=orders)
+    peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
+    return PipelineReplay(plan.schedule, plan.micro_batches, result.step_time_us, peak, plan.warmup,
+                          tuple(orders), result, unrolled)

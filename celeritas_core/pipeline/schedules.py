@@ -1,0 +1,187 @@
+"""Each device's order for a pipelined step, and its replay (µs, bytes).
+
+Every device runs its ops in a sequence of *blocks*: the ops run once before (variables, reads)
+first, then one block per micro-batch phase, then the updates. A block ``F_k`` holds the device's
+forward ops of micro-batch ``k``, ``B_k`` its backward ops and the accumulations of ``k``; within
+a block, ops go by the original graph's topological rank. A device with a warm-up of ``W``
+micro-batches runs
+
+    F_0 … F_{W-1}, then B_0, F_W, B_1, F_{W+1}, …, B_{M-1}
+
+* **GPipe** (Huang et al., 2019): ``W = M`` on every device: all forwards, then all backwards.
+  Every micro-batch's activations are in flight at once on every device;
+* **1F1B** (PipeDream-Flush, Narayanan et al., 2021): the device that holds the ``s``-th
+  forward stage of ``S`` (devices ranked by the mean topological position of their forward ops)
+  warms up with ``W = min(M, S - s)`` micro-batches, then alternates one backward and one forward,
+  so at most ``W`` micro-batches of activations are in flight on it.
+
+Both sequences list a micro-batch's forward before its backward and micro-batches in order, so
+each device's order agrees with the dependencies *on that device*; at op level, where forward ops
+may go back and forth between devices, two devices' 1F1B orders can still wait on each other.
+:func:`pipeline_orders` checks the orders for a deadlock with the simulator's own check, and on
+one raises every device's warm-up by one micro-batch until none remains (``W = M`` is GPipe,
+which never deadlocks); the warm-ups used are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.graphs.cluster import Cluster
+from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, FORWARD
+from celeritas_core.pipeline.unroll import Unrolled
+from celeritas_core.simulation.memory import memory_profile
+from celeritas_core.simulation.simulator import SimulationResult, order_indices, simulate
+
+#: The schedules, by name.
+GPIPE, ONE_F_ONE_B = "gpipe", "1f1b"
+SCHEDULES = (GPIPE, ONE_F_ONE_B)
+
+
+def check_schedule(schedule: str, *, auto: bool = False) -> str:
+    """``schedule`` when it names a schedule (or ``auto`` when allowed), else raise in one line."""
+    allowed = (*SCHEDULES, "auto") if auto else SCHEDULES
+    if schedule not in allowed:
+        raise CeleritasInputError(f"unknown schedule {schedule!r} (known: {', '.join(allowed)})")
+    return schedule
+
+
+def stage_ranks(unrolled: Unrolled, assignment: np.ndarray, num_devices: int,
+                rank: np.ndarray) -> np.ndarray:
+    """Per device: its position among the devices that hold forward ops, ranked by the mean
+    topological ``rank`` (of the original graph) of those ops; -1 for a device with none."""
+    graph_ops = unrolled.op[(unrolled.role == FORWARD) & (unrolled.micro_batch == 0)]
+    dev = np.asarray(assignment, dtype=np.int64)[graph_ops]
+    counts = np.bincount(dev, minlength=num_devices)
+    mean = np.bincount(dev, weights=rank[graph_ops].astype(np.float64), minlength=num_devices)
+    mean = np.divide(mean, counts, out=np.full(num_devices, np.inf), where=counts > 0)
+    out = np.full(num_devices, -1, dtype=np.int64)
+    holders = np.flatnonzero(counts > 0)
+    out[holders[np.argsort(mean[holders], kind="stable")]] = np.arange(len(holders))
+    return out
+
+
+def warmups(schedule: str, unrolled: Unrolled, assignment: np.ndarray, num_devices: int,
+            rank: np.ndarray) -> np.ndarray:
+    """Each device's warm-up ``W`` (micro-batches) under ``schedule`` (module docstring)."""
+    m = unrolled.micro_batches
+    if check_schedule(schedule) == GPIPE:
+        return np.full(num_devices, m, dtype=np.int64)
+    stage = stage_ranks(unrolled, assignment, num_devices, rank)
+    num_stages = int((stage >= 0).sum())
+    return np.where(stage >= 0, np.minimum(m, num_stages - stage), m).astype(np.int64)
+
+
+def block_positions(unrolled: Unrolled, device_warmup: np.ndarray) -> np.ndarray:
+    """Per node of the unrolled graph: its block's position in its device's sequence."""
+    m = unrolled.micro_batches
+    k = unrolled.micro_batch
+    w = device_warmup
+    forward = np.where(k < w, k, w + 2 * (k - w) + 1)
+    backward = w + 2 * k
+    role = unrolled.role
+    return np.select([role == BEFORE, role == FORWARD, role == BACKWARD, role == AFTER],
+                     [np.full_like(k, -1), forward, backward, np.full_like(k, 3 * m + 1)])
+
+
+def device_orders(unrolled: Unrolled, assignment: np.ndarray, num_devices: int, rank: np.ndarray,
+                  warmup: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each device's node order (indices of the unrolled graph) for per-device ``warmup``."""
+    node_dev = unrolled.expand(assignment)
+    position = block_positions(unrolled, warmup[node_dev])
+    within = 2 * rank[unrolled.op] + unrolled.accumulation
+    by = np.lexsort((within, position, node_dev))
+    bounds = np.searchsorted(node_dev[by], np.arange(num_devices + 1))
+    return tuple(by[bounds[d]:bounds[d + 1]].astype(np.int64) for d in range(num_devices))
+
+
+def pipeline_orders(schedule: str, unrolled: Unrolled, assignment: np.ndarray, num_devices: int,
+                    rank: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The orders of ``schedule`` that do not deadlock, and the warm-ups they use (module docstring)."""
+    warmup = warmups(schedule, unrolled, assignment, num_devices, rank)
+    node_dev = unrolled.expand(assignment)
+    while True:
+        orders = device_orders(unrolled, assignment, num_devices, rank, warmup)
+        try:
+            order_indices(unrolled.graph, node_dev, num_devices, orders)
+            return orders, warmup
+        except CeleritasInputError:
+            if (warmup >= unrolled.micro_batches).all():
+                raise
+            warmup = np.minimum(warmup + 1, unrolled.micro_batches)
+
+
+@dataclass(frozen=True, eq=False)
+class PipelineReplay:
+    """The replay of a pipelined step: step time (µs), per-device peak (bytes), the orders run."""
+
+    schedule: str
+    micro_batches: int
+    step_time_us: float
+    device_peak_bytes: np.ndarray
+    warmup: np.ndarray
+    """Per device: the micro-batches it warms up with (the most in flight on it)."""
+    orders: tuple[np.ndarray, ...]
+    """Per device: the unrolled graph's nodes in the order run."""
+    result: SimulationResult
+    unrolled: Unrolled
+
+    def fits(self, capacity: np.ndarray) -> bool:
+        """True when every device's replayed peak is within ``capacity`` (bytes)."""
+        return bool((self.device_peak_bytes <= capacity).all())
+
+    def overflow_bytes(self, capacity: np.ndarray) -> float:
+        """Bytes above capacity, summed over devices (0 when it fits)."""
+        return float(np.maximum(self.device_peak_bytes - capacity, 0.0).sum())
+
+
+def replay_pipeline(unrolled: Unrolled, cluster: Cluster, assignment: np.ndarray, schedule: str,
+                    rank: np.ndarray) -> PipelineReplay:
+    """Replay ``assignment`` (one device per op of the original graph) as a pipelined step under
+    ``schedule``, each device's order enforced.
+
+    Parameters
+    ----------
+    unrolled : Unrolled
+        The pipelined step (:func:`~celeritas_core.pipeline.unroll.unroll`).
+    cluster : Cluster
+        The devices.
+    assignment : numpy.ndarray of int
+        The device of every op of the original graph.
+    schedule : str
+        ``gpipe`` or ``1f1b``.
+    rank : numpy.ndarray of int
+        The original graph's topological rank (:attr:`Graph.topological_rank`).
+
+    Returns
+    -------
+    PipelineReplay
+        The step time, the per-device liveness peak with every micro-batch in flight counted,
+        the warm-ups and orders used.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster
+    >>> from celeritas_core.generators.synthetic import small_training_graph
+    >>> from celeritas_core.pipeline.roles import op_roles
+    >>> from celeritas_core.pipeline.microbatch import microbatch_graph
+    >>> from celeritas_core.pipeline.unroll import unroll
+    >>> g = small_training_graph(0, liveness=True)
+    >>> roles = op_roles(g)
+    >>> u = unroll(microbatch_graph(g, roles, 4), roles, 4)
+    >>> one = np.zeros(g.num_nodes, dtype=np.int64)
+    >>> gpipe = replay_pipeline(u, Cluster.homogeneous(1, 2**40), one, "gpipe", g.topological_rank)
+    >>> f1b = replay_pipeline(u, Cluster.homogeneous(1, 2**40), one, "1f1b", g.topological_rank)
+    >>> bool(f1b.device_peak_bytes[0] < gpipe.device_peak_bytes[0])   # one micro-batch in flight
+    True
+    """
+    node_dev = unrolled.expand(assignment)
+    orders, warmup = pipeline_orders(schedule, unrolled, assignment, cluster.num_devices, rank)
+    result = simulate(unrolled.graph, cluster, node_dev, device_order=orders)
+    peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
+    return PipelineReplay(schedule, unrolled.micro_batches, result.step_time_us, peak, warmup, orders, result,
+                          unrolled)
+

@@ -1,0 +1,210 @@
+"""Pipelined micro-batch steps (celeritas_core.pipeline): roles, micro-batch costs, the unrolled
+step, the GPipe and 1F1B orders, the search and the placement file's ``pipeline`` object."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from celeritas_core import Cluster, Graph, place
+from celeritas_core.errors import CeleritasInputError
+from celeritas_core.generators.synthetic import small_training_graph, training_step_graph
+from celeritas_core.pipeline.microbatch import batch_tensors, microbatch_graph
+from celeritas_core.pipeline.plan import (
+    PipelineRequest,
+    candidate_micro_batches,
+    place_pipelined,
+    replay_plan,
+)
+from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, FORWARD, op_roles
+from celeritas_core.pipeline.schedules import replay_pipeline
+from celeritas_core.pipeline.unroll import unroll
+from celeritas_core.readwrite.formats import placement_from_json, placement_to_json
+from celeritas_core.simulation.memory import one_device_peak_bytes
+from celeritas_core.simulation.simulator import simulate
+
+
+@pytest.fixture(scope="module")
+def step() -> Graph:
+    return small_training_graph(0, liveness=True)
+
+
+def test_roles_split_forward_backward_and_the_ops_run_once(step: Graph) -> None:
+    roles = op_roles(step)
+    role = roles.role
+    src, dst = step.edge_src, step.edge_dst
+    # no edge runs against the step's order: before -> forward -> backward -> after
+    assert (role[src] <= role[dst]).all()
+    assert role[step.index["input"]] == FORWARD and role[step.index["Adam/update"]] == AFTER
+    assert all(role[i] == BEFORE for i, op in enumerate(step.ops) if op == "VariableV2")
+    assert (role == BACKWARD).sum() > 0
+
+
+def test_a_graph_without_batch_inputs_is_refused() -> None:
+    g = Graph.from_arrays(name="plain", node_names=["a", "b"], time_us=[1, 1], memory_bytes=[0, 0],
+                          edge_src=[0], edge_dst=[1], edge_bytes=[8])
+    with pytest.raises(CeleritasInputError, match="graph 'plain' has no batch input"):
+        op_roles(g)
+
+
+def test_microbatch_costs_scale_above_the_floor_and_keep_weights(step: Graph) -> None:
+    roles = op_roles(step)
+    mb = microbatch_graph(step, roles, 4, floor_us=5.0)
+    per = roles.per_micro_batch
+    t = step.time_us
+    expected = np.minimum(t, 5.0) + np.maximum(t - 5.0, 0) / 4
+    np.testing.assert_allclose(mb.time_us[per], expected[per])
+    np.testing.assert_array_equal(mb.time_us[~per], t[~per])
+    scales = batch_tensors(step, roles)
+    tensors = step.tensors
+    # a weight's gradient into its update keeps the weight's size
+    into_update = tensors.edge_tensor[roles.role[step.edge_dst] == AFTER]
+    assert not scales[into_update].any()
+    edge_scaled = scales[tensors.edge_tensor]
+    np.testing.assert_allclose(mb.edge_bytes[edge_scaled], step.edge_bytes[edge_scaled] / 4)
+    np.testing.assert_array_equal(mb.edge_bytes[~edge_scaled], step.edge_bytes[~edge_scaled])
+    assert microbatch_graph(step, roles, 1) is step
+
+
+def test_the_unrolled_step_has_m_copies_and_one_accumulation_chain_per_gradient(step: Graph) -> None:
+    roles = op_roles(step)
+    m = 3
+    u = unroll(microbatch_graph(step, roles, m), roles, m)
+    per = roles.per_micro_batch
+    gradients = {(int(s), int(o)) for s, o, d in zip(step.edge_src, step.edge_src_output, step.edge_dst,
+                                                    strict=True) if per[s] and roles.role[d] == AFTER}
+    assert u.graph.num_nodes == (~per).sum() + m * per.sum() + (m - 1) * len(gradients)
+    for k in range(m):
+        assert (u.op[u.micro_batch == k][~u.accumulation[u.micro_batch == k]] == np.flatnonzero(per)).all()
+    # every update reads the last sum, and the step is acyclic
+    u.graph.topological_order  # noqa: B018
+    update = u.graph.index["Adam/update_layer_0/branch_0/kernel/ApplyAdam"]
+    inputs = u.graph.edge_src[u.graph.edge_dst == update]
+    assert any(u.accumulation[i] and u.micro_batch[i] == m - 1 for i in inputs)
+    # one micro-batch: the same step as the graph itself
+    one = unroll(step, roles, 1)
+    assign = np.arange(step.num_nodes) % 2
+    cluster = Cluster.homogeneous(2, 2**40)
+    assert simulate(one.graph, cluster, one.expand(assign)).device_busy_us.sum() == pytest.approx(
+        simulate(step, cluster, assign).device_busy_us.sum())
+
+
+def test_1f1b_bounds_activations_in_flight_and_gpipe_does_not(step: Graph) -> None:
+    roles = op_roles(step)
+    one = np.zeros(step.num_nodes, dtype=np.int64)
+    cluster = Cluster.homogeneous(1, 2**40)
+    peaks = {}
+    for m in (2, 4, 8):
+        u = unroll(microbatch_graph(step, roles, m), roles, m)
+        gpipe = replay_pipeline(u, cluster, one, "gpipe", step.topological_rank)
+        f1b = replay_pipeline(u, cluster, one, "1f1b", step.topological_rank)
+        assert f1b.warmup.tolist() == [1] and gpipe.warmup.tolist() == [m]
+        assert f1b.device_peak_bytes[0] < gpipe.device_peak_bytes[0]
+        peaks[m] = f1b.device_peak_bytes[0]
+    assert peaks[8] < peaks[4] < peaks[2]  # smaller micro-batches, fewer bytes in flight
+
+
+def test_orders_follow_the_schedule_and_never_deadlock(step: Graph) -> None:
+    roles = op_roles(step)
+    m = 4
+    u = unroll(microbatch_graph(step, roles, m), roles, m)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # arbitrary assignments: forward ops go back and forth between devices
+        assign = place(step, Cluster.homogeneous(3, 2**40), "m-topo", evaluate=False).assignment
+        assign = np.where(rng.random(step.num_nodes) < 0.2, rng.integers(0, 3, step.num_nodes), assign)
+        for schedule in ("gpipe", "1f1b"):
+            try:
+                replay = replay_pipeline(u, Cluster.homogeneous(3, 2**40), _colocated(step, assign), schedule,
+                                         step.topological_rank)
+            except CeleritasInputError as exc:  # pragma: no cover - the fallback must prevent this
+                pytest.fail(f"{schedule} deadlocked: {exc}")
+            ran = np.concatenate(replay.orders)
+            assert sorted(ran.tolist()) == list(range(u.graph.num_nodes))
+
+
+def _colocated(graph: Graph, assign: np.ndarray) -> np.ndarray:
+    """``assign`` with each co-location group on its first member's device."""
+    out = assign.copy()
+    ids = graph.colocation_ids
+    for g in np.unique(ids[ids >= 0]):
+        members = np.flatnonzero(ids == g)
+        out[members] = out[members[0]]
+    return out
+
+
+def test_the_search_is_never_slower_than_one_batch_and_fits(step: Graph) -> None:
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(step))
+    single = place(step, cluster)
+    auto = place_pipelined(step, cluster)
+    plan = auto.pipeline
+    assert plan is not None and not plan.oom
+    assert plan.predicted_step_time_us <= single.predicted_step_time_us
+    assert plan.single_batch_step_time_us == single.predicted_step_time_us
+    assert plan.micro_batches in candidate_micro_batches(32, 4, None)
+    assert (plan.device_peak_memory_bytes <= cluster.memory_bytes).all()
+
+
+def test_the_plan_round_trips_through_the_file_and_replays_the_same(step: Graph) -> None:
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(step))
+    placed = place_pipelined(step, cluster, request=PipelineRequest(4, "1f1b"))
+    doc = json.loads(json.dumps(placement_to_json(placed)))
+    assert doc["pipeline"]["micro_batches"] == 4 and doc["pipeline"]["schedule"] == "1f1b"
+    back = placement_from_json(doc, step, cluster)
+    replay = replay_plan(step, cluster, back)
+    assert replay.step_time_us == placed.pipeline.predicted_step_time_us
+    np.testing.assert_array_equal(replay.device_peak_bytes, placed.pipeline.device_peak_memory_bytes)
+    # an old reader sees a single-batch placement: every other field as before
+    del doc["pipeline"]
+    assert placement_from_json(doc, step, cluster).pipeline is None
+    # a swapped pair in a device's order that contradicts the dependencies is refused
+    rows = doc_rows = json.loads(json.dumps(placement_to_json(placed)))
+    order = rows["pipeline"]["device_order"]
+    d = max(range(len(order)), key=lambda i: len(order[i]))
+    forward = [j for j, e in enumerate(order[d]) if e[1] == 0]
+    order[d][forward[0]], order[d][forward[-1]] = order[d][forward[-1]], order[d][forward[0]]
+    with pytest.raises(CeleritasInputError, match="contradicts the graph's dependencies"):
+        replay_plan(step, cluster, placement_from_json(doc_rows, step, cluster))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("micro_batches", 0, "pipeline.micro_batches"),
+    ("schedule", "interleaved", "pipeline.schedule"),
+    ("device_order", [[["no such op", 0]]] * 4, "is not an op of the placement"),
+    ("warmup", [1], "pipeline.warmup"),
+])
+def test_a_bad_pipeline_object_is_one_line(step: Graph, field: str, value: object, message: str) -> None:
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(step))
+    doc = placement_to_json(place_pipelined(step, cluster, request=PipelineRequest(2, "gpipe")))
+    doc["pipeline"][field] = value
+    with pytest.raises(CeleritasInputError, match=message) as info:
+        placement_from_json(doc, step, cluster)
+    assert "\n" not in str(info.value)
+
+
+def test_requests_are_checked() -> None:
+    with pytest.raises(CeleritasInputError, match="does not divide the batch of 32"):
+        candidate_micro_batches(32, 4, 5)
+    with pytest.raises(CeleritasInputError, match="needs the batch size"):
+        candidate_micro_batches(None, 4, None)
+    with pytest.raises(CeleritasInputError, match="unknown schedule"):
+        PipelineRequest(2, "zigzag")
+    with pytest.raises(CeleritasInputError, match="whole number or auto"):
+        PipelineRequest.parse("two")
+    assert PipelineRequest.parse("auto").micro_batches is None
+    assert candidate_micro_batches(24, 2, None) == [2, 3, 4, 6, 8]
+
+
+def test_pipelining_fits_where_one_batch_cannot() -> None:
+    """GPipe's first motivation: a micro-batch's activations are smaller, so where activations
+    dominate (convolutions over many positions) a 1F1B pipeline fits devices on which no
+    single-batch placement does (the memory bound says so)."""
+    g = training_step_graph(layers=8, width=32, kernel="Conv2D", positions=4096, batch_size=64, seed=1,
+                            liveness=True)
+    cluster = Cluster.homogeneous(4, 0.2 * one_device_peak_bytes(g))
+    single = place(g, cluster)
+    assert single.cannot_fit and single.oom
+    piped = place_pipelined(g, cluster, request=PipelineRequest(16, "1f1b"))
+    assert not piped.pipeline.oom
+    assert (piped.pipeline.device_peak_memory_bytes <= cluster.memory_bytes).all()
