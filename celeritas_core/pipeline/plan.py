@@ -7,21 +7,30 @@
 device (none fits: the least overflow, then the fastest). The candidates:
 
 * the placer's own single-batch assignment;
-* for ``celeritas`` (pipelined Celeritas), also the stage planners'
-  (:mod:`~celeritas_core.placers.pipeline_stages`: ``gpipe-even``, ``alpa-stages``,
-  ``pipedream``), each at the micro-batch's costs and that ``M``;
-* for a placer that takes ``micro_batches`` (a stage planner), its assignment at each ``M``.
+* for a placer that takes ``micro_batches`` (a stage planner,
+  :mod:`~celeritas_core.placers.pipeline_stages`), instead its split at each ``M``, as the planner
+  makes it (its own cost and memory model): the baselines are run as their papers describe them;
+* for ``celeritas`` (pipelined Celeritas), the single-batch Celeritas assignment and every stage
+  planner's split (``gpipe-even``, ``alpa-stages``, ``pipedream``) at each ``M``; a split whose
+  replayed peak overflows a device is planned again with the devices' memory shrunk by the
+  overflow (:data:`MEMORY_RETRIES` times at most), and the chosen split's stage boundaries are then
+  moved unit by unit while the replay improves (:func:`_refine`). Pipelined Celeritas thus never
+  loses to a stage planner at the ``M`` and schedule it chose; what it adds is judged by the
+  replay, which counts what the planners' models do not (a transfer per micro-batch, channel
+  contention, the warm-up, the liveness peak with activations and accumulated gradients in
+  flight).
 
 With ``auto``, one batch per step (``M = 1``, the single-batch placement itself) competes too:
-the result is never slower than it. Everything counted is work (replays of fixed candidates),
-never wall clock: the same input gives the same placement.
+the result is never slower than it. Everything counted is work (replays of fixed candidates, a
+fixed number of re-plans and boundary moves), never wall clock: the same input gives the same
+placement.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,6 +45,8 @@ from celeritas_core.pipeline.roles import OpRoles, op_roles
 from celeritas_core.pipeline.schedules import SCHEDULES, PipelineReplay, check_schedule, replay_pipeline
 from celeritas_core.pipeline.unroll import unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
+from celeritas_core.placers.pipeline_stages import pipeline_layers
+from celeritas_core.placers.stages import UnitSequence
 from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
 
@@ -44,6 +55,13 @@ STAGE_PLANNERS = ("gpipe-even", "alpa-stages", "pipedream")
 #: ``auto`` tries every divisor of the batch up to this many micro-batches per device: GPipe's
 #: bubble overhead is negligible once M >= 4 x the stages (Huang et al., 2019, section 2.3).
 AUTO_MICRO_BATCHES_PER_DEVICE = 4
+#: A stage planner's split whose replayed peak overflows a device is planned again, at most this
+#: many times, with the devices' usable memory shrunk by the overflow ratio (a work budget: the
+#: same input gives the same placement), but never below 1 - :data:`MAX_RETRY_HEADROOM` of it.
+MEMORY_RETRIES = 3
+MAX_RETRY_HEADROOM = 0.9
+#: Replays per stage that the boundary refinement of the chosen split may spend (a work budget).
+REFINE_REPLAYS = 8
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,8 @@ class _Tried:
     source: str
     assignment: np.ndarray
     replay: PipelineReplay
+    split: tuple[np.ndarray, np.ndarray] | None = None
+    """A stage planner's split: the stage devices in order and the unit positions between stages."""
 
     def key(self, capacity: np.ndarray) -> tuple[float, float, int]:
         """Fits first, then least overflow, then fastest, then fewer micro-batches."""
@@ -169,10 +189,14 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     base = place(graph, cluster, placer, params, headroom=headroom)
     started = time.perf_counter()
     tried: list[_Tried] = []
+    sequence = _layer_sequence(graph) if any(name in PLACERS for name in _planners(placer)) else None
     for m in ms:
-        tried.extend(_replays(graph, cluster, roles, m, request, base, placer, floor, fits, batch, headroom))
+        tried.extend(_replays(graph, cluster, roles, m, request, base, placer, floor, fits, batch, headroom,
+                              sequence))
     capacity = cluster.memory_bytes
     best = min(tried, key=lambda t: t.key(capacity))
+    if sequence is not None and placer == "celeritas":
+        best = _refine(best, cluster, sequence[0], rank=graph.topological_rank)
     base_over = float(np.maximum(base.device_peak_memory_bytes - capacity, 0).sum())
     seconds = base.placement_seconds + time.perf_counter() - started
     search = {"micro_batches_tried": ms, "schedules_tried": list(request.schedules), "candidates": len(tried)}
@@ -194,38 +218,101 @@ def _graph_batch(graph: Graph) -> int | None:
 
 def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: PipelineRequest,
              base: Placement, placer: str, floor: float, fits: BatchFits | None, batch: int | None,
-             headroom: float) -> list[_Tried]:
+             headroom: float, sequence: tuple[UnitSequence, np.ndarray] | None) -> list[_Tried]:
     """Every candidate assignment at ``m`` micro-batches under every schedule asked for."""
     micro = microbatch_graph(graph, roles, m, floor_us=floor, fits=fits, batch_size=batch)
     unrolled = unroll(micro, roles, m)
-    sources: list[tuple[str, np.ndarray]] = []
-    planners = STAGE_PLANNERS if placer == "celeritas" else ()
-    if _takes_micro_batches(placer):
-        planners = (placer,)
-    else:
-        sources.append((placer, base.assignment))
-    for name in planners:
-        if name in PLACERS:
-            out = place(micro, cluster, name, {"micro_batches": m}, evaluate=False, headroom=headroom)
-            sources.append((name, out.assignment))
     rank = graph.topological_rank
-    return [_Tried(f"{name}, M={m}", assignment,
-                   replay_pipeline(unrolled, cluster, assignment, schedule, rank))
-            for name, assignment in _distinct(sources) for schedule in request.schedules]
+
+    def replays(source: str, assignment: np.ndarray,
+                split: tuple[np.ndarray, np.ndarray] | None = None) -> list[_Tried]:
+        return [_Tried(f"{source}, M={m}", assignment,
+                       replay_pipeline(unrolled, cluster, assignment, schedule, rank), split)
+                for schedule in request.schedules]
+
+    tried: list[_Tried] = []
+    if not _takes_micro_batches(placer):
+        tried += replays(placer, base.assignment)
+    for name in _planners(placer):
+        if name not in PLACERS or sequence is None:
+            continue
+        room = headroom
+        for _ in range(MEMORY_RETRIES + 1 if placer == "celeritas" else 1):
+            out = place(micro, cluster, name, {"micro_batches": m}, evaluate=False, headroom=room)
+            if any(np.array_equal(out.assignment, t.assignment) for t in tried):
+                break
+            tried += replays(name, out.assignment, _split(out.extra, sequence))
+            latest = tried[-len(request.schedules):]
+            worst = min(float((t.replay.device_peak_bytes / cluster.memory_bytes).max()) for t in latest)
+            if worst <= 1.0:
+                break
+            room = min(MAX_RETRY_HEADROOM, 1.0 - (1.0 - room) / worst)
+    return tried
+
+
+def _split(extra: Mapping[str, Any],
+           sequence: tuple[UnitSequence, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A stage planner's split (its ``extra``: stage devices and layers per stage) as stage
+    devices and the unit positions between stages, along ``sequence`` (units, first unit of
+    each layer)."""
+    layer_cuts = np.cumsum(extra["stage_layers"])[:-1].astype(np.int64)
+    return np.asarray(extra["stage_devices"], dtype=np.int64), sequence[1][layer_cuts]
+
+
+def _planners(placer: str) -> tuple[str, ...]:
+    """The stage planners whose splits are candidates when pipelining ``placer``."""
+    if _takes_micro_batches(placer):
+        return (placer,)
+    return STAGE_PLANNERS if placer == "celeritas" else ()
+
+
+def _layer_sequence(graph: Graph) -> tuple[UnitSequence, np.ndarray]:
+    """The units in the stage planners' order and the first unit of each layer (structure only:
+    the same at every micro-batch size)."""
+    layers = pipeline_layers(graph)
+    return layers.seq, layers.start
+
+
+def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, *, rank: np.ndarray) -> _Tried:
+    """Move the chosen split's stage boundaries unit by unit, judged by the pipelined replay itself
+    (fits first, then the step), at most :data:`REFINE_REPLAYS` x the stages replays: the stage
+    planners' cost models miss transfers per micro-batch, channel contention, the warm-up and the
+    liveness peak, which the replay counts. Boundaries move by a quarter of a stage's units, then
+    by halves of that, down to one unit (a unit: an op, or ops that must share a device)."""
+    if best.split is None:
+        return best
+    devices, cuts = best.split
+    capacity = cluster.memory_bytes
+    budget = REFINE_REPLAYS * len(devices)
+    step = max(1, seq.num_units // (4 * len(devices)))
+    current = best
+    while step >= 1 and budget > 0:
+        improved = False
+        for k in range(len(cuts)):
+            for delta in (step, -step):
+                trial = cuts.copy()
+                trial[k] += delta
+                low = trial[k - 1] + 1 if k else 1
+                high = trial[k + 1] - 1 if k + 1 < len(trial) else seq.num_units - 1
+                if budget <= 0 or not low <= trial[k] <= high:
+                    continue
+                budget -= 1
+                assignment = seq.assignment(trial, devices)
+                replay = replay_pipeline(current.replay.unrolled, cluster, assignment,
+                                         current.replay.schedule, rank)
+                candidate = replace(current, source=f"{best.source}, refined", assignment=assignment,
+                                    replay=replay, split=(devices, trial))
+                if candidate.key(capacity) < current.key(capacity):
+                    current, cuts, improved = candidate, trial, True
+                    break
+        if not improved:
+            step //= 2
+    return current
 
 
 def _takes_micro_batches(placer: str) -> bool:
     """True for a placer with a ``micro_batches`` parameter (a stage planner)."""
     return any(p.name == "micro_batches" for p in get_placer(placer).params)
-
-
-def _distinct(sources: Sequence[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
-    """``sources`` without repeated assignments (the first name kept)."""
-    out: list[tuple[str, np.ndarray]] = []
-    for name, assignment in sources:
-        if not any(np.array_equal(assignment, other) for _, other in out):
-            out.append((name, assignment))
-    return out
 
 
 def _plan(best: _Tried, cluster: Cluster, batch: int | None, base: Placement, floor: float,
@@ -278,3 +365,18 @@ def replay_plan(graph: Graph, cluster: Cluster, placement: Placement, *,
     peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
     return PipelineReplay(plan.schedule, plan.micro_batches, result.step_time_us, peak, plan.warmup,
                           tuple(orders), result, unrolled)
+
+
+def with_replayed_plan(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:
+    """``placement`` with its pipeline's figures replaced by a replay on ``cluster``
+    (:func:`replay_plan`): what ``celeritas simulate`` reports. A placement without a pipeline is
+    returned as it is."""
+    plan = placement.pipeline
+    if plan is None:
+        return placement
+    replay = replay_plan(graph, cluster, placement)
+    over = np.flatnonzero(replay.device_peak_bytes > cluster.memory_bytes)
+    replayed = replace(plan, predicted_step_time_us=replay.step_time_us,
+                       device_peak_memory_bytes=replay.device_peak_bytes,
+                       oom_devices=tuple(cluster.device_names[d] for d in over))
+    return replace(placement, pipeline=replayed)

@@ -167,6 +167,8 @@ class _Accumulations:
     """Per gradient edge into an update: the node and output that carry its sum."""
     tensor_of: dict[tuple[int, int], tuple[int, int]]
     """Per accumulated (producer, output): the node and output of its final sum."""
+    into: tuple[np.ndarray, np.ndarray]
+    """Per accumulation: the node and output of the sum it adds to, whose buffer it reuses."""
 
 
 def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
@@ -178,6 +180,7 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
         key = (int(graph.edge_src[e]), int(graph.edge_src_output[e]))
         size[key] = max(size[key], float(graph.edge_bytes[e]))
     producer, outputs, mb, nbytes_of, names, src, dst, out, eb = [], [], [], [], [], [], [], [], []
+    into: list[tuple[int, int]] = []
     final: dict[tuple[int, int], tuple[int, int]] = {}
     node = first
     for u, o in keys:
@@ -188,6 +191,7 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
             mb.append(k)
             nbytes_of.append(size[(u, o)])
             names.append(f"mb{k}/{graph.node_names[u]}:{o}/accumulate")
+            into.append(prev)
             for s, so in (prev, (int(copy(np.array(u), k)), o)):
                 src.append(s)
                 dst.append(node)
@@ -201,8 +205,13 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
     return _Accumulations(
         ints[0], ints[1], ints[2], np.asarray(nbytes_of, dtype=np.float64), names, ints[3], ints[4], ints[5],
         np.asarray(eb, dtype=np.float64),
-        (np.asarray([s for s, _ in last], dtype=np.int64), np.asarray([o for _, o in last], dtype=np.int64)),
-        final)
+        _pairs(last), final, _pairs(into))
+
+
+def _pairs(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(node, output)`` pairs as two int64 arrays."""
+    table = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    return table[:, 0].copy(), table[:, 1].copy()
 
 
 def _unrolled_liveness(live: Liveness | None, op: np.ndarray, acc: _Accumulations, new_of: np.ndarray,
@@ -219,12 +228,12 @@ def _unrolled_liveness(live: Liveness | None, op: np.ndarray, acc: _Accumulation
     num_acc = len(acc.producer)
     ptr = np.zeros(len(op) + num_acc + 1, dtype=np.int64)
     np.cumsum(np.concatenate([lens, np.ones(num_acc, dtype=np.int64)]), out=ptr[1:])
-    alias_node = alias_output = None
+    # an accumulation adds in place (TensorFlow forwards the sum's buffer): it aliases that input
+    alias_node = np.concatenate([np.full(total, -1, dtype=np.int64), acc.into[0]])
+    alias_output = np.concatenate([np.full(total, -1, dtype=np.int64), acc.into[1]])
     if live.alias_node is not None and live.alias_output is not None:
-        alias_node, alias_output = _unrolled_aliases(live, gather, np.repeat(np.arange(len(op)), lens), op,
-                                                     acc, new_of, nb, micro_batch, per_mb)
-        alias_node = np.concatenate([alias_node, np.full(num_acc, -1, dtype=np.int64)])
-        alias_output = np.concatenate([alias_output, np.full(num_acc, -1, dtype=np.int64)])
+        alias_node[:total], alias_output[:total] = _unrolled_aliases(
+            live, gather, np.repeat(np.arange(len(op)), lens), op, acc, new_of, nb, micro_batch, per_mb)
     return Liveness(
         modelled=np.concatenate([live.modelled[op], np.ones(num_acc, dtype=bool)]),
         persistent_bytes=np.concatenate([live.persistent_bytes[op], np.zeros(num_acc)]),
