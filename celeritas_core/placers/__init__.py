@@ -34,5 +34,6 @@ from celeritas_core.placers import etf as _etf  # noqa: F401
 from celeritas_core.placers import heft as _heft  # noqa: F401
 from celeritas_core.placers import metis as _metis  # noqa: F401
 from celeritas_core.placers import optimal as _optimal  # noqa: F401
+from celeritas_core.placers import pipeline_stages as _pipeline_stages  # noqa: F401
 from celeritas_core.placers import simple as _simple  # noqa: F401
 from celeritas_core.placers import stages as _stages  # noqa: F401

@@ -71,12 +71,14 @@ STAGE_US_PER_SPLIT = 3.0
 # ---------------------------------------------------------------------------- pipeline order
 @dataclass(frozen=True, eq=False)
 class UnitSequence:
-    """Placement units in pipeline order: ``sequence`` lists unit ids, ``position`` inverts it."""
+    """Placement units in pipeline order: ``sequence`` lists unit ids, ``position`` inverts it;
+    ``key`` (per unit) is what they were sorted by (the layer coordinate of the ``paired`` order)."""
 
     name: str
     unit_of: np.ndarray
     sequence: np.ndarray
     position: np.ndarray
+    key: np.ndarray | None = None
 
     @classmethod
     def by_key(cls, name: str, unit_of: np.ndarray, unit_key: np.ndarray, tie: np.ndarray) -> UnitSequence:
@@ -84,7 +86,7 @@ class UnitSequence:
         sequence = np.lexsort((tie, unit_key)).astype(np.int64)
         position = np.empty(len(sequence), dtype=np.int64)
         position[sequence] = np.arange(len(sequence))
-        return cls(name, unit_of, sequence, position)
+        return cls(name, unit_of, sequence, position, np.asarray(unit_key))
 
     @property
     def num_units(self) -> int:
