@@ -9,6 +9,7 @@ start-up speed: ``celeritas --help``, tests/cli/test_startup.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 import typing
@@ -202,6 +203,7 @@ def _cmd_place(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
     from celeritas_core.graphs.cluster import Cluster
+    from celeritas_core.pipeline.plan import with_replayed_plan
     from celeritas_core.placers import evaluate_placement
     from celeritas_core.readwrite.formats import load_graph, placement_from_json, read_json
     from celeritas_core.simulation.simulator import dispatch_spread
@@ -229,7 +231,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     every = dispatch == _ALL_DISPATCH
     replayed = DOCUMENTED_DISPATCH if every else dispatch
     try:
-        placement = evaluate_placement(graph, cluster, placed, dispatch=replayed)
+        placement = with_replayed_plan(graph, cluster, evaluate_placement(graph, cluster, placed,
+                                                                          dispatch=replayed))
     except CeleritasInputError as exc:  # an enforced order that deadlocks against the graph
         raise exc.with_source(args.placement) from None
     print(_summary(graph, cluster, placement, None if replayed == DOCUMENTED_DISPATCH else replayed))
@@ -373,10 +376,24 @@ _COMPARE_FIGURES = ("gantt.png", "memory.png")
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     # lazy: numpy and the engine load only when a command runs (see the module docstring)
-    from celeritas_core.placers.compare import DEFAULT_PLACERS, compare_placers, parse_placer_list
+    from celeritas_core.placers.compare import (
+        DEFAULT_PLACERS,
+        compare_placers,
+        effective_step,
+        parse_placer_list,
+    )
     from celeritas_core.readwrite.formats import compare_to_json, write_json_atomic, write_text_atomic
 
+    request = _pipeline_request(args)
     placers = parse_placer_list(args.placers) if args.placers is not None else list(DEFAULT_PLACERS)
+    place_fn = None
+    if request is not None:
+        # lazy: numpy and the engine load only when a command runs (see the module docstring)
+        from celeritas_core.pipeline.plan import STAGE_PLANNERS, place_pipelined
+
+        place_fn = functools.partial(place_pipelined, request=request)
+        if args.placers is None:
+            placers += list(STAGE_PLANNERS)
     params = _parse_params(args.param)
     for flag in ("R", "memory_fraction", "refine"):
         if getattr(args, flag) is not None:
@@ -387,7 +404,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     names = _COMPARE_FILES + (() if args.no_figures else _COMPARE_FIGURES)
     graph, cluster, inputs = _placing_inputs(args, [out_dir / name for name in names])
     progress = None if args.quiet else _Progress()
-    comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom)
+    comparison = compare_placers(graph, cluster, placers, params, progress=progress, headroom=args.headroom,
+                                 place_fn=place_fn)
     print(f"graph   {graph.name}: {graph.num_nodes:,} ops, {graph.num_edges:,} edges on "
           f"{cluster.num_devices} devices; single device {format_us(comparison.single_device_time_us)}, "
           f"lower bound {format_us(comparison.lower_bound_us)}")
@@ -395,8 +413,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(comparison.table())
     print()
     best = comparison.best
-    fits = "" if not best.oom else " (every placement is OOM: best effort)"
-    print(f"best: {best.placer}, {format_us(best.predicted_step_time_us)} per step{fits}")
+    step, oom = effective_step(best)
+    fits = "" if not oom else " (every placement is OOM: best effort)"
+    how = f" ({best.pipeline.micro_batches} micro-batches, {best.pipeline.schedule})" if best.pipeline else ""
+    print(f"best: {best.placer}, {format_us(step)} per step{how}{fits}")
     with staged_outputs(inputs=inputs) as outputs:  # all four files land, or none
         write_json_atomic(out_dir / "compare.json", compare_to_json(comparison), indent=1)
         write_text_atomic(out_dir / "compare.csv", comparison.to_csv())
@@ -646,6 +666,7 @@ def _add_compare(sub: typing.Any) -> None:
     c.add_argument("--out-dir", metavar="DIR", help="output folder (default: GRAPH_STEM.compare)")
     c.add_argument("--no-figures", action="store_true", help="skip gantt.png and memory.png")
     c.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    _add_pipeline_flags(c)
     c.set_defaults(func=_cmd_compare)
 
 

@@ -17,6 +17,9 @@ import numpy as np
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.placement import Placement
+from celeritas_core.pipeline.plan import replay_plan
+from celeritas_core.pipeline.roles import BACKWARD
+from celeritas_core.pipeline.unroll import Unrolled
 from celeritas_core.readwrite.safe_io import write_atomic
 from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
@@ -45,10 +48,21 @@ def _time_unit(span_us: float) -> tuple[float, str]:
 
 
 def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str | os.PathLike[str]) -> Path:
-    """Write a Gantt chart of ``placement``'s simulated step: per device a row of ops (coloured by
-    device) and below it a row of the transfers it receives; returns the PNG path."""
+    """Write a Gantt chart of ``placement``'s simulated step: per device a row of ops and below it
+    a row of the transfers it receives; returns the PNG path. A single-batch step's ops are
+    coloured by device; a pipelined step (``placement.pipeline``) is its replay, each op coloured
+    by its micro-batch (forward ops light, backward ops dark, the ops run once grey)."""
     plt = _pyplot()
-    result = simulate(graph, cluster, placement.assignment)
+    if placement.pipeline is not None:
+        replay = replay_plan(graph, cluster, placement)
+        result, node_dev = replay.result, replay.unrolled.expand(placement.assignment)
+        unrolled = replay.unrolled
+        title = (f"{graph.name}: {placement.placer}, {replay.micro_batches} micro-batches "
+                 f"({replay.schedule}), simulated step")
+    else:
+        result, node_dev = simulate(graph, cluster, placement.assignment), placement.assignment
+        unrolled = None
+        title = f"{graph.name}: {placement.placer}, simulated step"
     scale, unit = _time_unit(max(result.step_time_us, 1e-9))
     num_dev = cluster.num_devices
     fig, ax = plt.subplots(figsize=(11, 1.1 + 0.8 * num_dev))
@@ -58,9 +72,10 @@ def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str 
     t = result.transfers
     for d in range(num_dev):
         y = 2 * (num_dev - 1 - d)
-        on = np.flatnonzero(placement.assignment == d)
+        on = np.flatnonzero(node_dev == d)
         bars = list(zip(starts[on].tolist(), np.maximum(dur[on], 0).tolist(), strict=True))
-        ax.broken_barh(bars, (y + 1.0, 0.8), facecolors=colors(d % 10), edgecolor="none")
+        faces = colors(d % 10) if unrolled is None else [_micro_batch_color(colors, unrolled, i) for i in on]
+        ax.broken_barh(bars, (y + 1.0, 0.8), facecolors=faces, edgecolor="none")
         into = np.flatnonzero(t.dst_device == d)
         tbars = list(zip((t.start_us[into] / scale).tolist(), (t.duration_us[into] / scale).tolist(),
                          strict=True))
@@ -71,14 +86,25 @@ def gantt_chart(graph: Graph, cluster: Cluster, placement: Placement, path: str 
     ax.set_ylim(0, 2 * num_dev)
     ax.set_xlim(0, result.step_time_us / scale * 1.01 if result.step_time_us > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
-    ax.set_title(f"{graph.name}: {placement.placer}, simulated step {result.step_time_us / scale:.3g} "
-                 f"{unit}, {len(t):,} transfers", fontsize=10)
+    ax.set_title(f"{title} {result.step_time_us / scale:.3g} {unit}, {len(t):,} transfers", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     try:
         return _save_atomic(fig, path)
     finally:
         plt.close(fig)
+
+
+def _micro_batch_color(colors: Any, unrolled: Unrolled, node: int) -> Any:
+    """A pipelined step's op colour: its micro-batch's, light forward and dark backward; grey for
+    the ops run once."""
+    k = int(unrolled.micro_batch[node])
+    if k < 0:
+        return "0.7"
+    r, g, b, _ = colors(k % 10)
+    if unrolled.role[node] == BACKWARD:
+        return (0.6 * r, 0.6 * g, 0.6 * b)
+    return (r, g, b)
 
 
 def memory_chart(placements: Sequence[Placement], cluster: Cluster, path: str | os.PathLike[str],

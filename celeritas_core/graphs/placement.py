@@ -137,8 +137,8 @@ class PipelinePlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "device_peak_memory_bytes", _frozen_array(self.device_peak_memory_bytes))
         object.__setattr__(self, "warmup", _frozen_array(self.warmup, np.int64))
-        object.__setattr__(self, "device_order", tuple(_frozen_array(np.asarray(rows).reshape(-1, 3), np.int64)
-                                                       for rows in self.device_order))
+        rows = tuple(_frozen_array(np.asarray(r).reshape(-1, 3), np.int64) for r in self.device_order)
+        object.__setattr__(self, "device_order", rows)
         object.__setattr__(self, "oom_devices", tuple(self.oom_devices))
 
     @property

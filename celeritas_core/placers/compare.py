@@ -42,7 +42,21 @@ CSV_COLUMNS = (
     "placer", "step_time_us", "speedup_vs_single", "gap_to_lower_bound", "placement_seconds",
     "peak_memory_bytes", "peak_memory_fraction", "oom", "oom_devices", "coarse_nodes", "best",
     "other_orders_median_us", "other_orders_min_us", "other_orders_max_us", "other_orders_ratio",
+    "micro_batches", "schedule", "pipelined_step_time_us", "pipelined_peak_memory_bytes", "pipelined_oom",
 )
+
+#: What :func:`compare_placers` calls to place a graph with one placer: :func:`place`'s
+#: signature (``celeritas_core.pipeline.plan.place_pipelined`` with a request bound fits it too).
+PlaceFn = Callable[..., Placement]
+
+
+def effective_step(placement: Placement) -> tuple[float, bool]:
+    """The step (µs) a placement runs and whether it overflows a device: its pipelined step when
+    it is pipelined, else its single-batch step."""
+    plan = placement.pipeline
+    if plan is not None:
+        return plan.predicted_step_time_us, plan.oom
+    return placement.predicted_step_time_us, placement.oom
 
 
 @dataclass(eq=False)
@@ -81,10 +95,12 @@ class Comparison:
 
     @property
     def best_index(self) -> int:
-        """Index of the fastest placement without OOM (the fastest of all when every one is OOM)."""
-        fits = [i for i, p in enumerate(self.placements) if not p.oom]
+        """Index of the fastest placement without OOM (the fastest of all when every one is OOM);
+        a pipelined placement by its pipelined step and peak (:func:`effective_step`)."""
+        steps = [effective_step(p) for p in self.placements]
+        fits = [i for i, (_, oom) in enumerate(steps) if not oom]
         pool = fits or list(range(len(self.placements)))
-        return min(pool, key=lambda i: (self.placements[i].predicted_step_time_us, i))
+        return min(pool, key=lambda i: (steps[i][0], i))
 
     @property
     def best(self) -> Placement:
@@ -121,6 +137,7 @@ class Comparison:
                 "other_orders_min_us": spread.min_us,
                 "other_orders_max_us": spread.max_us,
                 "other_orders_ratio": spread.ratio,
+                **_pipeline_columns(p),
             })
         return out
 
@@ -135,20 +152,44 @@ class Comparison:
 
     def table(self) -> str:
         """A one-screen text table of the rows, best placement marked with ``*``; ``other orders``
-        is the median step under the other dispatch orders relative to the step time."""
+        is the median step under the other dispatch orders relative to the step time; when any
+        placement is pipelined, ``pipelined`` gives its pipelined step, M and schedule (an OOM
+        of the pipelined step marked ``OOM``)."""
+        rows = self.rows()
+        piped = any(row["micro_batches"] is not None for row in rows)
         head = (f"{'placer':<13} {'step time':>12} {'other orders':>13} {'vs single':>10} {'vs bound':>10} "
                 f"{'placed in':>10} {'peak memory':>12} {'peak %':>7}  OOM")
+        if piped:
+            head += f"  {'pipelined':>12} {'M, schedule':<14}"
         lines = [head, "-" * len(head)]
-        for row in self.rows():
+        for row in rows:
             mark = "*" if row["best"] else " "
             oom = row["oom_devices"] if row["oom"] else "no"
-            lines.append(
-                f"{row['placer']:<12}{mark} {format_us(row['step_time_us']):>12} "
-                f"{format_change(row['other_orders_ratio']):>13} "
-                f"{row['speedup_vs_single']:>9.2f}x {row['gap_to_lower_bound'] * 100:>+9.1f}% "
-                f"{row['placement_seconds']:>9.3f}s {format_bytes(row['peak_memory_bytes']):>12} "
-                f"{row['peak_memory_fraction'] * 100:>6.1f}%  {oom}")
+            line = (f"{row['placer']:<12}{mark} {format_us(row['step_time_us']):>12} "
+                    f"{format_change(row['other_orders_ratio']):>13} "
+                    f"{row['speedup_vs_single']:>9.2f}x {row['gap_to_lower_bound'] * 100:>+9.1f}% "
+                    f"{row['placement_seconds']:>9.3f}s {format_bytes(row['peak_memory_bytes']):>12} "
+                    f"{row['peak_memory_fraction'] * 100:>6.1f}%  {oom}")
+            if piped and row["micro_batches"] is not None:
+                flag = " OOM" if row["pipelined_oom"] else ""
+                line += (f"  {format_us(row['pipelined_step_time_us']):>12} "
+                         f"{row['micro_batches']}, {row['schedule']}{flag}")
+            elif piped:
+                line += f"  {'one batch':>12}"
+            lines.append(line)
         return "\n".join(lines)
+
+
+def _pipeline_columns(placement: Placement) -> dict[str, Any]:
+    """A row's pipelined columns (None for a single-batch placement)."""
+    plan = placement.pipeline
+    if plan is None:
+        return {"micro_batches": None, "schedule": None, "pipelined_step_time_us": None,
+                "pipelined_peak_memory_bytes": None, "pipelined_oom": None}
+    return {"micro_batches": plan.micro_batches, "schedule": plan.schedule,
+            "pipelined_step_time_us": float(plan.predicted_step_time_us),
+            "pipelined_peak_memory_bytes": int(plan.device_peak_memory_bytes.max()),
+            "pipelined_oom": plan.oom}
 
 
 def parse_placer_list(text: str) -> list[str]:
@@ -190,6 +231,7 @@ def compare_placers(
     progress: ProgressFn | None = None,
     headroom: float = 0.0,
     order_mode: str = DEFAULT_ORDER_MODE,
+    place_fn: PlaceFn | None = None,
 ) -> Comparison:
     """Run each placer in ``placers`` and evaluate it with the simulator; every placer keeps
     ``headroom`` (a fraction) of each device's memory free.
@@ -223,6 +265,11 @@ def compare_placers(
         The execution order every placement records (:func:`place`): ``"enforced"`` (default)
         or ``"free"``. The other dispatch orders are replayed free either way: they show what a
         runtime left to its own order would run.
+    place_fn : callable, optional
+        What places the graph with each placer, called as ``place_fn(graph, cluster, name,
+        params, headroom=...)`` (default :func:`place`, with ``order_mode``);
+        ``functools.partial(place_pipelined, request=...)`` compares pipelined placements,
+        ranked by their pipelined step (:func:`effective_step`).
 
     Returns
     -------
@@ -268,8 +315,11 @@ def compare_placers(
     for i, name in enumerate(placers):
         if progress is not None:
             progress(i, len(placers), name)
-        placement = place(graph, cluster, name, params_for(name, shared), headroom=headroom,
-                          order_mode=order_mode)
+        if place_fn is None:
+            placement = place(graph, cluster, name, params_for(name, shared), headroom=headroom,
+                              order_mode=order_mode)
+        else:
+            placement = place_fn(graph, cluster, name, params_for(name, shared), headroom=headroom)
         placements.append(placement)
         spreads.append(dispatch_spread(graph, cluster, placement.assignment, ALTERNATIVE_DISPATCH,
                                        documented_us=placement.predicted_step_time_us))
