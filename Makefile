@@ -90,6 +90,7 @@ bench: setup
 	$(PY) bench/bench_placers.py
 	$(PY) bench/bench_quality.py
 	$(PY) bench/bench_real.py
+	$(PY) bench/bench_pipeline.py
 	$(PY) bench/bench_topology.py
 	$(PY) bench/bench_tf.py
 	$(PY) bench/bench_order.py
