@@ -70,30 +70,60 @@ class TrainingStep:
 
 def build_training_step(model: ModelSpec, batch_size: int, *, learning_rate: float = 1e-3) -> TrainingStep:
     """Build ``model``'s training step at ``batch_size`` in a fresh graph (Adam, ``learning_rate``)."""
+    _check_batch_size(batch_size)
+    tf1 = tensorflow().compat.v1
+    graph = _new_graph()
+    with graph.as_default():
+        placeholders = _placeholders(model, batch_size)
+        net = model.make_model()
+        loss = _forward_loss(model, net, [tensor for tensor, _ in placeholders])
+        train_op = _optimizer(learning_rate).minimize(loss, name=TRAIN_OP)
+        # Keras 3 makes batch norm's moving-average assigns in the call, but neither the update
+        # group nor the loss depends on them: a step leaves the moving statistics as they are
+        init_op = tf1.global_variables_initializer()
+    return TrainingStep(model, int(batch_size), graph, train_op, loss, init_op, placeholders)
+
+
+# The pieces of a build, shared with celeritas_tf.microbatch (which builds the same step per
+# micro-batch): each runs inside ``graph.as_default()`` of a graph from _new_graph, in this order.
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    """Refuse a batch size that is not a positive integer, in one line."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size <= 0:
         raise CeleritasInputError(f"batch size must be a positive integer, got {batch_size!r}")
+
+
+def _new_graph() -> Any:
+    """A fresh ``tf.Graph`` after ``keras.backend.clear_session()``, which resets Keras's
+    layer-name counters so that every build names its ops alike."""
     tf = tensorflow()
-    tf1 = tf.compat.v1
     # lazy: Keras loads after tensorflow() has set TensorFlow up (graph mode, quiet)
     import keras
 
     keras.backend.clear_session()
-    graph = tf.Graph()
-    with graph.as_default():
-        placeholders = []
-        for spec in (*model.inputs, model.labels):
-            tensor = tf1.placeholder(spec.dtype, (batch_size, *spec.shape), name=spec.name)
-            placeholders.append((tensor, spec))
-        labels = placeholders[-1][0]
-        net = model.make_model()
-        inputs = [p for p, _ in placeholders[:-1]]
-        outputs = net(inputs[0] if len(inputs) == 1 else inputs, training=True)
-        loss = tf.identity(_loss_value(model.loss, labels, outputs), name=LOSS)
-        optimizer = tf1.train.AdamOptimizer(learning_rate)
-        train_op = optimizer.minimize(loss, name=TRAIN_OP)
-        # Keras layers with state updates (batch norm moving averages) run with the step
-        init_op = tf1.global_variables_initializer()
-    return TrainingStep(model, int(batch_size), graph, train_op, loss, init_op, placeholders)
+    return tf.Graph()
+
+
+def _placeholders(model: ModelSpec, batch_size: int) -> list[tuple[Any, TensorSpec]]:
+    """One placeholder of shape ``(batch_size, ...)`` per input, then the labels', named as the specs."""
+    tf1 = tensorflow().compat.v1
+    return [(tf1.placeholder(spec.dtype, (batch_size, *spec.shape), name=spec.name), spec)
+            for spec in (*model.inputs, model.labels)]
+
+
+def _forward_loss(model: ModelSpec, net: Any, tensors: list[Any]) -> Any:
+    """The loss (op ``loss`` in the current name scope) of ``net`` run in training mode on
+    ``tensors``: the inputs, in the order of ``model.inputs``, then the labels."""
+    tf = tensorflow()
+    *inputs, labels = tensors
+    outputs = net(inputs[0] if len(inputs) == 1 else inputs, training=True)
+    return tf.identity(_loss_value(model.loss, labels, outputs), name=LOSS)
+
+
+def _optimizer(learning_rate: float) -> Any:
+    """The step's optimizer: ``tf.compat.v1`` Adam with its default moments and epsilon."""
+    return tensorflow().compat.v1.train.AdamOptimizer(learning_rate)
 
 
 def _loss_value(loss: Any, labels: Any, outputs: Any) -> Any:
