@@ -245,6 +245,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         predicted_step_us,
         validate_interleaved,
     )
+    from celeritas_tf.microbatch import placement_pipeline_run
 
     batch = _check_batch(args.batch)
     if args.devices is not None:
@@ -272,20 +273,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
     model = _model(args)
     devices = args.devices or len(listed or []) or 1
     digest = placement_op_keys_digest(doc, args.placement)
+    run = placement_pipeline_run(doc, args.placement)
     result = validate_interleaved(
         model, batch, {"placement": assignment}, devices, warmup_steps=args.warmup, steps=args.steps,
         blocks=args.blocks, progress=flags.say, sources={"placement": args.placement},
-        digests={"placement": digest}, orders={"placement": order}, modes={"placement": modes})["placement"]
-    predicted = predicted_step_us(doc)
+        digests={"placement": digest}, orders={"placement": order}, modes={"placement": modes},
+        pipelines={"placement": run} if run is not None else None)["placement"]
+    predicted, predicted_peak = predicted_step_us(doc), predicted_peaks(doc)
+    if run is not None:  # the pipelined step's replay is the prediction
+        predicted, predicted_peak = predicted_step_us(doc["pipeline"]), predicted_peaks(doc["pipeline"])
     extra = {"placer": doc.get("placer"), "placement": str(args.placement),
              "placement_order_mode": order.order_mode, "blocks": min(args.blocks, args.steps),
-             "predicted_peak_bytes": predicted_peaks(doc)}
+             "predicted_peak_bytes": predicted_peak,
+             **({"micro_batches": run.micro_batches, "schedule": doc["pipeline"].get("schedule")}
+                if run is not None else {})}
     write_json_atomic(args.out, result.to_json(extra, predicted_us=predicted), indent=1, inputs=inputs)
     shown = "unknown" if predicted is None else f"{predicted / 1e3:.3f} ms"
     blocks = min(args.blocks, args.steps)
     print(f"{model.name} batch {batch} on {devices} devices ({doc.get('placer')}): {args.steps} timed steps "
           f"per mode after {args.warmup} warm-up in each of {blocks} interleaved blocks; "
-          f"predicted step (the placement's simulated step) {shown}")
+          f"predicted step ({_predicted_what(doc, run)}) {shown}")
     for mode, times in result.modes.items():
         ratio = "" if predicted is None else f"; measured/predicted {times.median_s * 1e6 / predicted:.2f}"
         own = " (the placement's mode)" if mode == order.order_mode else ""
@@ -293,7 +300,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     else f"; {times.order_agreement * 100:.1f} % of ops ran in the recorded order")
         print(f"  {mode} order{own}: median {times.median_s * 1e3:.3f} ms, mean {times.mean_s * 1e3:.3f} ms, "
               f"p90 {times.p90_s * 1e3:.3f} ms{ratio}{followed}")
-    peaks = peak_metrics(result.measured_peak_bytes, predicted_peaks(doc))
+    peaks = peak_metrics(result.measured_peak_bytes, predicted_peak)
     if "measured_peak_memory_bytes" in peaks:
         measured = format_bytes(peaks["measured_peak_memory_bytes"])
         line = f"peak memory of the fullest device ({result.order_mode} order): measured {measured}"
@@ -303,6 +310,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {args.out}")
     return 0
+
+
+def _predicted_what(doc: dict[str, Any], run: Any) -> str:
+    """What ``validate`` compares with: the placement's simulated step, or its pipelined replay."""
+    if run is None:
+        return "the placement's simulated step"
+    return (f"the placement's pipelined step of {run.micro_batches} micro-batches, "
+            f"{doc['pipeline'].get('schedule')}, replayed")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ from celeritas_core.statistics.estimation import spanning_batch, traced_steps_ne
 from celeritas_core.statistics.regression import CostFits, Deviation, fit_costs, relative_deviation
 from celeritas_tf.extract import graph_from_step
 from celeritas_tf.identity import step_digest, step_op_keys
+from celeritas_tf.microbatch import PipelineRun, pipelined_arm
 from celeritas_tf.order import enforce_device_order, executed_device_order, free_ops, order_agreement
 from celeritas_tf.profile import (
     StepTrace,
@@ -602,7 +603,8 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
                          sources: Mapping[str, str] | None = None,
                          digests: Mapping[str, str | None] | None = None,
                          orders: Mapping[str, PlacementOrder] | None = None,
-                         modes: Mapping[str, Sequence[str]] | None = None) -> dict[str, Validation]:
+                         modes: Mapping[str, Sequence[str]] | None = None,
+                         pipelines: Mapping[str, PipelineRun] | None = None) -> dict[str, Validation]:
     """Time several placements of one model in interleaved blocks, so that drift over time (heat,
     other tenants) hits each alike: block b runs every arm in turn (the order rotates by one each
     block), each in a fresh session with ``warmup_steps`` untimed steps, then its share of the
@@ -618,7 +620,10 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     (checked, as :func:`check_structure`). Each arm of a placement that records an order runs
     one traced, untimed step first, from which its ``order_agreement`` is read: 1.0 when every
     device followed the recorded order (the enforced arm), lower as TensorFlow's own dispatch
-    strays from it."""
+    strays from it. ``pipelines[name]``: the placement runs as a pipelined step
+    (:func:`celeritas_tf.microbatch.pipelined_arm`: its micro-batch replicas placed by the
+    assignment, the ``enforced`` arm following the plan's per-device order of runs, which the
+    agreement is then read against)."""
     if warmup_steps < 0 or steps < 1 or blocks < 1:
         raise CeleritasInputError(f"need warm-up >= 0, steps >= 1 and blocks >= 1, got {warmup_steps}, "
                                   f"{steps} and {blocks}")
@@ -628,6 +633,7 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
     names = list(assignments)
     timed: dict[str, tuple[str, ...]] = {}
     headline: dict[str, str] = {}
+    followed: dict[str, tuple[tuple[str, ...], ...]] = {}  # a pipelined plan's order, in its step's names
     built: dict[tuple[str, str], TrainingStep] = {}
     for name in names:
         source = (sources or {}).get(name)
@@ -643,7 +649,13 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
             check_device_order(order.device_order, assignments[name], source)
         timed[name] = wanted
         headline[name] = order.order_mode if order.order_mode in wanted else wanted[0]
+        run = (pipelines or {}).get(name)
         for mode in wanted:
+            if run is not None:
+                step, followed[name] = pipelined_arm(model, batch_size, assignments[name], run,
+                                                     enforced=mode == ENFORCED_ORDER, source=source)
+                built[name, mode] = step
+                continue
             step = build_training_step(model, batch_size)
             check_assignment(step.step_op_names(), assignments[name], num_devices, source)
             check_structure(step, (digests or {}).get(name), source)
@@ -678,8 +690,8 @@ def validate_interleaved(model: ModelSpec, batch_size: int, assignments: Mapping
                         peaks[name] = measured_peak_bytes(metadata.step_stats, resident_bytes(step))
                     if follow:
                         executed = executed_device_order(metadata.step_stats, ops=step.step_op_names())
-                        agreement[arm] = order_agreement(recorded.device_order, executed, device_names,
-                                                         skip=free_ops(step))
+                        agreement[arm] = order_agreement(followed.get(name, recorded.device_order), executed,
+                                                         device_names, skip=free_ops(step))
                 for i in range(warmup_steps):
                     session.run(fetches, feeds[i % len(feeds)], options=options)
                 for i in range(count):

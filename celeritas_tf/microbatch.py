@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
+from celeritas_core.readwrite.pipeline_json import pipeline_from_json
 from celeritas_tf.order import enforce_device_order
 from celeritas_tf.spec import ModelSpec
 from celeritas_tf.step import (
@@ -89,7 +90,7 @@ from celeritas_tf.step import (
     _optimizer,
     _placeholders,
 )
-from celeritas_tf.tf import tensorflow
+from celeritas_tf.tf import step_device, tensorflow
 
 #: Name scope of the ``tf.split`` ops that cut each placeholder into micro-batches.
 SPLIT_SCOPE = "micro_batches"
@@ -359,3 +360,70 @@ def _single_batch_name(name: str, scope: str) -> str:
     'gradients/dense/MatMul_grad/MatMul'
     """
     return "/".join(part for part in name.split("/") if part != scope)
+
+
+# ---------------------------------------------------------------------------- running a placement
+@dataclass(frozen=True)
+class PipelineRun:
+    """How a pipelined placement asks to be run: ``M`` micro-batches and, per device index, its
+    runs in order as ``(single-batch op name, micro-batch k)`` pairs (``k = -1``: an op run once
+    per step). Read from a placement document with :func:`placement_pipeline_run`."""
+
+    micro_batches: int
+    device_order: tuple[tuple[tuple[str, int], ...], ...]
+
+
+def placement_pipeline_run(doc: Mapping[str, Any], source: str | None = None) -> PipelineRun | None:
+    """The ``pipeline`` object of a ``celeritas-placement/1`` document as a :class:`PipelineRun`
+    (checked as :func:`celeritas_core.readwrite.formats.placement_from_json` checks it, against
+    the document's own ``assignment``); None when the placement is not pipelined. The additions
+    that accumulate gradients are left out: the step colocates them with their variables.
+
+    Examples
+    --------
+    >>> doc = {"devices": ["gpu:0"], "assignment": {"w": 0, "x": 0}, "pipeline": {
+    ...     "micro_batches": 2, "schedule": "gpipe", "device_peak_memory_bytes": [1], "warmup": [2],
+    ...     "device_order": [[["w", -1], ["x", 0], ["x", 1], ["x", 1, 0]]]}}
+    >>> placement_pipeline_run(doc).device_order
+    ((('w', -1), ('x', 0), ('x', 1)),)
+    """
+    names = list(doc.get("assignment") or {})
+    devices = doc.get("devices")
+    if doc.get("pipeline") is None or not isinstance(devices, list):
+        return None
+    try:
+        plan = pipeline_from_json(doc, {name: i for i, name in enumerate(names)}, devices)
+    except CeleritasInputError as exc:
+        raise exc.with_source(source) from None
+    assert plan is not None
+    order = tuple(tuple((names[int(op)], int(k)) for op, k, out in rows.tolist() if out < 0)
+                  for rows in plan.device_order)
+    return PipelineRun(plan.micro_batches, order)
+
+
+def pipelined_arm(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], run: PipelineRun, *,
+                  enforced: bool,
+                  source: str | None = None) -> tuple[TrainingStep, tuple[tuple[str, ...], ...]]:
+    """The micro-batch step of ``run`` placed by ``assignment`` (single-batch op name → device
+    index), each device's recorded order enforced when ``enforced``; and that order in the step's
+    own op names (for :func:`celeritas_tf.order.order_agreement`). Runs the step has no op for
+    (an op run once in the plan that each replica runs, such as a variable's read, or a
+    placeholder the step splits) are not ordered.
+
+    Raises
+    ------
+    CeleritasInputError
+        When the placement names an op that is not an op of the model's step.
+    """
+    mstep = build_microbatch_step(model, batch_size, run.micro_batches)
+    known = {name for name, _ in mstep.replica_of.values()} | mstep.shared_op_names()
+    unknown = sorted(set(assignment) - known)
+    if unknown:
+        raise CeleritasInputError(f"op {unknown[0]!r} of the placement is not an op of {model.name}'s "
+                                  f"step ({len(unknown)} such ops): was it placed for another model?",
+                                  source=source)
+    pairs = tuple(tuple((name, k) for name, k in device if mstep.op_name(name, k) is not None)
+                  for device in run.device_order)
+    place_microbatch_step(mstep, {name: step_device(d) for name, d in assignment.items()},
+                          pairs if enforced else None)
+    return mstep.step, tuple(tuple(str(mstep.op_name(name, k)) for name, k in device) for device in pairs)
