@@ -402,8 +402,8 @@ def placement_pipeline_run(doc: Mapping[str, Any], source: str | None = None) ->
 
 
 def pipelined_arm(model: ModelSpec, batch_size: int, assignment: Mapping[str, int], run: PipelineRun, *,
-                  enforced: bool,
-                  source: str | None = None) -> tuple[TrainingStep, tuple[tuple[str, ...], ...]]:
+                  enforced: bool, source: str | None = None,
+                  learning_rate: float = 1e-3) -> tuple[TrainingStep, tuple[tuple[str, ...], ...]]:
     """The micro-batch step of ``run`` placed by ``assignment`` (single-batch op name → device
     index), each device's recorded order enforced when ``enforced``; and that order in the step's
     own op names (for :func:`celeritas_tf.order.order_agreement`). Runs the step has no op for
@@ -415,7 +415,7 @@ def pipelined_arm(model: ModelSpec, batch_size: int, assignment: Mapping[str, in
     CeleritasInputError
         When the placement names an op that is not an op of the model's step.
     """
-    mstep = build_microbatch_step(model, batch_size, run.micro_batches)
+    mstep = build_microbatch_step(model, batch_size, run.micro_batches, learning_rate=learning_rate)
     known = {name for name, _ in mstep.replica_of.values()} | mstep.shared_op_names()
     unknown = sorted(set(assignment) - known)
     if unknown:

@@ -9,7 +9,11 @@ at the batch size, checks that the placement was made for it (the structure dige
 lists every op once on its own device), pins each op to its device
 (:func:`celeritas_tf.profile.place_ops`), enforces the recorded order with control dependencies
 (:func:`celeritas_tf.order.enforce_device_order`) unless the order is ``free``, and opens a
-session with the variables initialised. Then :meth:`PlacedTraining.step` runs one training step
+session with the variables initialised. A pipelined placement (its ``pipeline`` object,
+docs/pipelining.md) runs as its micro-batch step instead
+(:func:`celeritas_tf.microbatch.pipelined_arm`): each batch split into ``M`` micro-batches whose
+replicas run where the placement puts their ops, in each device's recorded order of runs, the
+gradients accumulated and Adam applied once. Then :meth:`PlacedTraining.step` runs one training step
 on one batch and returns its loss, :meth:`PlacedTraining.fit` runs many (NumPy arrays, a
 ``tf.data.Dataset`` or any iterable of batches), and :meth:`PlacedTraining.save_weights` /
 :meth:`PlacedTraining.load_weights` write and read the model's weights in Keras's format
@@ -54,6 +58,7 @@ from celeritas_core.readwrite.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_STE
 from celeritas_core.readwrite.safe_io import check_input_file, check_output_path, write_atomic
 from celeritas_tf.evaluation import check_assignment, check_devices
 from celeritas_tf.identity import step_digest
+from celeritas_tf.microbatch import pipelined_arm, placement_pipeline_run
 from celeritas_tf.models import get_model
 from celeritas_tf.order import OrderEdges, enforce_device_order
 from celeritas_tf.profile import place_ops
@@ -190,17 +195,25 @@ class PlacedTraining:
             return net
 
         _check_batch(doc, config.batch_size, source)
-        step = build_training_step(replace(spec, make_model=make_model), config.batch_size,
-                                   learning_rate=float(config.learning_rate))
-        self._net = built[-1]
-        _check_structure(step, doc, source)
-        check_assignment(step.step_op_names(), assignment, self.num_devices, source)
-        if device_order is not None:
-            check_device_order(device_order, assignment, source)
-        place_ops(step, assignment)
+        run = placement_pipeline_run(doc, source)
+        self.micro_batches = run.micro_batches if run is not None else 1
         self.order_edges: OrderEdges | None = None
-        if self.order_mode == ENFORCED_ORDER:
-            self.order_edges = enforce_device_order(step, device_order or (), source=source)
+        if run is not None:  # the pipelined step: micro-batch replicas, gradients accumulated
+            step, _ = pipelined_arm(replace(spec, make_model=make_model), config.batch_size, assignment, run,
+                                    enforced=self.order_mode == ENFORCED_ORDER, source=source,
+                                    learning_rate=float(config.learning_rate))
+            self._net = built[-1]
+        else:
+            step = build_training_step(replace(spec, make_model=make_model), config.batch_size,
+                                       learning_rate=float(config.learning_rate))
+            self._net = built[-1]
+            _check_structure(step, doc, source)
+            check_assignment(step.step_op_names(), assignment, self.num_devices, source)
+            if device_order is not None:
+                check_device_order(device_order, assignment, source)
+            place_ops(step, assignment)
+            if self.order_mode == ENFORCED_ORDER:
+                self.order_edges = enforce_device_order(step, device_order or (), source=source)
         self.step_graph: TrainingStep = step
         self.steps_run = 0
         tf1 = tensorflow().compat.v1
