@@ -42,7 +42,8 @@ MAX_R = 2**31 - 1
 #: The largest value of a zoo model's size knob (the paper's largest is a 32000-word vocabulary).
 MAX_KNOB = 1_000_000
 
-PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single"]
+PLACERS = ["celeritas", "metis", "m-topo", "m-etf", "m-sct", "heft", "order-place", "single", "gpipe-even",
+           "alpa-stages", "pipedream"]
 #: The zoo's model names (:data:`celeritas_tf.models.ZOO`; a copy, as above, and a test checks it):
 #: the form proposes them and still takes a path or a MODULE:FUNCTION.
 ZOO_MODELS = ["tensor_holography", "inception_v3", "nmt", "transformer", "mlp"]
@@ -166,6 +167,18 @@ class PipelineParams:
         "the one predicted. free: TensorFlow picks among ready ops its own way. Validation times "
         "both; this one competes for promotion and is what the champion asks of its consumers.",
         section="Placement", enum=list(ORDER_MODES))
+    micro_batches: str = _param(
+        "1", "Micro-batches",
+        "1: one batch per step. M (a divisor of the batch size): place and run the step as a "
+        "pipeline of M micro-batches, gradients accumulated and the optimizer applied once; auto: "
+        "the fastest that fits of every divisor up to 4 per device, or one batch per step "
+        "(docs/pipelining.md). Validation then times the pipelined step.",
+        section="Placement", pattern=r"^\s*(auto|[1-9][0-9]{0,5})\s*$")
+    schedule: str = _param(
+        "auto", "Pipeline schedule",
+        "With micro-batches: gpipe (all forwards, then all backwards), 1f1b (one forward, one "
+        "backward: fewer activations in flight) or auto (the faster that fits).",
+        section="Placement", enum=["auto", "gpipe", "1f1b"])
     validation_steps: int = _param(
         50, "Timed steps", "Training steps timed per placement after warm-up (paper: 50).",
         section="Validation", minimum=1, maximum=10000)

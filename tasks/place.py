@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -10,7 +11,8 @@ import numpy as np
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
-from celeritas_core.placers.compare import compare_placers
+from celeritas_core.pipeline.plan import PipelineRequest, place_pipelined
+from celeritas_core.placers.compare import PlaceFn, compare_placers, effective_step
 from celeritas_core.placers.partition import traffic_by_link
 from celeritas_core.plots import gantt_chart, memory_chart
 from celeritas_core.readwrite.formats import compare_to_json, save_placement
@@ -30,15 +32,18 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     graph = load_graph_uri(measured.measured_graph_uri)
     cluster = run_cluster(calibration)
     shared = {"R": params.R, "memory_fraction": float(params.memory_fraction)}
-    comparison = compare_placers(graph, cluster, list(params.placers), shared, order_mode=params.order_mode)
-    if all(p.oom for p in comparison.placements):
+    place_fn = _pipelined(params.micro_batches, params.schedule, params.batch_size)
+    comparison = compare_placers(graph, cluster, list(params.placers), shared, order_mode=params.order_mode,
+                                 place_fn=place_fn)
+    steps = {p.placer: effective_step(p) for p in comparison.placements}
+    if all(oom for _, oom in steps.values()):
         worst = comparison.best
         raise CeleritasInputError(
             f"model {params.model!r} does not fit on {cluster.num_devices} devices of "
             f"{params.device_memory} even with best effort (fastest placement, {worst.placer}, overfills "
             f"{', '.join(worst.oom_devices)})")
-    baselines = [p for p in comparison.placements if p.placer != "celeritas" and not p.oom]
-    best_baseline = min((p.predicted_step_time_us for p in baselines), default=float("nan"))
+    best_baseline = min((step for name, (step, oom) in steps.items() if name != "celeritas" and not oom),
+                        default=float("nan"))
     placements: dict[str, str] = {}
     children: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,10 +52,11 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
             placements[p.placer] = storage.upload_file(str(local), placement_uri(run_dir, p.placer))
             metrics = {
                 "placement_time_s": p.placement_seconds,
-                "simulated_step_time_ms": p.predicted_step_time_us * 1e-3,
-                "speedup_vs_single": p.speedup_vs_single,
-                "simulated_speedup_vs_best_baseline": best_baseline / p.predicted_step_time_us,
-                "oom": float(p.oom),
+                "simulated_step_time_ms": steps[p.placer][0] * 1e-3,
+                "speedup_vs_single": p.single_device_time_us / steps[p.placer][0],
+                "simulated_speedup_vs_best_baseline": best_baseline / steps[p.placer][0],
+                "oom": float(steps[p.placer][1]),
+                "micro_batches": float(p.pipeline.micro_batches if p.pipeline is not None else 1),
                 **{f"peak_memory_bytes_{name.replace(':', '_')}": float(m)
                    for name, m in zip(p.devices, p.device_peak_memory_bytes, strict=True)},
                 **{f"sum_memory_bytes_{name.replace(':', '_')}": float(m)
@@ -79,14 +85,22 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
     storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
     log_documents(parent_run_id, {"compare.json": compare_doc}, "placement")
     tracking.log_metrics(parent_run_id, {
-        "best_simulated_step_time_ms": comparison.best.predicted_step_time_us * 1e-3,
+        "best_simulated_step_time_ms": steps[comparison.best.placer][0] * 1e-3,
         "single_device_step_time_ms": comparison.single_device_time_us * 1e-3})
     tracking.set_tags(parent_run_id, {"celeritas.best_simulated_placer": comparison.best.placer})
     return PlaceResult(placements=placements, child_runs=children, compare_uri=compare_uri,
                        best_simulated=comparison.best.placer,
-                       simulated_step_time_us={p.placer: p.predicted_step_time_us
-                                               for p in comparison.placements},
-                       oom={p.placer: p.oom for p in comparison.placements})
+                       simulated_step_time_us={name: step for name, (step, _) in steps.items()},
+                       oom={name: oom for name, (_, oom) in steps.items()})
+
+
+def _pipelined(micro_batches: str, schedule: str, batch_size: int) -> PlaceFn | None:
+    """What places each placer: as a pipelined step when ``micro_batches`` is not 1
+    (docs/pipelining.md), else None (one batch per step, :func:`~celeritas_core.placers.place`)."""
+    if micro_batches.strip() == "1":
+        return None
+    request = PipelineRequest.parse(micro_batches, schedule, batch_size=batch_size)
+    return functools.partial(place_pipelined, request=request)
 
 
 def _traffic_metrics(graph: Graph, cluster: Cluster, assignment: np.ndarray) -> dict[str, float]:

@@ -23,6 +23,7 @@ from celeritas_tf.evaluation import (
     predicted_step_us,
     validate_interleaved,
 )
+from celeritas_tf.microbatch import PipelineRun, placement_pipeline_run
 from tasks import storage, tracking
 from tasks.common import load_model, validation_uri
 from tasks.contracts import Job, PlacementValidation, PlaceResult, ValidationItem, ValidationPlan
@@ -62,19 +63,21 @@ def _assignment(doc: Any, source: str) -> dict[str, int]:
     return assignment
 
 
-def _champion_assignment(item: ValidationItem
-                         ) -> tuple[dict[str, int] | None, str | None, PlacementOrder | None]:
-    """The champion's published assignment, downloaded from MLflow, the op keys digest and the
-    execution order it records ((None, None, None) without a champion)."""
+def _champion_assignment(item: ValidationItem) -> tuple[dict[str, int] | None, str | None,
+                                                        PlacementOrder | None, PipelineRun | None]:
+    """The champion's published assignment, downloaded from MLflow, the op keys digest, the
+    execution order it records and how it runs pipelined (all None without a champion; the last
+    None for a single-batch champion)."""
     if item.champion_placement_uri is None:
-        return None, None, None
+        return None, None, None, None
     with tempfile.TemporaryDirectory() as tmp:
         local = tracking.download_published(item.champion_placement_uri, tmp,
                                             expected_sha256=item.champion_placement_sha256)
         doc = json.loads(Path(local).read_text())
         return (_assignment(doc, item.champion_placement_uri),
                 placement_op_keys_digest(doc, item.champion_placement_uri),
-                placement_order(doc, item.champion_placement_uri))
+                placement_order(doc, item.champion_placement_uri),
+                placement_pipeline_run(doc, item.champion_placement_uri))
 
 
 def validate(job: Job, item: ValidationItem) -> PlacementValidation:
@@ -91,9 +94,10 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
     doc = storage.parse_json(placement_bytes, item.placement_uri)
     arms = {"challenger": _assignment(doc, item.placement_uri)}
     orders = {"challenger": placement_order(doc, item.placement_uri)}
+    pipelines = {"challenger": placement_pipeline_run(doc, item.placement_uri)}
     champion_error = champion_digest = None
     try:
-        champion, champion_digest, champion_order = _champion_assignment(item)
+        champion, champion_digest, champion_order, pipelines["champion"] = _champion_assignment(item)
     except CeleritasInputError as exc:
         champion, champion_order = None, None
         champion_error = f"the champion's placement cannot be read: {exc}"
@@ -104,7 +108,8 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         modes["champion"] = (champion_order.order_mode,)  # as it runs in production
     devices = len(doc.get("devices") or []) or job.cluster.num_devices
     kwargs: dict[str, Any] = {"warmup_steps": params.warmup_steps, "steps": params.validation_steps,
-                              "blocks": BLOCKS, "progress": log.info, "orders": orders, "modes": modes}
+                              "blocks": BLOCKS, "progress": log.info, "orders": orders, "modes": modes,
+                              "pipelines": {name: run for name, run in pipelines.items() if run is not None}}
     sources = {"challenger": item.placement_uri, "champion": item.champion_placement_uri or ""}
     kwargs["digests"] = {"challenger": placement_op_keys_digest(doc, item.placement_uri),
                          "champion": champion_digest}
@@ -121,9 +126,12 @@ def validate(job: Job, item: ValidationItem) -> PlacementValidation:
         runs = validate_interleaved(model, batch, arms, devices, sources=sources, **kwargs)
     mine = runs["challenger"]
     theirs = runs.get("champion")
-    predicted = predicted_step_us(doc)
+    run = pipelines["challenger"]
+    replayed = doc["pipeline"] if run is not None else doc  # a pipelined step's replay is its prediction
+    predicted = predicted_step_us(replayed)
     body = mine.to_json({"placer": item.placer, "placement": item.placement_uri,
-                         "predicted_peak_bytes": predicted_peaks(doc), "blocks": BLOCKS,
+                         "predicted_peak_bytes": predicted_peaks(replayed), "blocks": BLOCKS,
+                         "micro_batches": run.micro_batches if run is not None else 1,
                          "champion": None if theirs is None else {
                              "version": item.champion_version, "placement": item.champion_placement_uri,
                              "order_mode": theirs.order_mode,
