@@ -13,8 +13,9 @@ device (none fits: the least overflow, then the fastest). The candidates:
 * for ``celeritas`` (pipelined Celeritas), the single-batch Celeritas assignment and every stage
   planner's split (``gpipe-even``, ``alpa-stages``, ``pipedream``) at each ``M``; a split whose
   replayed peak overflows a device is planned again with the devices' memory shrunk by the
-  overflow (:data:`MEMORY_RETRIES` times at most), and the chosen split's stage boundaries are then
-  moved unit by unit while the replay improves (:func:`_refine`). Pipelined Celeritas thus never
+  overflow (:data:`MEMORY_RETRIES` times at most), and the stage boundaries of a few splits
+  (the :data:`REFINED_CANDIDATES` best, and the fastest even if it overflows) are then moved
+  unit by unit while the replay improves (:func:`_refine`). Pipelined Celeritas thus never
   loses to a stage planner at the ``M`` and schedule it chose; what it adds is judged by the
   replay, which counts what the planners' models do not (a transfer per micro-batch, channel
   contention, the warm-up, the liveness peak with activations and accumulated gradients in
@@ -22,8 +23,8 @@ device (none fits: the least overflow, then the fastest). The candidates:
 
 With ``auto``, one batch per step (``M = 1``, the single-batch placement itself) competes too:
 the result is never slower than it. Everything counted is work (replays of fixed candidates, a
-fixed number of re-plans and boundary moves), never wall clock: the same input gives the same
-placement.
+fixed number of re-plans, of refined splits and of boundary moves), never wall clock: the same
+input gives the same placement.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ AUTO_MICRO_BATCHES_PER_DEVICE = 4
 #: same input gives the same placement), but never below 1 - :data:`MAX_RETRY_HEADROOM` of it.
 MEMORY_RETRIES = 3
 MAX_RETRY_HEADROOM = 0.9
-#: Replays per stage that the boundary refinement of the chosen split may spend (a work budget).
+#: Replays per stage that the boundary refinement of a split may spend (a work budget), and how
+#: many of the best splits (fits first, then the step) are refined, besides the fastest of all
+#: (it may overflow: moving its boundaries may make it fit).
 REFINE_REPLAYS = 8
+REFINED_CANDIDATES = 3
 
 
 @dataclass(frozen=True)
@@ -196,7 +200,11 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     capacity = cluster.memory_bytes
     best = min(tried, key=lambda t: t.key(capacity))
     if sequence is not None and placer == "celeritas":
-        best = _refine(best, cluster, sequence[0], rank=graph.topological_rank)
+        splits = [t for t in sorted(tried, key=lambda t: t.key(capacity)) if t.split is not None]
+        fastest = sorted(splits, key=lambda t: t.replay.step_time_us)
+        picked = list(dict.fromkeys([*splits[:REFINED_CANDIDATES], *fastest[:1]]))
+        refined = [_refine(t, cluster, sequence[0], rank=graph.topological_rank) for t in picked]
+        best = min([best, *refined], key=lambda t: t.key(capacity))
     base_over = float(np.maximum(base.device_peak_memory_bytes - capacity, 0).sum())
     seconds = base.placement_seconds + time.perf_counter() - started
     search = {"micro_batches_tried": ms, "schedules_tried": list(request.schedules), "candidates": len(tried)}
@@ -233,20 +241,25 @@ def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: Pi
     tried: list[_Tried] = []
     if not _takes_micro_batches(placer):
         tried += replays(placer, base.assignment)
+    # pipelined Celeritas also asks the DP planners for a stage on every device: their cost models
+    # may prefer fewer stages that the replay does not
+    counts = (0, cluster.num_devices) if placer == "celeritas" and cluster.num_devices > 1 else (0,)
     for name in _planners(placer):
         if name not in PLACERS or sequence is None:
             continue
-        room = headroom
-        for _ in range(MEMORY_RETRIES + 1 if placer == "celeritas" else 1):
-            out = place(micro, cluster, name, {"micro_batches": m}, evaluate=False, headroom=room)
-            if any(np.array_equal(out.assignment, t.assignment) for t in tried):
-                break
-            tried += replays(name, out.assignment, _split(out.extra, sequence))
-            latest = tried[-len(request.schedules):]
-            worst = min(float((t.replay.device_peak_bytes / cluster.memory_bytes).max()) for t in latest)
-            if worst <= 1.0:
-                break
-            room = min(MAX_RETRY_HEADROOM, 1.0 - (1.0 - room) / worst)
+        for stages in counts if name != "gpipe-even" else (0,):
+            room = headroom
+            for _ in range(MEMORY_RETRIES + 1 if placer == "celeritas" else 1):
+                params = {"micro_batches": m, "stages": stages}
+                out = place(micro, cluster, name, params, evaluate=False, headroom=room)
+                if any(np.array_equal(out.assignment, t.assignment) for t in tried):
+                    break
+                tried += replays(name, out.assignment, _split(out.extra, sequence))
+                latest = tried[-len(request.schedules):]
+                worst = min(float((t.replay.device_peak_bytes / cluster.memory_bytes).max()) for t in latest)
+                if worst <= 1.0:
+                    break
+                room = min(MAX_RETRY_HEADROOM, 1.0 - (1.0 - room) / worst)
     return tried
 
 

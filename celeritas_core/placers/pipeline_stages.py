@@ -721,7 +721,8 @@ def _objective(method: str, problem: StageProblem, cuts: np.ndarray, micro_batch
     return problem.latency(cuts, micro_batches)
 
 
-def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_batches: int) -> StageSplit:
+def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_batches: int,
+                stages: int = 0) -> StageSplit:
     """The split of ``layers`` onto ``cluster`` by ``method`` (see the module docstring): every
     stage count ``K`` from 1 to ``min(devices, layers)`` on the ``K`` stage devices (GPipe: that
     largest count only), the best objective among the splits that fit, else among those of least
@@ -737,6 +738,9 @@ def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_bat
         ``"gpipe-even"``, ``"alpa-stages"`` or ``"pipedream"``.
     micro_batches : int
         ``M``.
+    stages : int, optional
+        The number of stages (capped at the devices and layers); 0 (default): every count, the
+        best kept (GPipe: one stage per device).
 
     Returns
     -------
@@ -752,7 +756,9 @@ def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_bat
     >>> plan.problem.num_stages, np.diff(plan.problem.bounds(plan.cuts)).tolist()
     (4, [9, 9, 9, 9])
     """
-    stages = max(1, min(cluster.num_devices, layers.num_layers))
+    most = max(1, min(cluster.num_devices, layers.num_layers))
+    counts = range(1, most + 1) if stages <= 0 else [min(stages, most)]
+    stages = most if stages <= 0 else min(stages, most)
     if method == "gpipe-even":
         devices = stage_devices(cluster, stages)
         problem = layers.problem(cluster, devices, in_flight(method, stages, micro_batches))
@@ -768,7 +774,7 @@ def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_bat
         def solver(p: StageProblem, bound: float) -> np.ndarray | None:
             return pipedream_split(p)
     problems = []
-    for k in range(1, stages + 1):
+    for k in counts:
         devices = stage_devices(cluster, k)
         problems.append((devices, coarse.problem(cluster, devices, in_flight(method, k, micro_batches))))
     best: tuple[float, int, np.ndarray] | None = None
@@ -809,16 +815,20 @@ class GPipeParams:
         ``M``, the micro-batches pipelined per step (default 4): the graph's ``time_us`` and
         activation bytes are one micro-batch's; each stage holds ``M`` micro-batches of
         activations.
+    stages : int
+        The number of stages; 0 (default): one per device.
 
     Examples
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("gpipe-even").typed_params({"micro_batches": 8})
-    GPipeParams(micro_batches=8)
+    GPipeParams(micro_batches=8, stages=0)
     """
 
     micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
                                minimum=1, maximum=4096)
+    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
+                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
 
 
 @dataclass(frozen=True)
@@ -836,11 +846,13 @@ class AlpaParams:
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("alpa-stages").typed_params({"micro_batches": 16})
-    AlpaParams(micro_batches=16)
+    AlpaParams(micro_batches=16, stages=0)
     """
 
     micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
                                minimum=1, maximum=4096)
+    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
+                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
 
 
 @dataclass(frozen=True)
@@ -858,20 +870,22 @@ class PipeDreamParams:
     --------
     >>> from celeritas_core import get_placer
     >>> get_placer("pipedream").typed_params({"micro_batches": 2})
-    PipeDreamParams(micro_batches=2)
+    PipeDreamParams(micro_batches=2, stages=0)
     """
 
     micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
                                minimum=1, maximum=4096)
+    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
+                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
 
 
-def _place(graph: Graph, cluster: Cluster, method: str, micro_batches: int) -> PlacerOutput:
+def _place(graph: Graph, cluster: Cluster, method: str, micro_batches: int, stages: int = 0) -> PlacerOutput:
     """The plan of ``method`` as a placement (every op on the largest device when the graph is
     empty of layers or the cluster has one device)."""
     if graph.num_nodes == 0:
         return PlacerOutput(assignment=np.zeros(0, dtype=np.int64))
     layers = pipeline_layers(graph)
-    plan = plan_stages(layers, cluster, method, micro_batches)
+    plan = plan_stages(layers, cluster, method, micro_batches, stages)
     return PlacerOutput(assignment=layers.assignment(plan.cuts, plan.devices), extra=plan.extra(layers))
 
 
@@ -903,7 +917,7 @@ def gpipe_even_placer(graph: Graph, cluster: Cluster, params: GPipeParams) -> Pl
     >>> p.extra["stage_layers"], p.extra["fits"]
     ([12, 12, 12], True)
     """
-    return _place(graph, cluster, "gpipe-even", params.micro_batches)
+    return _place(graph, cluster, "gpipe-even", params.micro_batches, params.stages)
 
 
 def alpa_stages_placer(graph: Graph, cluster: Cluster, params: AlpaParams) -> PlacerOutput:
@@ -935,7 +949,7 @@ def alpa_stages_placer(graph: Graph, cluster: Cluster, params: AlpaParams) -> Pl
     >>> alpa.extra["latency_us"] <= even.extra["latency_us"]
     True
     """
-    return _place(graph, cluster, "alpa-stages", params.micro_batches)
+    return _place(graph, cluster, "alpa-stages", params.micro_batches, params.stages)
 
 
 def pipedream_placer(graph: Graph, cluster: Cluster, params: PipeDreamParams) -> PlacerOutput:
@@ -966,7 +980,7 @@ def pipedream_placer(graph: Graph, cluster: Cluster, params: PipeDreamParams) ->
     >>> p.extra["in_flight"]
     [4, 3, 2, 1]
     """
-    return _place(graph, cluster, "pipedream", params.micro_batches)
+    return _place(graph, cluster, "pipedream", params.micro_batches, params.stages)
 
 
 register_placer(PlacerSpec(

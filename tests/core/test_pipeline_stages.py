@@ -312,11 +312,22 @@ def test_the_placers_are_registered_with_their_parameter() -> None:
 
     for name in METHODS:
         spec = PLACERS[name]
-        assert [p.name for p in spec.params] == ["micro_batches"] and spec.resolve_params(None) == {
-            "micro_batches": 4}
+        assert [p.name for p in spec.params] == ["micro_batches", "stages"] and spec.resolve_params(None) == {
+            "micro_batches": 4, "stages": 0}
         for bad in (0, 4097, 2.5):
             with pytest.raises(CeleritasInputError, match="micro_batches"):
                 spec.resolve_params({"micro_batches": bad})
+        with pytest.raises(CeleritasInputError, match="stages"):
+            spec.resolve_params({"stages": -1})
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_stage_count_asked_for_is_the_count_used(method: str) -> None:
+    g = training_step_graph(layers=8, width=64, seed=2)
+    cluster = Cluster.homogeneous(4, 1e12)
+    for stages in (1, 2, 3, 4):
+        p = place(g, cluster, method, {"micro_batches": 4, "stages": stages}, evaluate=False)
+        assert p.extra["num_stages"] == stages and len(set(p.assignment.tolist())) == stages
 
 
 def test_on_a_link_topology_each_cut_is_priced_on_its_link() -> None:
