@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,7 +43,13 @@ from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.placement import PipelinePlan, Placement
 from celeritas_core.pipeline.microbatch import BatchFits, microbatch_graph, op_floor_us
 from celeritas_core.pipeline.roles import OpRoles, op_roles
-from celeritas_core.pipeline.schedules import SCHEDULES, PipelineReplay, check_schedule, replay_pipeline
+from celeritas_core.pipeline.schedules import (
+    ONE_F_ONE_B,
+    SCHEDULES,
+    PipelineReplay,
+    check_schedule,
+    replay_pipeline,
+)
 from celeritas_core.pipeline.unroll import unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
 from celeritas_core.placers.pipeline_stages import pipeline_layers
@@ -64,8 +70,13 @@ MAX_RETRY_HEADROOM = 0.9
 #: Replays per stage that the boundary refinement of a split may spend (a work budget), and how
 #: many of the best splits (fits first, then the step) are refined, besides the fastest of all
 #: (it may overflow: moving its boundaries may make it fit).
-REFINE_REPLAYS = 8
-REFINED_CANDIDATES = 3
+REFINE_REPLAYS = 4
+REFINED_CANDIDATES = 1
+#: ``auto`` stops trying larger ``M`` after this many in a row that bring nothing better (the step
+#: falls, then rises with ``M`` as the per-op floor adds up); with ``--schedule auto`` candidates are
+#: screened under 1F1B and the best few are replayed under GPipe too.
+PATIENCE = 2
+OTHER_SCHEDULE_CANDIDATES = 4
 
 
 @dataclass(frozen=True)
@@ -192,30 +203,71 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     floor = op_floor_us(graph, request.op_floor_us)
     base = place(graph, cluster, placer, params, headroom=headroom)
     started = time.perf_counter()
-    tried: list[_Tried] = []
-    sequence = _layer_sequence(graph) if any(name in PLACERS for name in _planners(placer)) else None
-    for m in ms:
-        tried.extend(_replays(graph, cluster, roles, m, request, base, placer, floor, fits, batch, headroom,
-                              sequence))
+    search = _Search(graph, cluster, roles, base, placer, floor, fits, batch, headroom)
+    best, searched = search.run(ms, request)
     capacity = cluster.memory_bytes
-    best = min(tried, key=lambda t: t.key(capacity))
-    if sequence is not None and placer == "celeritas":
-        splits = [t for t in sorted(tried, key=lambda t: t.key(capacity)) if t.split is not None]
-        fastest = sorted(splits, key=lambda t: t.replay.step_time_us)
-        picked = list(dict.fromkeys([*splits[:REFINED_CANDIDATES], *fastest[:1]]))
-        refined = [_refine(t, cluster, sequence[0], rank=graph.topological_rank) for t in picked]
-        best = min([best, *refined], key=lambda t: t.key(capacity))
     base_over = float(np.maximum(base.device_peak_memory_bytes - capacity, 0).sum())
     seconds = base.placement_seconds + time.perf_counter() - started
-    search = {"micro_batches_tried": ms, "schedules_tried": list(request.schedules), "candidates": len(tried)}
+    summary = {"micro_batches_tried": searched, "schedules_tried": list(request.schedules),
+               "candidates": search.count}
     if request.micro_batches is None and (base_over, base.predicted_step_time_us) <= best.key(capacity)[:2]:
-        extra = dict(base.extra, pipeline_search={**search, "chosen": "one batch per step"})
+        extra = dict(base.extra, pipeline_search={**summary, "chosen": "one batch per step"})
         return replace(base, placement_seconds=seconds, extra=extra)
     chosen = base if np.array_equal(best.assignment, base.assignment) else evaluate_placement(
         graph, cluster, replace(base, assignment=best.assignment, device_order=None))
     plan = _plan(best, cluster, batch, base, floor, fits is not None)
-    extra = dict(base.extra, pipeline_search={**search, "chosen": best.source})
+    extra = dict(base.extra, pipeline_search={**summary, "chosen": best.source})
     return replace(chosen, placement_seconds=seconds, pipeline=plan, extra=extra)
+
+
+@dataclass(eq=False)
+class _Search:
+    """The candidates of one :func:`place_pipelined` call, replayed (module docstring)."""
+
+    graph: Graph
+    cluster: Cluster
+    roles: OpRoles
+    base: Placement
+    placer: str
+    floor: float
+    fits: BatchFits | None
+    batch: int | None
+    headroom: float
+    count: int = 0
+
+    def run(self, ms: Sequence[int], request: PipelineRequest) -> tuple[_Tried, list[int]]:
+        """The best candidate over ``ms`` (ascending; stopped after :data:`PATIENCE` that bring
+        nothing better) and the ``M`` tried."""
+        capacity = self.cluster.memory_bytes
+        sequence = _layer_sequence(self.graph) if any(n in PLACERS for n in _planners(self.placer)) else None
+        screen = request.schedules if request.schedule != "auto" else (ONE_F_ONE_B,)
+        over = float(np.maximum(self.base.device_peak_memory_bytes - capacity, 0).sum())
+        tried: list[_Tried] = []
+        searched: list[int] = []
+        best_key, misses = (over, self.base.predicted_step_time_us, 1), 0
+        for m in ms:
+            found = _replays(self.graph, self.cluster, self.roles, m, screen, self.base, self.placer,
+                             self.floor, self.fits, self.batch, self.headroom, sequence)
+            tried += found
+            searched.append(m)
+            key = min(t.key(capacity) for t in found)
+            best_key, misses = (key, 0) if key < best_key else (best_key, misses + 1)
+            if misses >= PATIENCE:
+                break
+        rank = self.graph.topological_rank
+        ranked = sorted(tried, key=lambda t: t.key(capacity))
+        for other in (s for s in request.schedules if s not in screen):  # the best few, other schedule
+            tried += [replace(t, replay=replay_pipeline(t.replay.unrolled, self.cluster, t.assignment, other,
+                                                        rank)) for t in ranked[:OTHER_SCHEDULE_CANDIDATES]]
+        best = min(tried, key=lambda t: t.key(capacity))
+        if sequence is not None and self.placer == "celeritas":
+            splits = [t for t in sorted(tried, key=lambda t: t.key(capacity)) if t.split is not None]
+            fastest = sorted(splits, key=lambda t: t.replay.step_time_us)
+            picked = list(dict.fromkeys([*splits[:REFINED_CANDIDATES], *fastest[:1]]))
+            best = min([best, *(_refine(t, self.cluster, sequence[0], rank=rank) for t in picked)],
+                       key=lambda t: t.key(capacity))
+        self.count = len(tried)
+        return best, searched
 
 
 def _graph_batch(graph: Graph) -> int | None:
@@ -224,10 +276,10 @@ def _graph_batch(graph: Graph) -> int | None:
     return int(value) if isinstance(value, int | float) and value >= 1 else None
 
 
-def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: PipelineRequest,
+def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, schedules: tuple[str, ...],
              base: Placement, placer: str, floor: float, fits: BatchFits | None, batch: int | None,
              headroom: float, sequence: tuple[UnitSequence, np.ndarray] | None) -> list[_Tried]:
-    """Every candidate assignment at ``m`` micro-batches under every schedule asked for."""
+    """Every candidate assignment at ``m`` micro-batches under each of ``schedules``."""
     micro = microbatch_graph(graph, roles, m, floor_us=floor, fits=fits, batch_size=batch)
     unrolled = unroll(micro, roles, m)
     rank = graph.topological_rank
@@ -236,7 +288,7 @@ def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: Pi
                 split: tuple[np.ndarray, np.ndarray] | None = None) -> list[_Tried]:
         return [_Tried(f"{source}, M={m}", assignment,
                        replay_pipeline(unrolled, cluster, assignment, schedule, rank), split)
-                for schedule in request.schedules]
+                for schedule in schedules]
 
     tried: list[_Tried] = []
     if not _takes_micro_batches(placer):
@@ -255,7 +307,7 @@ def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, request: Pi
                 if any(np.array_equal(out.assignment, t.assignment) for t in tried):
                     break
                 tried += replays(name, out.assignment, _split(out.extra, sequence))
-                latest = tried[-len(request.schedules):]
+                latest = tried[-len(schedules):]
                 worst = min(float((t.replay.device_peak_bytes / cluster.memory_bytes).max()) for t in latest)
                 if worst <= 1.0:
                     break
