@@ -32,6 +32,7 @@ from celeritas_core.generators.families import layered_cluster, layered_dag
 from celeritas_core.generators.synthetic import small_training_graph
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
+from celeritas_core.pipeline.plan import PipelineRequest, place_pipelined
 from celeritas_core.placers import place
 from celeritas_core.placers.compare import DEFAULT_PLACERS, compare_placers
 from celeritas_core.placers.partition import spectral_order, undirected_weights
@@ -58,6 +59,8 @@ def workload() -> None:
                         channels=False)
         if not liveness:  # the sparse eigensolver, which coarse graphs of over 200 nodes take
             spectral_order(undirected_weights(graph, graph.edge_bytes), graph.topological_order)
+        else:  # the pipelined step's loops (roles, the unrolled replay)
+            place_pipelined(graph, cluster, request=PipelineRequest(2))
     tiny = layered_dag(seed=0, tasks=12, ccr=1.0)
     place(tiny, layered_cluster(2, 1e12), "optimal", {"time_limit": 10})
 
