@@ -206,7 +206,7 @@ def get_placer(name: str) -> PlacerSpec:
     >>> get_placer("fastest")
     Traceback (most recent call last):
     ...
-    celeritas_core.errors.CeleritasInputError: unknown placer 'fastest' (known: celeritas, heft, ...)
+    celeritas_core.errors.CeleritasInputError: unknown placer 'fastest' (known: alpa-stages, celeritas, ...)
     """
     try:
         return PLACERS[name]

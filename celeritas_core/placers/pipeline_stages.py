@@ -841,6 +841,8 @@ class AlpaParams:
         ``M``, the micro-batches pipelined per step (default 4): the graph's ``time_us`` and
         activation bytes are one micro-batch's; the objective is ``Σ t + (M − 1)·max t`` and each
         stage holds ``M`` micro-batches of activations.
+    stages : int
+        The number of stages; 0 (default): every count up to the devices, the best kept.
 
     Examples
     --------
@@ -865,6 +867,8 @@ class PipeDreamParams:
         ``M``, the micro-batches pipelined per step (default 4): the graph's ``time_us`` and
         activation bytes are one micro-batch's; stage ``s`` of ``S`` holds ``min(M, S − s)``
         micro-batches of activations (1F1B).
+    stages : int
+        The number of stages; 0 (default): every count up to the devices, the best kept.
 
     Examples
     --------
