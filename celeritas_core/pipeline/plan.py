@@ -202,6 +202,10 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     ms = candidate_micro_batches(batch, cluster.num_devices, request.micro_batches)
     floor = op_floor_us(graph, request.op_floor_us)
     base = place(graph, cluster, placer, params, headroom=headroom)
+    if not ms:  # auto, and no divisor of the batch to split it by
+        chosen = f"one batch per step (the batch of {batch} has no divisor to split it into micro-batches)"
+        summary = {"micro_batches_tried": [], "schedules_tried": [], "candidates": 0, "chosen": chosen}
+        return replace(base, extra=dict(base.extra, pipeline_search=summary))
     started = time.perf_counter()
     search = _Search(graph, cluster, roles, base, placer, floor, fits, batch, headroom)
     best, searched = search.run(ms, request)

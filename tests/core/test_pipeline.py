@@ -3,6 +3,7 @@ step, the GPipe and 1F1B orders, the search and the placement file's ``pipeline`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -208,3 +209,13 @@ def test_pipelining_fits_where_one_batch_cannot() -> None:
     piped = place_pipelined(g, cluster, request=PipelineRequest(16, "1f1b"))
     assert not piped.pipeline.oom
     assert (piped.pipeline.device_peak_memory_bytes <= cluster.memory_bytes).all()
+
+
+def test_a_batch_without_divisors_runs_one_batch_per_step() -> None:
+    g = small_training_graph(0, liveness=True)
+    one = dataclasses.replace(g, meta={**g.meta, "batch_size": 1})
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(g))
+    placed = place_pipelined(one, cluster)
+    assert placed.pipeline is None
+    assert "has no divisor" in placed.extra["pipeline_search"]["chosen"]
+    assert placed.predicted_step_time_us == place(one, cluster).predicted_step_time_us
