@@ -19,6 +19,7 @@ from pathlib import Path
 from celeritas_cli.cluster_args import add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.defaults import (
     ALTERNATIVE_DISPATCH,
+    AUTO_SCHEDULE,
     DEFAULT_MEMORY_FRACTION,
     DEFAULT_ORDER_MODE,
     DEFAULT_R,
@@ -26,6 +27,7 @@ from celeritas_core.defaults import (
     ENFORCED_ORDER,
     FREE_ORDER,
     ORDER_MODES,
+    SCHEDULES,
 )
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES
@@ -566,7 +568,7 @@ def _add_pipeline_flags(parser: argparse.ArgumentParser) -> None:
                              "the batch; auto: the fastest that fits of every divisor up to 4 per device, "
                              "or one batch per step), gradients accumulated and the optimizer applied "
                              "once (docs/pipelining.md); default: one batch per step")
-    parser.add_argument("--schedule", choices=("gpipe", "1f1b", "auto"), default="auto",
+    parser.add_argument("--schedule", choices=(*SCHEDULES, AUTO_SCHEDULE), default=AUTO_SCHEDULE,
                         help="pipeline schedule with --micro-batches: gpipe (all forwards, then all "
                              "backwards), 1f1b (one forward, one backward: fewer activations in flight) "
                              "or auto (default: the faster that fits)")

@@ -50,3 +50,9 @@ ORDER_MODES: tuple[str, ...] = (ENFORCED_ORDER, FREE_ORDER)
 #: The mode ``place`` records and the pipeline and the consumer run by default (decided by
 #: measurement: docs/tensorflow.md, "Enforced execution order").
 DEFAULT_ORDER_MODE = ENFORCED_ORDER
+
+#: Pipeline schedules of a placement with micro-batches (docs/pipelining.md): ``gpipe`` (every
+#: forward, then every backward) and ``1f1b`` (one forward, one backward); ``auto`` asks for the
+#: faster that fits (:mod:`celeritas_core.pipeline.schedules`).
+GPIPE, ONE_F_ONE_B, AUTO_SCHEDULE = "gpipe", "1f1b", "auto"
+SCHEDULES: tuple[str, ...] = (GPIPE, ONE_F_ONE_B)

@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-from celeritas_core.defaults import DEFAULT_MEMORY_FRACTION, DEFAULT_ORDER_MODE, DEFAULT_R, ORDER_MODES
+from celeritas_core.defaults import (
+    AUTO_SCHEDULE,
+    DEFAULT_MEMORY_FRACTION,
+    DEFAULT_ORDER_MODE,
+    DEFAULT_R,
+    ORDER_MODES,
+    SCHEDULES,
+)
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.limits import MAX_BYTES
 from celeritas_core.readwrite.units import parse_size
@@ -175,10 +182,10 @@ class PipelineParams:
         "(docs/pipelining.md). Validation then times the pipelined step.",
         section="Placement", pattern=r"^\s*(auto|[1-9][0-9]{0,5})\s*$")
     schedule: str = _param(
-        "auto", "Pipeline schedule",
+        AUTO_SCHEDULE, "Pipeline schedule",
         "With micro-batches: gpipe (all forwards, then all backwards), 1f1b (one forward, one "
         "backward: fewer activations in flight) or auto (the faster that fits).",
-        section="Placement", enum=["auto", "gpipe", "1f1b"])
+        section="Placement", enum=[AUTO_SCHEDULE, *SCHEDULES])
     validation_steps: int = _param(
         50, "Timed steps", "Training steps timed per placement after warm-up (paper: 50).",
         section="Validation", minimum=1, maximum=10000)

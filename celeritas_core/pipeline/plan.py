@@ -37,19 +37,14 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import AUTO_SCHEDULE, ONE_F_ONE_B, SCHEDULES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.placement import PipelinePlan, Placement
 from celeritas_core.pipeline.microbatch import BatchFits, microbatch_graph, op_floor_us
 from celeritas_core.pipeline.roles import OpRoles, op_roles
-from celeritas_core.pipeline.schedules import (
-    ONE_F_ONE_B,
-    SCHEDULES,
-    PipelineReplay,
-    check_schedule,
-    replay_pipeline,
-)
+from celeritas_core.pipeline.schedules import PipelineReplay, check_schedule, replay_pipeline
 from celeritas_core.pipeline.unroll import unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
 from celeritas_core.placers.pipeline_stages import pipeline_layers
@@ -86,7 +81,7 @@ class PipelineRequest:
     None: :func:`~celeritas_core.pipeline.microbatch.op_floor_us`)."""
 
     micro_batches: int | None = None
-    schedule: str = "auto"
+    schedule: str = AUTO_SCHEDULE
     batch_size: int | None = None
     op_floor_us: float | None = None
 
@@ -98,7 +93,8 @@ class PipelineRequest:
             raise CeleritasInputError(f"batch size must be >= 1, got {self.batch_size}")
 
     @classmethod
-    def parse(cls, micro_batches: str | int | None, schedule: str = "auto", **rest: Any) -> PipelineRequest:
+    def parse(cls, micro_batches: str | int | None, schedule: str = AUTO_SCHEDULE,
+              **rest: Any) -> PipelineRequest:
         """From the command line's spelling: ``micro_batches`` an integer or ``auto``."""
         if micro_batches is None or str(micro_batches).strip().lower() == "auto":
             return cls(None, schedule, **rest)
@@ -110,7 +106,7 @@ class PipelineRequest:
     @property
     def schedules(self) -> tuple[str, ...]:
         """The schedules to try."""
-        return SCHEDULES if self.schedule == "auto" else (self.schedule,)
+        return SCHEDULES if self.schedule == AUTO_SCHEDULE else (self.schedule,)
 
 
 def candidate_micro_batches(batch_size: int | None, num_devices: int, micro_batches: int | None) -> list[int]:
@@ -207,10 +203,10 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
         summary = {"micro_batches_tried": [], "schedules_tried": [], "candidates": 0, "chosen": chosen}
         return replace(base, extra=dict(base.extra, pipeline_search=summary))
     started = time.perf_counter()
-    search = _Search(graph, cluster, roles, base, placer, floor, fits, batch, headroom)
-    best, searched = search.run(ms, request)
     capacity = cluster.memory_bytes
     base_over = float(np.maximum(base.device_peak_memory_bytes - capacity, 0).sum())
+    search = _Search(graph, cluster, roles, base, base_over, placer, floor, fits, batch, headroom)
+    best, searched = search.run(ms, request)
     seconds = base.placement_seconds + time.perf_counter() - started
     summary = {"micro_batches_tried": searched, "schedules_tried": list(request.schedules),
                "candidates": search.count}
@@ -232,6 +228,8 @@ class _Search:
     cluster: Cluster
     roles: OpRoles
     base: Placement
+    base_overflow: float
+    """Bytes the single-batch placement needs above the devices' capacity (0: it fits)."""
     placer: str
     floor: float
     fits: BatchFits | None
@@ -244,11 +242,10 @@ class _Search:
         nothing better) and the ``M`` tried."""
         capacity = self.cluster.memory_bytes
         sequence = _layer_sequence(self.graph) if any(n in PLACERS for n in _planners(self.placer)) else None
-        screen = request.schedules if request.schedule != "auto" else (ONE_F_ONE_B,)
-        over = float(np.maximum(self.base.device_peak_memory_bytes - capacity, 0).sum())
+        screen = request.schedules if request.schedule != AUTO_SCHEDULE else (ONE_F_ONE_B,)
         tried: list[_Tried] = []
         searched: list[int] = []
-        best_key, misses = (over, self.base.predicted_step_time_us, 1), 0
+        best_key, misses = (self.base_overflow, self.base.predicted_step_time_us, 1), 0
         for m in ms:
             found = _replays(self.graph, self.cluster, self.roles, m, screen, self.base, self.placer,
                              self.floor, self.fits, self.batch, self.headroom, sequence)

@@ -18,8 +18,8 @@ micro-batches runs
 Both sequences list a micro-batch's forward before its backward and micro-batches in order, so
 each device's order agrees with the dependencies *on that device*; at op level, where forward ops
 may go back and forth between devices, two devices' 1F1B orders can still wait on each other.
-:func:`pipeline_orders` checks the orders for a deadlock with the simulator's own check, and on
-one raises every device's warm-up by one micro-batch until none remains (``W = M`` is GPipe,
+:func:`replay_pipeline` lets the simulator check the orders for a deadlock (before it replays
+anything), and on one raises every device's warm-up by one micro-batch until none remains (``W = M`` is GPipe,
 which never deadlocks); the warm-ups used are reported.
 """
 
@@ -29,21 +29,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from celeritas_core.defaults import AUTO_SCHEDULE, GPIPE, SCHEDULES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, FORWARD
 from celeritas_core.pipeline.unroll import Unrolled
 from celeritas_core.simulation.memory import memory_profile
-from celeritas_core.simulation.simulator import SimulationResult, order_indices, simulate
-
-#: The schedules, by name.
-GPIPE, ONE_F_ONE_B = "gpipe", "1f1b"
-SCHEDULES = (GPIPE, ONE_F_ONE_B)
+from celeritas_core.simulation.simulator import SimulationResult, simulate
 
 
 def check_schedule(schedule: str, *, auto: bool = False) -> str:
     """``schedule`` when it names a schedule (or ``auto`` when allowed), else raise in one line."""
-    allowed = (*SCHEDULES, "auto") if auto else SCHEDULES
+    allowed = (*SCHEDULES, AUTO_SCHEDULE) if auto else SCHEDULES
     if schedule not in allowed:
         raise CeleritasInputError(f"unknown schedule {schedule!r} (known: {', '.join(allowed)})")
     return schedule
@@ -98,22 +95,6 @@ def device_orders(unrolled: Unrolled, assignment: np.ndarray, num_devices: int, 
     return tuple(by[bounds[d]:bounds[d + 1]].astype(np.int64) for d in range(num_devices))
 
 
-def pipeline_orders(schedule: str, unrolled: Unrolled, assignment: np.ndarray, num_devices: int,
-                    rank: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """The orders of ``schedule`` that do not deadlock, and the warm-ups they use (module docstring)."""
-    warmup = warmups(schedule, unrolled, assignment, num_devices, rank)
-    node_dev = unrolled.expand(assignment)
-    while True:
-        orders = device_orders(unrolled, assignment, num_devices, rank, warmup)
-        try:
-            order_indices(unrolled.graph, node_dev, num_devices, orders)
-            return orders, warmup
-        except CeleritasInputError:
-            if (warmup >= unrolled.micro_batches).all():
-                raise
-            warmup = np.minimum(warmup + 1, unrolled.micro_batches)
-
-
 @dataclass(frozen=True, eq=False)
 class PipelineReplay:
     """The replay of a pipelined step: step time (µs), per-device peak (bytes), the orders run."""
@@ -128,10 +109,6 @@ class PipelineReplay:
     """Per device: the unrolled graph's nodes in the order run."""
     result: SimulationResult
     unrolled: Unrolled
-
-    def fits(self, capacity: np.ndarray) -> bool:
-        """True when every device's replayed peak is within ``capacity`` (bytes)."""
-        return bool((self.device_peak_bytes <= capacity).all())
 
     def overflow_bytes(self, capacity: np.ndarray) -> float:
         """Bytes above capacity, summed over devices (0 when it fits)."""
@@ -179,8 +156,16 @@ def replay_pipeline(unrolled: Unrolled, cluster: Cluster, assignment: np.ndarray
     True
     """
     node_dev = unrolled.expand(assignment)
-    orders, warmup = pipeline_orders(schedule, unrolled, assignment, cluster.num_devices, rank)
-    result = simulate(unrolled.graph, cluster, node_dev, device_order=orders)
+    warmup = warmups(schedule, unrolled, assignment, cluster.num_devices, rank)
+    while True:  # the simulator refuses an order that deadlocks: warm up by one more (module docstring)
+        orders = device_orders(unrolled, assignment, cluster.num_devices, rank, warmup)
+        try:
+            result = simulate(unrolled.graph, cluster, node_dev, device_order=orders)
+            break
+        except CeleritasInputError:
+            if (warmup >= unrolled.micro_batches).all():
+                raise
+            warmup = np.minimum(warmup + 1, unrolled.micro_batches)
     peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
     return PipelineReplay(schedule, unrolled.micro_batches, result.step_time_us, peak, warmup, orders, result,
                           unrolled)

@@ -806,7 +806,17 @@ def plan_stages(layers: PipelineLayers, cluster: Cluster, method: str, micro_bat
 
 # ---------------------------------------------------------------------------- the placers
 @dataclass(frozen=True)
-class GPipeParams:
+class StagePlannerParams:
+    """The fields every stage planner takes (its own parameter class documents their meaning)."""
+
+    micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
+                               minimum=1, maximum=4096)
+    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
+                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
+
+
+@dataclass(frozen=True)
+class GPipeParams(StagePlannerParams):
     """The gpipe-even placer's parameters.
 
     Parameters
@@ -825,14 +835,9 @@ class GPipeParams:
     GPipeParams(micro_batches=8, stages=0)
     """
 
-    micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
-                               minimum=1, maximum=4096)
-    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
-                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
-
 
 @dataclass(frozen=True)
-class AlpaParams:
+class AlpaParams(StagePlannerParams):
     """The alpa-stages placer's parameters.
 
     Parameters
@@ -851,14 +856,9 @@ class AlpaParams:
     AlpaParams(micro_batches=16, stages=0)
     """
 
-    micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
-                               minimum=1, maximum=4096)
-    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
-                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
-
 
 @dataclass(frozen=True)
-class PipeDreamParams:
+class PipeDreamParams(StagePlannerParams):
     """The pipedream placer's parameters.
 
     Parameters
@@ -876,11 +876,6 @@ class PipeDreamParams:
     >>> get_placer("pipedream").typed_params({"micro_batches": 2})
     PipeDreamParams(micro_batches=2, stages=0)
     """
-
-    micro_batches: int = param(4, "micro-batches pipelined per step (the graph's costs are per micro-batch)",
-                               minimum=1, maximum=4096)
-    stages: int = param(0, "pipeline stages (one device each); 0: every count up to the devices, the best "
-                           "kept (gpipe-even: every device)", minimum=0, maximum=4096)
 
 
 def _place(graph: Graph, cluster: Cluster, method: str, micro_batches: int, stages: int = 0) -> PlacerOutput:

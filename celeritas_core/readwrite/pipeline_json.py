@@ -13,13 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from celeritas_core.defaults import SCHEDULES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.placement import PipelinePlan
 from celeritas_core.readwrite.limits import as_float, is_number, short_repr
 
-#: The schedules a document may name (celeritas_core.pipeline.schedules.SCHEDULES; repeated here
-#: because the formats sit below the pipeline package, which imports the placers).
-SCHEDULE_NAMES = ("gpipe", "1f1b")
 _MAX_MICRO_BATCHES = 1 << 20
 
 
@@ -79,8 +77,8 @@ def pipeline_from_json(doc: Any, index: Mapping[str, int], devices: list[str]) -
         raise CeleritasInputError(f"field 'pipeline.micro_batches' must be an integer from 1 to "
                                   f"{_MAX_MICRO_BATCHES:,}, got {short_repr(m)}")
     schedule = raw.get("schedule")
-    if schedule not in SCHEDULE_NAMES:
-        raise CeleritasInputError(f"field 'pipeline.schedule' must be one of {', '.join(SCHEDULE_NAMES)}, "
+    if schedule not in SCHEDULES:
+        raise CeleritasInputError(f"field 'pipeline.schedule' must be one of {', '.join(SCHEDULES)}, "
                                   f"got {short_repr(schedule)}")
     peaks = _numbers(raw, "device_peak_memory_bytes", len(devices))
     warmup = _numbers(raw, "warmup", len(devices))
