@@ -22,8 +22,11 @@ the same placeholders, loss and Adam optimizer; it reuses that module's pieces):
   slice, and the slices are equal). A sparse gradient (``tf.IndexedSlices``, e.g. of an
   embedding) is accumulated as ``accumulate/<v>/indices`` and ``accumulate/<v>/values`` (the
   replicas' rows concatenated: rows of one index add up in the update, as they do in a
-  single-batch step) and ``accumulate/<v>/mean`` (the values divided by ``M``). Each
-  accumulation op is colocated with its variable. ``accumulate/loss/sum`` and
+  single-batch step) and ``accumulate/<v>/mean`` (the values divided by ``M``). Each addition
+  ``add_<k>`` is colocated with the op that produces the gradient (every replica's copy of it
+  runs on one device), so the sum crosses to the variable's device once per step, as the
+  simulator models it; ``mean`` and the sparse concatenations are colocated with the variable.
+  ``accumulate/loss/sum`` and
   ``accumulate/loss/mean`` average the replicas' losses into the step's ``loss``;
 - the Adam update is applied once, to the accumulated gradients, as the update group
   :data:`~celeritas_tf.step.TRAIN_OP`: variables, Adam slots, ``beta1_power``/``beta2_power`` and
@@ -249,7 +252,8 @@ def place_microbatch_step(mstep: MicrobatchStep, device_of: Mapping[str, str],
 
     A replica op goes to the device of its single-batch name in ``device_of``; a shared op to the
     device of its own name. An op that neither names follows the op it is colocated with (the
-    accumulation ops their variable, initialisers and slots theirs), as
+    additions that accumulate a gradient its producer, the mean their variable, initialisers and
+    slots theirs), as
     :func:`celeritas_tf.profile.place_ops` places ops it has no entry for; with no such op
     either, its device is cleared and TensorFlow's placer picks it (``place_ops`` picks device 0
     instead: it knows the devices by index, this function only by name). Drops the step's
@@ -304,8 +308,9 @@ def place_microbatch_step(mstep: MicrobatchStep, device_of: Mapping[str, str],
 
 
 def _accumulate(grads: Sequence[Any], var: Any, micro_batches: int) -> tuple[Any, Any]:
-    """``(mean of the replicas' gradients of var, var)`` as ``accumulate/<var>/...`` ops on the
-    variable's device; ``(None, var)`` when the loss does not depend on ``var``."""
+    """``(mean of the replicas' gradients of var, var)`` as ``accumulate/<var>/...`` ops: the
+    additions beside the gradient's producer, the mean on the variable's device; ``(None, var)``
+    when the loss does not depend on ``var``."""
     tf = tensorflow()
     if grads[0] is None:
         return None, var
@@ -317,7 +322,8 @@ def _accumulate(grads: Sequence[Any], var: Any, micro_batches: int) -> tuple[Any
             return tf.IndexedSlices(mean, indices, grads[0].dense_shape), var
         total = grads[0]
         for k in range(1, len(grads)):  # in micro-batch order, as the simulator adds them in place
-            total = tf.math.add(total, grads[k], name=f"add_{k}")
+            with tf.compat.v1.colocate_with(grads[k].op, ignore_existing=True):
+                total = tf.math.add(total, grads[k], name=f"add_{k}")
         return tf.math.divide(total, float(micro_batches), name="mean"), var
 
 
@@ -377,7 +383,7 @@ def placement_pipeline_run(doc: Mapping[str, Any], source: str | None = None) ->
     """The ``pipeline`` object of a ``celeritas-placement/1`` document as a :class:`PipelineRun`
     (checked as :func:`celeritas_core.readwrite.formats.placement_from_json` checks it, against
     the document's own ``assignment``); None when the placement is not pipelined. The additions
-    that accumulate gradients are left out: the step colocates them with their variables.
+    that accumulate gradients are left out: the step colocates them with the gradients' producers.
 
     Examples
     --------

@@ -11,10 +11,14 @@ and its roles, :func:`unroll` builds the graph the simulator replays:
   (each copy reads the weights);
 * for every tensor a per-micro-batch op gives an update (a weight's gradient), ``M - 1``
   accumulation ops ``mb{k}/NAME:OUTPUT/accumulate`` (``AddV2``): copy ``k``'s gradient is added
-  in place to the sum of the ones before, on the device of the update that reads it (where
-  TensorFlow's micro-batch step colocates it, with the variable: ``celeritas_tf.microbatch``),
-  and the update reads the last sum: one sum is held per weight from the first micro-batch's
-  gradient to the update, beside the gradient being added. An addition costs the
+  in place to the sum of the ones before, on the device of the op that produces the gradient
+  (where TensorFlow's micro-batch step colocates it: ``celeritas_tf.microbatch``), and the update
+  reads the last sum: one sum is held per weight from the first micro-batch's gradient to the
+  update, beside the gradient being added. A gradient whose update is on another device thus
+  crosses once per step, as the last sum, not once per micro-batch; and the device that adds it
+  never waits for another device in the middle of a micro-batch's backward (an addition on the
+  update's device would hold that device's backward block until the producer's block ends,
+  which serialises a pipeline whose weights and gradients are on different stages). An addition costs the
   per-op floor plus reading two tensors and writing one at the device's memory bandwidth
   (``meta["memory_bandwidth_bytes_per_us"]``, default 900,000 bytes/µs: the V100's 900 GB/s).
 
@@ -54,8 +58,8 @@ class Unrolled:
     accumulated_output: np.ndarray
     """Per node: for an accumulation, the output of :attr:`op` whose gradient it sums; else -1."""
     device_op: np.ndarray
-    """Per node: the op whose device it runs on: :attr:`op`, except an accumulation, which runs
-    beside the update that reads its sum (TensorFlow colocates it with the variable)."""
+    """Per node: the op whose device it runs on: :attr:`op`; for an accumulation, the gradient's
+    producer (TensorFlow colocates it there)."""
 
     def expand(self, assignment: np.ndarray) -> np.ndarray:
         """The device of every node from the device of every op of the original graph."""
@@ -153,7 +157,7 @@ def unroll(graph: Graph, roles: OpRoles, micro_batches: int) -> Unrolled:
         check_acyclic=False)
     return Unrolled(unrolled, m, op, micro_batch, role, np.arange(len(op)) >= ns + m * nb,
                     np.concatenate([np.full(ns + m * nb, -1, dtype=np.int64), acc.output]),
-                    np.concatenate([op[:ns + m * nb], acc.home]))
+                    np.concatenate([op[:ns + m * nb], acc.producer]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,8 +166,6 @@ class _Accumulations:
 
     producer: np.ndarray
     output: np.ndarray
-    home: np.ndarray
-    """Per accumulation: the update (an op of the original graph) whose device it runs on."""
     micro_batch: np.ndarray
     bytes: np.ndarray
     names: list[str]
@@ -184,12 +186,10 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
     """``M - 1`` additions per gradient tensor that reaches an update, numbered from ``first``."""
     keys = sorted({(int(graph.edge_src[e]), int(graph.edge_src_output[e])) for e in to_update})
     size = {key: 0.0 for key in keys}
-    reader: dict[tuple[int, int], int] = {}
     for e in to_update:
         key = (int(graph.edge_src[e]), int(graph.edge_src_output[e]))
         size[key] = max(size[key], float(graph.edge_bytes[e]))
-        reader[key] = min(reader.get(key, graph.num_nodes), int(graph.edge_dst[e]))
-    producer, outputs, homes, mb, nbytes_of, names, src, dst, out, eb = [], [], [], [], [], [], [], [], [], []
+    producer, outputs, mb, nbytes_of, names, src, dst, out, eb = [], [], [], [], [], [], [], [], []
     into: list[tuple[int, int]] = []
     final: dict[tuple[int, int], tuple[int, int]] = {}
     node = first
@@ -198,7 +198,6 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
         for k in range(1, m):
             producer.append(u)
             outputs.append(o)
-            homes.append(reader[(u, o)])
             mb.append(k)
             nbytes_of.append(size[(u, o)])
             names.append(f"mb{k}/{graph.node_names[u]}:{o}/accumulate")
@@ -212,12 +211,10 @@ def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
             node += 1
         final[(u, o)] = prev
     last = [final[(int(graph.edge_src[e]), int(graph.edge_src_output[e]))] for e in to_update]
-    ints = [np.asarray(x, dtype=np.int64) for x in (producer, outputs, homes, mb, src, dst, out)]
-    return _Accumulations(
-        ints[0], ints[1], ints[2], ints[3], np.asarray(nbytes_of, dtype=np.float64), names, ints[4], ints[5],
-        ints[6],
-        np.asarray(eb, dtype=np.float64),
-        _pairs(last), final, _pairs(into))
+    ints = [np.asarray(x, dtype=np.int64) for x in (producer, outputs, mb, src, dst, out)]
+    return _Accumulations(ints[0], ints[1], ints[2], np.asarray(nbytes_of, dtype=np.float64), names,
+                          ints[3], ints[4], ints[5], np.asarray(eb, dtype=np.float64), _pairs(last), final,
+                          _pairs(into))
 
 
 def _pairs(pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:

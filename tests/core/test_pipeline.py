@@ -92,6 +92,25 @@ def test_the_unrolled_step_has_m_copies_and_one_accumulation_chain_per_gradient(
         simulate(step, cluster, assign).device_busy_us.sum())
 
 
+def test_gradients_are_summed_beside_their_producer_and_cross_once(step: Graph) -> None:
+    """The additions run on the gradient's producer's device, so a gradient whose update is on
+    another device crosses once per step (its last sum), not once per micro-batch."""
+    roles = op_roles(step)
+    m = 4
+    u = unroll(microbatch_graph(step, roles, m), roles, m)
+    acc = u.accumulation
+    assert acc.any() and (u.device_op[acc] == u.op[acc]).all()
+    assign = np.where(roles.role == AFTER, 1, 0)  # the updates alone on device 1
+    per = roles.per_micro_batch
+    gradients = {(int(s), int(o)) for s, o, d in zip(step.edge_src, step.edge_src_output, step.edge_dst,
+                                                    strict=True) if per[s] and roles.role[d] == AFTER}
+    replay = replay_pipeline(u, Cluster.homogeneous(2, 2**40), assign, "1f1b", step.topological_rank)
+    sent = replay.result.transfers.src_node
+    from_batches = sent[u.micro_batch[sent] >= 0]
+    assert len(from_batches) == len(gradients)
+    assert (u.micro_batch[from_batches] == m - 1).all()  # only the last sum of each
+
+
 def test_1f1b_bounds_activations_in_flight_and_gpipe_does_not(step: Graph) -> None:
     roles = op_roles(step)
     one = np.zeros(step.num_nodes, dtype=np.int64)

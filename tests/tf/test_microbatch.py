@@ -299,7 +299,8 @@ def _gpipe_order(mstep: MicrobatchStep, device_index: Mapping[str, int]) -> list
 def test_placed_replicas_run_on_their_ops_devices_in_the_given_order(builds):
     """A Celeritas placement of the single-batch mlp step on 2 logical CPU devices, applied to
     the 2-micro-batch step: each replica op on its single-batch op's device, shared ops on their
-    own, the accumulation ops with their variable, the splits left to TensorFlow. A GPipe-like
+    own, the additions that accumulate a gradient beside its producer and the mean with the
+    variable, the splits left to TensorFlow. A GPipe-like
     order, enforced, is followed on each device in two traced steps (as
     tests/tf/test_device_order.py checks orders), every chained op ran on its device, and the
     placed step trains (finite loss)."""
@@ -310,21 +311,28 @@ def test_placed_replicas_run_on_their_ops_devices_in_the_given_order(builds):
     graph = mstep.step.graph
     place_microbatch_step(mstep, device_of)
     device_index: dict[str, int] = {}
+    beside_gradient = 0
     for op in graph.get_operations():
         if op.name in mstep.replica_of:
             expected = device_of[mstep.replica_of[op.name][0]]
         elif op.name in device_of:
             expected = device_of[op.name]
         elif op.name.startswith("accumulate/"):
-            # with the variable it is colocated with (accumulate/loss/*: with none, TensorFlow's placer)
+            # an addition beside its gradient's producer (a replica op), the mean with its variable
+            # (accumulate/loss/*: with none, TensorFlow's placer)
             anchor = op.colocation_groups()[0].decode().removeprefix("loc:@")
-            expected = device_of.get(anchor, "")
+            single = mstep.replica_of.get(anchor)
+            expected = device_of.get(single[0] if single is not None else anchor, "")
+            beside_gradient += single is not None and op.name.endswith("/add_1")
         else:
             expected = None
         if expected is not None:
             assert op.device == expected, op.name
         if op.device and op.name in mstep.shared_op_names() | mstep.replica_of.keys():
             device_index[op.name] = NAMES.index(op.device)
+    means = [op for op in graph.get_operations() if op.name.startswith("accumulate/")
+             and op.name.endswith("/mean") and not op.name.startswith("accumulate/loss/")]
+    assert beside_gradient == len(means) > 0  # one addition per weight at M = 2, beside its gradient
     splits = [op for op in graph.get_operations() if op.name.startswith("micro_batches/")]
     assert splits and all(op.device == "" for op in splits)  # no entry, nothing to follow: TensorFlow's
     order = _gpipe_order(mstep, device_index)
