@@ -144,7 +144,8 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
                  succ_ptr: np.ndarray, succ_idx: np.ndarray, pred_ptr: np.ndarray,
                  pred_idx: np.ndarray) -> np.ndarray:
     """Forward ops: their latest position before ``turn`` (longest path to it, counted back);
-    other ops: the latest computed forward input, else the earliest backward input; -1 if none."""
+    other ops: the latest computed forward input, else the earliest backward input, else (a
+    constant read only by the backward) the earliest of their readers; -1 if none."""
     n = len(order)
     dist = np.zeros(n)
     for j in range(n - 1, -1, -1):
@@ -175,6 +176,14 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
             x[u] = latest_forward
         elif earliest_backward < np.inf:
             x[u] = earliest_backward
+    for j in range(n - 1, -1, -1):  # what only feeds the backward (its constants): its first reader's
+        u = order[j]
+        if x[u] >= 0.0:
+            continue
+        for k in range(succ_ptr[u], succ_ptr[u + 1]):
+            s = succ_idx[k]
+            if x[s] >= 0.0 and (x[u] < 0.0 or x[s] < x[u]):
+                x[u] = x[s]
     return x
 
 

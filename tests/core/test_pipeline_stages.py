@@ -357,8 +357,9 @@ def test_past_max_layers_the_programs_cut_runs_of_layers(monkeypatch: pytest.Mon
     layers = pipeline_layers(g)
     cluster = Cluster.homogeneous(3, 1e12, slope_us_per_byte=1e-6, intercept_us=2.0)
     exact = plan_stages(layers, cluster, "alpa-stages", 4)
-    monkeypatch.setattr(module, "MAX_LAYERS", 6)  # 36 layers: six runs of six
+    monkeypatch.setattr(module, "MAX_LAYERS", 6)  # six runs of about num_layers / 6
     coarse = plan_stages(layers, cluster, "alpa-stages", 4)
-    assert all(c % 6 == 0 for c in coarse.cuts.tolist())
+    runs = set((np.arange(7) * layers.num_layers // 6).tolist())
+    assert layers.num_layers > 6 and set(coarse.cuts.tolist()) <= runs
     assert coarse.problem.num_layers == layers.num_layers  # reported in the layers themselves
     assert exact.problem.latency(exact.cuts, 4) <= coarse.problem.latency(coarse.cuts, 4) * (1 + 1e-12)

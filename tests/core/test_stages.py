@@ -167,3 +167,26 @@ def test_the_stage_split_of_the_sequence_is_contiguous() -> None:
     stage_of_unit = np.empty(seq.num_units, dtype=np.int64)
     stage_of_unit[seq.unit_of] = assignment
     assert stage_of_unit[seq.sequence].tolist() == [2] * 3 + [0] * 4 + [1] * (seq.num_units - 7)
+
+
+def test_a_constant_only_the_backward_reads_sits_with_its_first_reader():
+    """A source that feeds only backward ops (a shape or a scale of a gradient) takes the layer of
+    the earliest one, so a stage split keeps it with its readers instead of sending it from the
+    first stage."""
+    layers = 6
+    numbers = range(1, layers + 1)
+    names = ["x", "loss", "c", *(f"f{i}" for i in numbers), *(f"g{i}" for i in numbers)]
+    index = {n: i for i, n in enumerate(names)}
+    edges = [("x", "f1"), (f"f{layers}", "loss"), ("loss", f"g{layers}"), ("x", "g1"), ("c", "g5"),
+             ("c", "g3")]
+    edges += [(f"f{i}", f"f{i + 1}") for i in range(1, layers)]
+    edges += [(f"g{i + 1}", f"g{i}") for i in range(1, layers)]
+    edges += [(f"f{i - 1}", f"g{i}") for i in range(2, layers + 1)]
+    g = Graph.from_arrays(name="consts", node_names=names, time_us=[1.0] * len(names),
+                          memory_bytes=[1.0] * len(names), edge_src=[index[a] for a, _ in edges],
+                          edge_dst=[index[b] for _, b in edges], edge_bytes=[1.0] * len(edges))
+    x = layer_coordinate(g)
+    assert x is not None
+    assert g.node_names[turning_point(g)] == "loss"
+    assert x[index["g3"]] == x[index["f2"]] < x[index["g5"]]
+    assert x[index["c"]] == x[index["g3"]]
