@@ -40,7 +40,7 @@ ifneq ($(TF_VARIANT),$(INSTALLED_TF_VARIANT))
 .PHONY: $(STAMP)
 endif
 
-.PHONY: setup test test-integration lint demo ui bench clean
+.PHONY: setup test test-integration lint demo ui bench docs clean
 
 setup: $(STAMP) $(JIT_BUILT)
 
@@ -54,13 +54,14 @@ $(STAMP): pyproject.toml constraints.txt $(if $(TF_PINS),$(CUDA_PINS))
 # compile the hot loops once (about 30 s), so no command and no user waits for Numba; again
 # whenever the engine's code changes (then only the changed loops compile)
 $(JIT_BUILT): $(STAMP) $(wildcard celeritas_core/*.py celeritas_core/*/*.py)
-	$(PY) -m celeritas_core.compiled.precompile
+	$(PY) -m celeritas_core.install.precompile
 
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
 # the tests and, by pyproject.toml's testpaths and addopts, the docstring examples of celeritas_core
+# and the documentation site built with --strict (tests/docs)
 test: setup lint
 	$(PY) -m pytest -q -n 2
 
@@ -97,6 +98,12 @@ bench: setup
 	$(PY) bench/bench_io.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_determinism.py
+	$(PY) bench/report.py
+
+# the documentation site (mkdocs.yml: the guides in docs/ and the API from the docstrings) in
+# build/site; --strict: a broken link or a docstring the renderer cannot read fails it
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .import_linter_cache .hypothesis celeritas_core/compiled/_jitcache

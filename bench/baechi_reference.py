@@ -826,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from celeritas_core.defaults import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
     from celeritas_core.readwrite.formats import load_graph
-    from celeritas_core.readwrite.units import format_bytes, parse_size
+    from celeritas_core.readwrite.units import format_bytes, parse_device_memory
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -855,8 +855,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown configuration {', '.join(unknown)} (known: {', '.join(ALL_BAECHI_CONFIGS)})")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter
     graph = load_graph(args.graph)
-    cluster = Cluster.homogeneous(args.devices, parse_size(args.device_memory, field="--device-memory"),
-                                  slope_us_per_byte=args.comm_slope, intercept_us=args.comm_intercept)
+    memory = parse_device_memory(args.device_memory, field="--device-memory")
+    cluster = Cluster.homogeneous(args.devices, memory, slope_us_per_byte=args.comm_slope,
+                                  intercept_us=args.comm_intercept)
     with tempfile.TemporaryDirectory(prefix="baechi-") as tmp:
         try:
             baechi_dir = args.baechi_dir or default_baechi_dir(Path(tmp))

@@ -75,7 +75,7 @@ def run_cli(argv: list[str]) -> tuple[float, int, str]:
 def place_run(graph_file: Path, placer: str, memory_bytes: int, out: Path) -> dict[str, object]:
     """``celeritas place`` one graph with one placer; the figures of the run."""
     argv = ["place", str(graph_file), "--placer", placer, "--devices", str(DEVICES),
-            "--device-memory", str(memory_bytes), "--out", str(out)]
+            "--device-memory", f"{memory_bytes}B", "--out", str(out)]
     wall, peak, _ = run_cli(argv)
     doc = json.loads(out.read_text())
     return {"placer": placer, "placement_seconds": doc["placement_seconds"], "wall_seconds": wall,

@@ -127,7 +127,7 @@ def make_install(*, precompile: bool = True, seed_cache: bool = False, base: str
         build_home = dest / "build-home"
         build_home.mkdir()
         env = {**install.env(), "HOME": str(build_home)}
-        done = _run([python, "-S", "-m", "celeritas_core.compiled.precompile"], root, env, None, 1800)
+        done = _run([python, "-S", "-m", "celeritas_core.install.precompile"], root, env, None, 1800)
         if done.returncode != 0:
             raise RuntimeError(f"precompile failed ({done.returncode}): {done.stderr[-2000:]}")
     read_only(root)

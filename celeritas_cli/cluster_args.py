@@ -15,7 +15,7 @@ from celeritas_core.defaults import (
     LINK_PRESETS,
 )
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
+from celeritas_core.limits import MAX_DEVICES, MAX_SLOPE_US_PER_BYTE, MAX_TIME_US
 
 if typing.TYPE_CHECKING:  # numpy loads when a command builds a cluster, not with the parser
     from celeritas_core.graphs.cluster import Cluster
@@ -43,7 +43,8 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) 
                        help=f"number of identical devices (1 to {MAX_DEVICES:,}; with --topology, "
                             "optional: the preset's count)")
     group.add_argument("--device-memory", metavar="SIZE",
-                       help="memory per device, e.g. 32GiB, 500MB, 1e9 (bytes)")
+                       help="memory per device, e.g. 32GiB, 500MB, 1e9 (a bare number is bytes, at least "
+                            "1MiB: smaller devices take their unit, 600B)")
     group.add_argument("--comm-slope", type=float, default=None, metavar="US_PER_BYTE",
                        help="transfer time per byte k in t = k*bytes + b, every pair of devices "
                             f"(default: {DEFAULT_SLOPE_US_PER_BYTE:g}; not with --topology)")
@@ -59,13 +60,13 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, required: bool = True) 
 
 def check_cluster_flags(args: argparse.Namespace) -> None:
     """Check the cluster flags' values (whatever else is given): ``--devices`` from 1 to
-    :data:`~celeritas_core.readwrite.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
+    :data:`~celeritas_core.limits.MAX_DEVICES`, ``--device-memory`` a size up to ``MAX_BYTES``,
     ``--comm-slope`` and ``--comm-intercept`` finite, ``>= 0`` and within their limits,
     ``--topology`` a preset (and then no ``--comm-*``, and ``--devices`` its count)."""
     if args.devices is not None:
         flags.devices(args.devices)
     if args.device_memory is not None:
-        flags.size(args.device_memory, "--device-memory")
+        flags.device_memory(args.device_memory)
     if args.comm_slope is not None:
         flags.number(args.comm_slope, "--comm-slope", high=MAX_SLOPE_US_PER_BYTE)
     if args.comm_intercept is not None:
@@ -130,7 +131,7 @@ def _devices_from_args(args: argparse.Namespace, fallback: Cluster | None,
         raise CeleritasInputError("no cluster: give --cluster FILE or --devices N --device-memory SIZE")
     if devices is None or args.device_memory is None:
         raise CeleritasInputError("--devices and --device-memory must be given together")
-    memory = flags.size(args.device_memory, "--device-memory")
+    memory = flags.device_memory(args.device_memory)
     slope = DEFAULT_SLOPE_US_PER_BYTE if args.comm_slope is None else args.comm_slope
     intercept = DEFAULT_INTERCEPT_US if args.comm_intercept is None else args.comm_intercept
     return Cluster.homogeneous(devices, memory, slope_us_per_byte=slope, intercept_us=intercept)

@@ -1,7 +1,7 @@
 """The engine's commands of the ``celeritas`` CLI: place, simulate, info, placers, compare, generate.
 
 They need only :mod:`celeritas_core` (numpy, networkx, scipy). Building their parsers imports
-none of it but the numpy-free :mod:`celeritas_core.defaults`, :mod:`~celeritas_core.readwrite.limits` and
+none of it but the numpy-free :mod:`celeritas_core.defaults`, :mod:`~celeritas_core.limits` and
 :mod:`~celeritas_core.readwrite.units`: numpy and the engine load when a command runs (lazy imports for
 start-up speed: ``celeritas --help``, tests/cli/test_startup.py).
 """
@@ -30,7 +30,7 @@ from celeritas_core.defaults import (
     SCHEDULES,
 )
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES
+from celeritas_core.limits import MAX_BYTES, MAX_DEVICES
 from celeritas_core.readwrite.safe_io import check_input_file, check_outputs, staged_outputs
 from celeritas_core.readwrite.units import format_bytes, format_change, format_us
 
@@ -57,10 +57,17 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
                  f"CCR {ccr(graph, cluster):.2f}, {format_bytes(graph.total_memory_bytes)}")
     lines.append(f"cluster     {cluster.num_devices} devices ({', '.join(mem_set)}), "
                  f"{_transfer_text(cluster)}")
-    params = " ".join(f"{k}={v}" for k, v in placement.params.items())
+    nets = _safety_nets(placement.placer)
+    params = " ".join(f"{k}={v}" for k, v in placement.params.items() if k not in nets)
     coarse = f", {placement.coarse_nodes:,} coarse nodes" if placement.coarse_nodes is not None else ""
     lines.append(f"placer      {placement.placer} {params}{coarse}, "
                  f"placed in {placement.placement_seconds:.3f} s")
+    cut = _cut_by_clock(placement.extra)
+    if cut:  # the result then depends on the machine's speed, not on the input alone: say so
+        limits = [f"{k}={v}" for k, v in placement.params.items() if k in nets]
+        lines.append(f"safety net  the wall clock passed {' '.join(limits) or 'its limit'} and cut optional "
+                     f"quality work: {', '.join(cut)} (an idle or faster machine may place better"
+                     f"{'; raise ' + ' or '.join(sorted(nets)) + ' to let it finish' if nets else ''})")
     lines.append("")
     lines.append(f"step time (simulated)  {format_us(placement.predicted_step_time_us):>12}")
     lines.append(f"execution order        {placement.order_mode:>12}   {_ORDER_TEXT[placement.order_mode]}")
@@ -94,6 +101,27 @@ def _summary(graph: Graph, cluster: Cluster, placement: Placement, dispatch: str
     lines.append(_memory_bound_line(placement))
     lines.extend(_pipeline_lines(cluster, placement))
     return "\n".join(lines)
+
+
+def _safety_nets(placer: str) -> set[str]:
+    """The placer's wall-clock safety nets (:attr:`~celeritas_core.placers.base.ParamSpec.safety_net`):
+    not budgets that shape the result, so the summary names them only when they cut something."""
+    # lazy: numpy and the engine load only when a command runs (see the module docstring)
+    from celeritas_core.placers import PLACERS
+
+    spec = PLACERS.get(placer)  # a placement file may name a placer this version does not have
+    return {p.name for p in spec.params if p.safety_net} if spec is not None else set()
+
+
+def _cut_by_clock(extra: dict[str, typing.Any]) -> list[str]:
+    """The optional stages a wall-clock safety net cut (``extra.stages.cut_by_clock``, also of the
+    link-blind run on a topology, ``extra.blind``), each once, in order."""
+    cut: list[str] = []
+    for record in (extra, extra.get("blind")):
+        stages = record.get("stages") if isinstance(record, dict) else None
+        names = stages.get("cut_by_clock") if isinstance(stages, dict) else None
+        cut += [str(n) for n in names or () if str(n) not in cut]
+    return cut
 
 
 def _pipeline_lines(cluster: Cluster, placement: Placement) -> list[str]:
@@ -384,7 +412,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         effective_step,
         parse_placer_list,
     )
-    from celeritas_core.readwrite.formats import compare_to_json, write_json_atomic, write_text_atomic
+    from celeritas_core.readwrite.formats import write_json_atomic, write_text_atomic
 
     request = _pipeline_request(args)
     placers = parse_placer_list(args.placers) if args.placers is not None else list(DEFAULT_PLACERS)
@@ -420,7 +448,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     how = f" ({best.pipeline.micro_batches} micro-batches, {best.pipeline.schedule})" if best.pipeline else ""
     print(f"best: {best.placer}, {format_us(step)} per step{how}{fits}")
     with staged_outputs(inputs=inputs) as outputs:  # all four files land, or none
-        write_json_atomic(out_dir / "compare.json", compare_to_json(comparison), indent=1)
+        write_json_atomic(out_dir / "compare.json", comparison.to_json(), indent=1)
         write_text_atomic(out_dir / "compare.csv", comparison.to_csv())
         if not args.no_figures:
             # lazy: numpy and the engine load only when a command runs (see the module docstring)

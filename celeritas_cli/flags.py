@@ -1,6 +1,6 @@
 """Checks of the commands' numeric flags: every count, batch size, size and constant is validated
 when the command starts, before any file is read or TensorFlow loads; a bad value is a one-line
-error naming the flag (exit 2). The limits are :mod:`celeritas_core.readwrite.limits` (docs/formats.md,
+error naming the flag (exit 2). The limits are :mod:`celeritas_core.limits` (docs/formats.md,
 "Limits").
 """
 
@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import (
+from celeritas_core.limits import (
     MAX_BATCH_SIZE,
     MAX_BYTES,
     MAX_DEVICES,
@@ -19,7 +19,7 @@ from celeritas_core.readwrite.limits import (
     check_int,
     short_repr,
 )
-from celeritas_core.readwrite.units import parse_size
+from celeritas_core.readwrite.units import parse_device_memory, parse_size
 
 #: Largest tensor ``calibrate-comm --sizes`` allocates (bytes): 1 GiB.
 MAX_CALIBRATION_BYTES = 2**30
@@ -34,14 +34,14 @@ def count(value: Any, flag: str, *, low: int = 1, high: int = MAX_STEPS) -> int:
 
 def devices(value: int, flag: str = "--devices") -> int:
     """A number of devices to build a cluster of: from 1 to
-    :data:`~celeritas_core.readwrite.limits.MAX_DEVICES`."""
+    :data:`~celeritas_core.limits.MAX_DEVICES`."""
     if value <= 0:
         raise CeleritasInputError(f"{flag}: need at least one device, got {value}")
     return count(value, flag, high=MAX_DEVICES)
 
 
 def batch(value: Any, flag: str = "--batch") -> int:
-    """A batch size: an integer from 1 to :data:`~celeritas_core.readwrite.limits.MAX_BATCH_SIZE`."""
+    """A batch size: an integer from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE`."""
     return check_int(value, flag, low=1, high=MAX_BATCH_SIZE)
 
 
@@ -64,7 +64,16 @@ def batch_list(text: str, flag: str = "--batch-sizes") -> list[int]:
 def size(text: str, flag: str, *, high: float = MAX_BYTES) -> int:
     """A size such as ``32GiB`` (:func:`~celeritas_core.readwrite.units.parse_size`), at most ``high``
     bytes."""
-    value = parse_size(text, field=flag)
+    return _at_most(parse_size(text, field=flag), text, flag, high)
+
+
+def device_memory(text: str, flag: str = "--device-memory") -> int:
+    """One device's memory (:func:`~celeritas_core.readwrite.units.parse_device_memory`: a bare number
+    below 1 MiB is a forgotten unit), at most :data:`~celeritas_core.limits.MAX_BYTES`."""
+    return _at_most(parse_device_memory(text, field=flag), text, flag, MAX_BYTES)
+
+
+def _at_most(value: int, text: str, flag: str, high: float) -> int:
     if value > high:
         raise CeleritasInputError(f"{flag}: {short_repr(text)} is above the limit of {high:g} bytes")
     return value

@@ -12,13 +12,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celeritas_cli import flags
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.readwrite.redact import redact
 from tasks.params import FIELDS, resolve_params, value_type
 from tasks.report import format_table
+
+if TYPE_CHECKING:  # MLflow loads when a command runs (fast --help)
+    from tasks.tracking import Champion
 
 
 def _flag(name: str) -> str:
@@ -110,13 +113,23 @@ def _num(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _described(configuration: str) -> str:
-    """The one-line description inside a champion's configuration JSON (empty if unreadable)."""
+def _described(champion: Champion) -> str:
+    """One line on a champion's configuration, its transfers as its run used them (a configuration
+    asking for calibration may have run on the default model): empty if unreadable."""
+    # lazy: the pipeline (numpy, MLflow, boto3) loads only when a command runs (fast --help)
+    from tasks.configuration import configuration_from_json
+
     try:
-        doc = json.loads(configuration)
+        doc = json.loads(champion.configuration)
     except ValueError:
         return ""
-    return str(doc.get("description", "")) if isinstance(doc, dict) else ""
+    if not isinstance(doc, dict):
+        return ""
+    try:
+        return configuration_from_json(doc).describe(transfer_model=champion.transfer_model,
+                                                     transfer_reason=champion.transfer_reason)
+    except (KeyError, TypeError, ValueError):  # written by another version: as it says
+        return str(doc.get("description", ""))
 
 
 def cmd_production_show(args: argparse.Namespace) -> int:
@@ -136,7 +149,7 @@ def cmd_production_show(args: argparse.Namespace) -> int:
              c.promoted_at.replace("T", " ")[:19], c.run_id, c.placement_uri) for c in found]
     print(format_table(header, rows, {1, 3}))
     for c in found:
-        print(f"{c.config_key}: {_described(c.configuration)}")
+        print(f"{c.config_key}: {_described(c)}")
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from celeritas_cli import flags
 from celeritas_cli.cluster_args import TOPOLOGY_HELP, add_cluster_args, check_cluster_flags, cluster_from_args
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import MAX_DEVICES
+from celeritas_core.limits import MAX_DEVICES
 from celeritas_core.readwrite.safe_io import check_outputs, staged_outputs
 from celeritas_core.readwrite.units import format_bytes, format_us
 
@@ -123,7 +123,7 @@ def _profile_plan(args: argparse.Namespace) -> dict[str, Any]:
         plan["span_target"] = flags.batch(args.span_target, "--span-target")
         if args.device_memory is None:
             raise CeleritasInputError("--span-target needs --device-memory (one device's memory, e.g. 16GiB)")
-        plan["device_bytes"] = float(flags.size(args.device_memory, "--device-memory"))
+        plan["device_bytes"] = float(flags.device_memory(args.device_memory))
     elif args.device_memory is not None:
         raise CeleritasInputError("--device-memory is used only with --span-target (the batch to predict)")
     return plan
@@ -337,7 +337,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     preset = _calibration_preset(args)
     devices = preset.num_devices if preset is not None else (4 if args.devices is None else args.devices)
     flags.devices(devices)
-    memory = flags.size(args.device_memory, "--device-memory")
+    memory = flags.device_memory(args.device_memory)
     flags.count(args.repeats, "--repeats")
     sizes = None
     if args.sizes is not None:

@@ -65,7 +65,7 @@ def _check_flags(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if args.num_devices is not None:
         flags.devices(args.num_devices, "--num-devices")
     if args.device_memory is not None:
-        flags.size(args.device_memory, "--device-memory")
+        flags.device_memory(args.device_memory)
     flags.number(args.learning_rate, "--learning-rate", low=1e-12, high=10.0)
     if args.seed is not None:
         flags.count(args.seed, "--seed", low=0, high=2**32 - 1)

@@ -9,7 +9,9 @@ packages above this one; nothing here imports them (``lint-imports`` checks it).
 The user-facing API is importable from here (``from celeritas_core import Graph, Cluster, place``;
 :data:`__all__` lists it). Every name is imported on first access (PEP 562), not with the
 package: importing any module of it (``celeritas_core.errors``, say) then costs no numpy, which
-``celeritas --help`` relies on to start fast (tests/cli/test_startup.py).
+``celeritas --help`` relies on to start fast (tests/cli/test_startup.py). The subpackages load the
+same way, on first access: ``celeritas_core.placers.celeritas.CeleritasParams`` after
+``import celeritas_core`` alone.
 
 Examples
 --------
@@ -25,6 +27,8 @@ Examples
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import os
 from typing import TYPE_CHECKING, Any
 
 from celeritas_core.errors import CeleritasInputError
@@ -56,13 +60,17 @@ if TYPE_CHECKING:
         save_graph,
         save_placement,
     )
-    from celeritas_core.readwrite.units import format_bytes, format_change, format_us, parse_size
+    from celeritas_core.readwrite.units import (
+        format_bytes,
+        format_change,
+        format_us,
+        parse_device_memory,
+        parse_size,
+    )
     from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
     from celeritas_core.simulation.memory import memory_profile, one_device_peak_bytes, peak_lower_bound
     from celeritas_core.simulation.simulator import simulate
     from celeritas_core.statistics.regression import fit_costs, relative_deviation
-
-__version__ = "0.1.0"
 
 #: The module that defines each public name, imported on first access (module docstring).
 _LAZY: dict[str, str] = {
@@ -114,6 +122,7 @@ _LAZY: dict[str, str] = {
     "layered_dag": "celeritas_core.generators.families",
     # sizes and durations
     "parse_size": "celeritas_core.readwrite.units",
+    "parse_device_memory": "celeritas_core.readwrite.units",
     "format_bytes": "celeritas_core.readwrite.units",
     "format_us": "celeritas_core.readwrite.units",
     "format_change": "celeritas_core.readwrite.units",
@@ -126,10 +135,18 @@ __all__ = [
     "dfs_topo_order", "evaluate_placement", "fit_costs", "format_bytes", "format_change", "format_us",
     "get_placer", "inception_graph", "is_topological", "layered_dag", "load_cluster", "load_graph",
     "load_placement", "lower_bound_us", "m_topo_order", "memory_profile", "one_device_peak_bytes",
-    "paper_shaped_graph", "parse_size", "peak_lower_bound", "place", "relative_deviation",
-    "save_cluster", "save_graph", "save_placement", "simulate", "single_device_time_us",
-    "small_training_graph", "tlevel", "towers_graph", "training_step_graph",
+    "paper_shaped_graph", "parse_device_memory", "parse_size", "peak_lower_bound", "place",
+    "relative_deviation", "save_cluster", "save_graph", "save_placement", "simulate",
+    "single_device_time_us", "small_training_graph", "tlevel", "towers_graph", "training_step_graph",
 ]
+
+
+#: The subpackages (``graphs``, ``placers``, ...): the package's folders with an ``__init__.py``, so a
+#: new one needs no entry. ``celeritas_core.placers`` works after ``import celeritas_core`` alone,
+#: imported on first access like the names of :data:`_LAZY` (a directory listing, not
+#: ``pkgutil.iter_modules``, which imports ``inspect``: no subpackage loads with the package).
+_SUBPACKAGES = frozenset(entry.name for folder in __path__ for entry in os.scandir(folder)
+                         if entry.is_dir() and os.path.isfile(os.path.join(entry.path, "__init__.py")))
 
 
 def __getattr__(name: str) -> Any:
@@ -137,8 +154,12 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # later lookups skip this function
         return value
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")  # the import binds it here too
+    if name == "__version__":  # declared once, in pyproject.toml: the installed distribution's
+        return importlib.metadata.version("celeritas")
     raise AttributeError(f"module 'celeritas_core' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, *_SUBPACKAGES})

@@ -259,8 +259,9 @@ class Remeasurement:
     """How the fits paired with the step's ops (:func:`fitted_costs`)."""
 
     def identity_note(self) -> str | None:
-        """One line when some fits were not applied, or could not be checked (else None)."""
-        return None if self.identity is None else self.identity.note("fits")
+        """One line when some fits were not applied, or could not be checked (else None):
+        :func:`fits_identity_note`."""
+        return fits_identity_note(self.identity)
 
     def accuracy(self) -> tuple[Deviation, Deviation]:
         """Memory and time deviations of the prediction from the re-measurement (over the ops it
@@ -275,6 +276,20 @@ class Remeasurement:
         measured = _peaks_by_index(self.trace.peak_bytes)
         return {"predicted_bytes": [float(x) for x in predicted],
                 "measured_bytes": [measured.get(k, 0.0) for k in range(cluster.num_devices)]}
+
+
+def fits_identity_note(identity: KeyMatch | None) -> str | None:
+    """One line on the fits the re-measurement could not apply (None when it applied them all): which
+    ops, why, whether it matters and what to do. A warning only when
+    :attr:`~celeritas_core.graphs.opkeys.KeyMatch.needs_action` (fits without op keys); ops built
+    differently at the target batch are expected, and harmless to the placement, which uses every
+    traced op's re-measured costs (:func:`measured_costs`): they only count as free in the estimate."""
+    note = None if identity is None else identity.note("fits")
+    if note is None or identity is None or identity.needs_action:
+        return note
+    return (f"{note}; harmless to the placement, which uses their re-measured costs (only the estimate "
+            "counts them as free): nothing to do unless they are much of the step, when the fits are of "
+            "another configuration of the model (profile this one)")
 
 
 def remeasure(model: ModelSpec, batch_size: int, fits: CostFits, cluster: Cluster, *, order: str = "cpd",

@@ -45,6 +45,7 @@ import numpy as np
 
 from celeritas_core.defaults import ENFORCED_ORDER, FREE_ORDER, ORDER_MODES
 from celeritas_core.errors import CeleritasInputError, one_line
+from celeritas_core.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_STEPS, check_int, short_repr
 from celeritas_core.readwrite.format_tags import PLACEMENT_FORMAT
 from celeritas_core.readwrite.formats import (
     check_device_order,
@@ -54,7 +55,6 @@ from celeritas_core.readwrite.formats import (
     placement_order_mode,
     read_json,
 )
-from celeritas_core.readwrite.limits import MAX_BATCH_SIZE, MAX_DEVICES, MAX_STEPS, check_int, short_repr
 from celeritas_core.readwrite.safe_io import check_input_file, check_output_path, write_atomic
 from celeritas_tf.evaluation import check_assignment, check_devices
 from celeritas_tf.identity import step_digest

@@ -119,8 +119,8 @@ def _run_step(step: Callable[[], Any], job: dict[str, Any] | None = None) -> dic
     parent_run_id = getattr(result, "parent_run_id", None) or (job or {}).get("parent_run_id")
     if parent_run_id:
         _log_run_link(str(parent_run_id))
-    for placer, run_id in _child_runs(result).items():
-        _log_run_link(run_id, f"MLflow run of placer {placer}")
+    for placer, run_id in _child_runs(result).items():  # the parent's line above says how to serve a UI
+        _log_run_link(run_id, f"MLflow run of placer {placer}", serve_hint=not parent_run_id)
     return result.to_xcom()
 
 
@@ -133,13 +133,15 @@ def _child_runs(result: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (getattr(result, "child_runs", None) or {}).items()}
 
 
-def _log_run_link(run_id: str, label: str = "MLflow run") -> None:
-    """Log where the MLflow run is; a tracking store that cannot answer only costs the link."""
+def _log_run_link(run_id: str, label: str = "MLflow run", *, serve_hint: bool = True) -> None:
+    """Log where the MLflow run is (the record carries the run id as
+    :data:`tasks.tracking.RUN_LINK_ATTR`, so a console showing every task's log can show each run's
+    link once: ``make demo``); a tracking store that cannot answer only costs the link."""
     # lazy: the DAG processor parses this file often; a step's modules load when its task runs
-    from tasks.tracking import run_link
+    from tasks.tracking import RUN_LINK_ATTR, run_link
 
     try:
-        log.info("%s: %s", label, run_link(run_id))
+        log.info("%s: %s", label, run_link(run_id, serve_hint=serve_hint), extra={RUN_LINK_ATTR: run_id})
     except Exception as exc:  # the step itself succeeded: a missing link must not fail it
         log.warning("%s %s: no link (%s)", label, run_id, redact(str(exc)))
 

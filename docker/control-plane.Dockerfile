@@ -2,8 +2,8 @@
 # The control-plane image (Airflow with the Celery executor, MLflow, this package; no TensorFlow)
 # and, as a second target, the CPU worker (the same plus tensorflow-cpu). Build from the
 # repository root (docker/compose.yaml does):
-#   docker build -f docker/control-plane.Dockerfile --target control-plane -t celeritas/control-plane:0.1.0 .
-#   docker build -f docker/control-plane.Dockerfile --target cpu-worker -t celeritas/cpu-worker:0.1.0 .
+#   docker build -f docker/control-plane.Dockerfile --target control-plane -t celeritas/control-plane:0.16.0 .
+#   docker build -f docker/control-plane.Dockerfile --target cpu-worker -t celeritas/cpu-worker:0.16.0 .
 # Pins: the base by full version tag (pin its digest in production: docker/README.md), every
 # Python package by docker/requirements-*.txt and constraints.txt.
 
@@ -27,7 +27,7 @@ RUN pip install --no-deps --no-build-isolation . && pip check
 # the compiled loops into the package's prebuilt cache (celeritas_core/compiled/_jitcache), read-only at run
 # time: no user waits ~30 s for Numba. NUMBA_CPU_NAME=generic (here and at run time) makes code any
 # x86-64 CPU loads, so an image built on one machine runs precompiled on another.
-RUN python -m celeritas_core.compiled.precompile
+RUN python -m celeritas_core.install.precompile
 
 FROM build-control-plane AS build-cpu-worker
 RUN pip install -c constraints.txt -r docker/requirements-cpu-worker.txt && pip check

@@ -2,7 +2,7 @@
 # The GPU worker image: the CUDA build of TensorFlow, this package and Airflow's Celery worker,
 # serving the queue `gpu` (the DAG's GPU tasks carry queue="gpu", pool="gpu"). Build from the
 # repository root (docker/compose.yaml does):
-#   docker build -f docker/gpu-worker.Dockerfile -t celeritas/gpu-worker:0.1.0 .
+#   docker build -f docker/gpu-worker.Dockerfile -t celeritas/gpu-worker:0.16.0 .
 # CUDA and cuDNN come as NVIDIA's wheels through `tensorflow[and-cuda]`, so the base is the same
 # Python image as the control plane's; the host needs the NVIDIA driver and the NVIDIA container
 # toolkit, which mounts the driver into the container (docs/deploy.md).
@@ -27,7 +27,7 @@ RUN pip install --no-deps --no-build-isolation . && pip check
 # the compiled loops into the package's prebuilt cache (celeritas_core/compiled/_jitcache), read-only at run
 # time: no user waits ~30 s for Numba. NUMBA_CPU_NAME=generic (here and at run time) makes code any
 # x86-64 CPU loads, so an image built on one machine runs precompiled on another.
-RUN python -m celeritas_core.compiled.precompile
+RUN python -m celeritas_core.install.precompile
 
 FROM python:3.11.14-slim-bookworm AS gpu-worker
 # NVIDIA container toolkit: expose the GPUs compose reserves and the compute libraries

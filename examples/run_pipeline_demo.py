@@ -6,7 +6,9 @@ database, creates the ``gpu`` pool, runs ``dag.test()`` with a small configurati
 where the results are and how to browse them.
 
 The console shows the pipeline's own lines: each step's start, its summary table and the MLflow
-run's link (the ``celeritas`` and ``tasks`` loggers). Everything else written while the DAG runs
+runs' links (the ``celeritas`` and ``tasks`` loggers), each run's link once (every task logs its
+parent run's link, and ``validate`` its placer's, for its own task log; here one process runs them
+all: :class:`tasks.tracking.FirstRunLinks`). Everything else written while the DAG runs
 (Airflow's structured log lines, warnings, TensorFlow's and METIS's own output) goes to
 ``build/demo/airflow.log``, named at the start and at the end.
 """
@@ -60,8 +62,9 @@ def _environment() -> dict[str, str]:
 
 @contextmanager
 def route_logs(log_file: Path) -> Iterator[TextIO]:
-    """Within the block, the records of :data:`PIPELINE_LOGGERS` (INFO and up, message only) go
-    to the console and everything else written to file descriptors 1 and 2 to ``log_file``.
+    """Within the block, the records of :data:`PIPELINE_LOGGERS` (INFO and up, message only; a link
+    to an MLflow run only the first time, :class:`tasks.tracking.FirstRunLinks`) go to the console
+    and everything else written to file descriptors 1 and 2 to ``log_file`` (every record too).
 
     Parameters
     ----------
@@ -79,8 +82,12 @@ def route_logs(log_file: Path) -> Iterator[TextIO]:
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
     console = open(saved[0], "w", encoding="utf-8", buffering=1, closefd=False)  # noqa: SIM115
+    # lazy: the project's modules are importable once the demo runs (an editable install or ROOT)
+    from tasks.tracking import FirstRunLinks
+
     handler = logging.StreamHandler(console)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(FirstRunLinks())
     loggers = [logging.getLogger(name) for name in PIPELINE_LOGGERS]
     levels = [lg.level for lg in loggers]
     with open(log_file, "w", encoding="utf-8") as log:

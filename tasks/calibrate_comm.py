@@ -25,11 +25,9 @@ from celeritas_tf.calibrate import MIN_R2, calibration_record, choose_transfer_m
 from tasks import storage, tracking
 from tasks.common import artifact, build_cluster
 from tasks.contracts import CalibrationResult, Job
+from tasks.tracking import TAG_TRANSFER_MODEL, TAG_TRANSFER_REASON
 
 log = logging.getLogger(__name__)
-
-TAG_TRANSFER_MODEL = "celeritas.transfer_model"
-TAG_TRANSFER_REASON = "celeritas.transfer_model_reason"
 
 
 def calibrate_comm(job: Job) -> CalibrationResult:

@@ -54,13 +54,35 @@ class Configuration:
         slug = re.sub(r"[^A-Za-z0-9_-]+", "_", self.model.rsplit("/", 1)[-1]).strip("_")[:40] or "model"
         return f"celeritas-{slug}-b{self.batch_size}-{self.key}"
 
-    def describe(self) -> str:
-        """One line for tables and logs, e.g. ``batch 32, 4 x 32.0 MiB, calibrated transfers``."""
+    def describe(self, *, transfer_model: str | None = None, transfer_reason: str = "") -> str:
+        """One line for tables and logs, e.g. ``batch 32, 4 x 32.0 MiB, calibrated transfers``.
+
+        Alone it says what the configuration asks for. With the transfer model a run of it used
+        (``transfer_model``: ``calibrated``, ``default``, or empty when the run did not record it;
+        ``transfer_reason``: why; what ``calibrate_comm`` did, as
+        :attr:`tasks.tracking.Champion.transfer_model` reads it back), it says what happened: a
+        configuration that asks for calibration runs on the default model when the calibration is
+        rejected, e.g. ``default transfer model (calibration not used: the calibration measured
+        nothing useful (R² 0.410 below 0.98))``.
+        """
         c = self.cluster
-        transfer = "calibrated" if c.get("transfer") == "calibrated" else "default"
         links = f", topology {c['topology']}" if c.get("topology") else ""
         return (f"batch {self.batch_size}, {c['devices']} x {c['memory_bytes'] / 2**20:.1f} MiB, "
-                f"{transfer} transfers{links}, cluster {c['name']!r}")
+                f"{_transfers(c, transfer_model, transfer_reason)}{links}, cluster {c['name']!r}")
+
+
+def _transfers(cluster: Mapping[str, Any], used: str | None, reason: str) -> str:
+    """The transfer model of a configuration's ``cluster``: as asked for (``used`` None), or as a
+    run of it ``used`` it (``calibrated``, ``default``; empty: not recorded) and why."""
+    if cluster.get("transfer") != "calibrated":
+        return "default transfers"
+    if used is None or used == "calibrated":
+        return "calibrated transfers"
+    if used == "default" and cluster.get("topology"):
+        return f"the preset's link figures where calibration was not used{f' ({reason})' if reason else ''}"
+    if used == "default":
+        return f"default transfer model (calibration not used{f': {reason}' if reason else ''})"
+    return f"calibration asked for ({used or 'outcome not recorded'})"
 
 
 def model_identity(kind: str, name: str, *, knobs: Mapping[str, Any] | None = None, paper: bool = False,

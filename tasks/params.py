@@ -30,8 +30,8 @@ from celeritas_core.defaults import (
     SCHEDULES,
 )
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import MAX_BYTES
-from celeritas_core.readwrite.units import parse_size
+from celeritas_core.limits import MAX_BYTES
+from celeritas_core.readwrite.units import parse_device_memory
 from tasks.policy import check_model, check_run_dir
 
 #: The DAG whose trigger form these fields are (dags/celeritas_placement.py).
@@ -41,7 +41,7 @@ GPU_POOL_ENV, DEFAULT_GPU_POOL = "CELERITAS_GPU_POOL", "gpu"
 #: A schema that only NaN satisfies (it passes every bound, as comparisons with NaN are false):
 #: ``"not": NOT_NAN`` makes the form's own validation reject NaN; finite bounds reject infinities.
 NOT_NAN: dict[str, Any] = {"minimum": 1, "maximum": -1}
-#: The largest batch size (:data:`celeritas_core.readwrite.limits.MAX_BATCH_SIZE`; not imported: this module
+#: The largest batch size (:data:`celeritas_core.limits.MAX_BATCH_SIZE`; not imported: this module
 #: must stay cheap to import, and a test checks the two agree).
 MAX_BATCH_SIZE = 1_000_000
 #: The largest exploration range R (the celeritas placer's own maximum).
@@ -138,8 +138,8 @@ class PipelineParams:
         section="Cluster", minimum=1, maximum=64)
     device_memory: str = _param(
         "30MiB", "Memory per device",
-        "Memory of each device, e.g. 32GiB, 500MB or 1e9 (bytes). The default, the "
-        "demo's, holds less than the default model needs on one device: it must be split.",
+        "Memory of each device, e.g. 32GiB, 500MB or 1e9 (a bare number is bytes, at least 1MiB). "
+        "The default, the demo's, holds less than the default model needs on one device: it must be split.",
         section="Cluster", pattern=r"^\s*[0-9]*\.?[0-9]+([eE][+-]?[0-9]+)?\s*[a-zA-Z]*\s*$")
     calibrate_comm: bool = _param(
         True, "Calibrate transfers",
@@ -232,7 +232,7 @@ class PipelineParams:
     @property
     def device_memory_bytes(self) -> int:
         """``device_memory`` in bytes."""
-        return parse_size(self.device_memory, field="parameter 'device_memory'")
+        return parse_device_memory(self.device_memory, field="parameter 'device_memory'")
 
 
 @functools.cache
@@ -384,9 +384,10 @@ def _check_topology(text: str | None, devices: int) -> None:
 
 
 def _check_device_memory(text: str) -> None:
-    """Refuse a memory size that does not parse, is not positive, or exceeds the engine's limit."""
+    """Refuse a memory size that does not parse, is not positive, is a bare number too small for a
+    device (a forgotten unit), or exceeds the engine's limit."""
     title = FIELDS["device_memory"]["title"]
-    if parse_size(text, field=f"parameter 'device_memory': {title}") > MAX_BYTES:
+    if parse_device_memory(text, field=f"parameter 'device_memory': {title}") > MAX_BYTES:
         raise CeleritasInputError(f"parameter 'device_memory': {title} must be at most {MAX_BYTES:.0e} bytes "
                                   f"(1 EB), not {json_text(text)}")
 

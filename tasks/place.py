@@ -15,7 +15,7 @@ from celeritas_core.pipeline.plan import PipelineRequest, place_pipelined
 from celeritas_core.placers.compare import PlaceFn, compare_placers, effective_step
 from celeritas_core.placers.partition import traffic_by_link
 from celeritas_core.plots import gantt_chart, memory_chart
-from celeritas_core.readwrite.formats import compare_to_json, save_placement
+from celeritas_core.readwrite.formats import save_placement
 from tasks import storage, tracking
 from tasks.common import artifact, chart_uri, load_graph_uri, log_documents, placement_uri, run_cluster
 from tasks.contracts import CalibrationResult, Job, PlaceResult, RemeasureResult
@@ -80,7 +80,7 @@ def place(job: Job, measured: RemeasureResult, calibration: CalibrationResult) -
                                 title=f"{graph.name}: peak memory per device")
         storage.upload_file(str(everyone), artifact(run_dir, "memory_all_placers"))
         tracking.log_artifact(parent_run_id, str(everyone))
-    compare_doc = compare_to_json(comparison)
+    compare_doc = comparison.to_json()
     compare_uri = storage.write_json(artifact(run_dir, "compare"), compare_doc)
     storage.write_text(artifact(run_dir, "compare_csv"), comparison.to_csv())
     log_documents(parent_run_id, {"compare.json": compare_doc}, "placement")

@@ -28,7 +28,8 @@ def remeasure_large_batch(job: Job, fitted: FitResult, calibration: CalibrationR
     result = remeasure(model, batch, fits, cluster, source=fitted.fits_uri)
     note = result.identity_note()
     if note:  # fits of another structure are not applied (the estimated graph's meta lists them)
-        log.warning("%s: %s", fitted.fits_uri, note)
+        expected = result.identity is not None and not result.identity.needs_action
+        log.log(logging.INFO if expected else logging.WARNING, "%s: %s", fitted.fits_uri, note)
     memory, timing = result.accuracy()
     peaks = result.peaks(cluster)
     documents = {"graph.estimated.json": graph_to_json(result.estimated),

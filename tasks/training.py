@@ -29,7 +29,7 @@ import re
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from celeritas_core.readwrite.formats import read_json
 from celeritas_core.readwrite.redact import redact
 from tasks import storage, tracking
 from tasks.common import load_model
+from tasks.configuration import configuration_from_json
 from tasks.contracts import Contract, ResolvedModel
 from tasks.policy import check_run_dir, resolve_model, runs_root
 from tasks.prepare import configuration_for
@@ -67,6 +68,10 @@ class PublishedPlacement:
     placement_uri: str
     placement: dict[str, Any]
     configuration: dict[str, Any]
+    transfer_model: str | None = None
+    """The transfer model the champion's run placed with (``calibrated``, ``default``, empty: not
+    recorded), as :attr:`tasks.tracking.Champion.transfer_model`; None: not read (a URI)."""
+    transfer_reason: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -90,10 +95,15 @@ class PublishedPlacement:
         return f"models:/{self.registered_model}@{tracking.ALIAS_CHAMPION}{version}"
 
     def describe(self) -> str:
-        """One line: version, registered model, placer, configuration."""
+        """One line: version, registered model, placer, configuration (with the transfer model its
+        run used, when read from the registry)."""
+        try:
+            config = configuration_from_json(self.configuration).describe(
+                transfer_model=self.transfer_model, transfer_reason=self.transfer_reason)
+        except (KeyError, TypeError, ValueError):  # an older or hand-made configuration.json
+            config = str(self.configuration.get("description", ""))
         return (f"version {self.version or '?'} of {self.registered_model} (placer {self.placer}; "
-                f"{describe_model(self.configuration.get('model', {}))}, "
-                f"{self.configuration.get('description', '')})")
+                f"{describe_model(self.configuration.get('model', {}))}, {config})")
 
 
 def registered_model_of(params: Mapping[str, Any]) -> str:
@@ -133,9 +143,10 @@ def fetch_champion(registered_model: str, dest_dir: str | Path) -> PublishedPlac
         raise CeleritasInputError(f"no champion for registered model {registered_model!r} in {uri} (run the "
                                   "pipeline for its configuration first; celeritas production show lists "
                                   "the champions)")
-    return fetch_published(found.placement_uri, dest_dir, registered_model=registered_model,
-                           version=found.version, placer=found.placer,
-                           placement_sha256=found.placement_sha256)
+    published = fetch_published(found.placement_uri, dest_dir, registered_model=registered_model,
+                                version=found.version, placer=found.placer,
+                                placement_sha256=found.placement_sha256)
+    return replace(published, transfer_model=found.transfer_model, transfer_reason=found.transfer_reason)
 
 
 def fetch_published(placement_uri: str, dest_dir: str | Path, *, registered_model: str | None = None,

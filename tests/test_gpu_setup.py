@@ -266,7 +266,7 @@ def test_make_setup_default_stays_the_cpu_build(tmp_path: Path) -> None:
     assert not [line for line in lines if " -m pip uninstall " in line and "tensorflow-cpu" in line]
     # a hand-made `pip install -e '.[dev]'` still gets the CPU build, as before
     assert _requires_tensorflow_cpu({"dev"})
-    precompile = f"{tmp_path / 'venv'}/bin/python -m celeritas_core.compiled.precompile"
+    precompile = f"{tmp_path / 'venv'}/bin/python -m celeritas_core.install.precompile"
     assert any(precompile in line for line in lines)
 
 

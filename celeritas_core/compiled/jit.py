@@ -23,7 +23,7 @@ over a read-only install compiled for about 30 s, counted as placement time. Ins
 has two cache layers:
 
 1. the **prebuilt cache**, ``celeritas_core/compiled/_jitcache/`` inside the installed package, filled at
-   install time by ``python -m celeritas_core.compiled.precompile`` (``make setup``, and the Docker images'
+   install time by ``python -m celeritas_core.install.precompile`` (``make setup``, and the Docker images'
    build), which runs a workload that calls every loop with the argument types the commands use.
    It is read even when nobody can write it. It moves with the package: Numba (0.68, pinned) keys
    an entry by the SHA-256 of the source file's *content* (not its path or modification time),

@@ -13,7 +13,7 @@ import numpy as np
 from celeritas_core.defaults import DEFAULT_INTERCEPT_US, DEFAULT_SLOPE_US_PER_BYTE
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.topology import Link, Topology
-from celeritas_core.readwrite.limits import (
+from celeritas_core.limits import (
     MAX_BYTES,
     MAX_DEVICES,
     MAX_SLOPE_US_PER_BYTE,
@@ -73,7 +73,7 @@ class Cluster:
     ) -> Cluster:
         """Validate and build a cluster.
 
-        At most :data:`~celeritas_core.readwrite.limits.MAX_DEVICES` devices with non-empty unique names;
+        At most :data:`~celeritas_core.limits.MAX_DEVICES` devices with non-empty unique names;
         memory in ``(0, MAX_BYTES]`` bytes, speed in ``[MIN_SPEED, MAX_SPEED]``, the slope in
         ``[0, MAX_SLOPE_US_PER_BYTE]`` µs/B and the intercept in ``[0, MAX_TIME_US]`` µs
         (docs/formats.md, "Limits").

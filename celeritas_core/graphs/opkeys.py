@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import short_repr
+from celeritas_core.limits import short_repr
 from celeritas_core.statistics.regression import CostFits
 
 #: Hex digits of an op's structure key (48 bits; keys are compared per op name, not globally).
@@ -82,17 +82,27 @@ class KeyMatch:
     missing: int
     checked: bool = True
 
+    @property
+    def needs_action(self) -> bool:
+        """Whether :meth:`note` asks for something to be done (records without keys: profile
+        again), rather than reporting what TensorFlow does at another batch size (an op built
+        differently: its record is not applied, which is expected)."""
+        return not self.checked
+
     def note(self, what: str) -> str | None:
-        """One line saying what was not paired (None when every recorded op was)."""
+        """One line saying what was not paired and why (None when every recorded op was)."""
         if not self.checked:
             return (f"the {what} carry no op keys (written before op identity was recorded): ops are "
                     f"paired by name only; profile again to check their structure")
         if not self.differing:
             return None
-        first = ", ".join(repr(n) for n in self.differing[:3])
-        return (f"{len(self.differing):,} ops of this step are other ops (another type or inputs) than the "
-                f"{what} of the same name and get none of them: {first}"
-                f"{', …' if len(self.differing) > 3 else ''}")
+        count, total = len(self.differing), len(self.matched) + len(self.differing) + self.missing
+        first = ", ".join(repr(n) for n in self.differing[:3]) + (", …" if count > 3 else "")
+        are, them = ("is", "it") if count == 1 else ("are", "them")
+        return (f"{count:,} of this step's {total:,} ops {are} built differently (another type or inputs) "
+                f"than the op of the same name in the {what}, so the {what} do not apply to {them} "
+                f"({first}), as TensorFlow does for some ops at another batch size (a small tf.zeros is a "
+                f"Const, a large one a Fill)")
 
 
 def match_op_keys(recorded: Mapping[str, str], step_keys: Mapping[str, str],

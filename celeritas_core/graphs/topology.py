@@ -33,7 +33,7 @@ import numpy as np
 
 from celeritas_core.defaults import LINK_ALIASES, LINK_PRESETS
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import (
+from celeritas_core.limits import (
     MAX_DEVICES,
     MAX_SLOPE_US_PER_BYTE,
     MAX_TIME_US,

@@ -60,6 +60,10 @@ class ParamSpec:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
+    safety_net: bool = False
+    """A wall-clock limit that only cuts optional work on a machine far slower than expected, not a
+    budget that shapes the result (:mod:`celeritas_core.placers.budget`): summaries name it only
+    when it cut something."""
 
     def coerce(self, value: Any, placer: str) -> float | int | bool:
         """Check ``value`` against type and range; raise CeleritasInputError naming the parameter.
@@ -105,11 +109,13 @@ def _coerce_bool(value: Any, where: str) -> bool:
 
 
 def param(default: float | int | bool, description: str, *, minimum: float | None = None,
-          maximum: float | None = None, exclusive_minimum: bool = False) -> Any:
-    """A field of a placer's parameter dataclass: its default, a one-line description and its
-    range (what :func:`param_specs` turns into a :class:`ParamSpec`)."""
+          maximum: float | None = None, exclusive_minimum: bool = False, safety_net: bool = False) -> Any:
+    """A field of a placer's parameter dataclass: its default, a one-line description, its range
+    and whether it is a wall-clock safety net (:attr:`ParamSpec.safety_net`), what
+    :func:`param_specs` turns into a :class:`ParamSpec`."""
     return field(default=default, metadata={"description": description, "minimum": minimum,
-                                            "maximum": maximum, "exclusive_minimum": exclusive_minimum})
+                                            "maximum": maximum, "exclusive_minimum": exclusive_minimum,
+                                            "safety_net": safety_net})
 
 
 @dataclass(frozen=True)
@@ -122,7 +128,8 @@ def param_specs(params_type: type) -> tuple[ParamSpec, ...]:
     (as scikit-learn derives a model's parameters from its constructor)."""
     hints = typing.get_type_hints(params_type)
     return tuple(ParamSpec(f.name, f.default, f.metadata["description"], hints[f.name],
-                           f.metadata["minimum"], f.metadata["maximum"], f.metadata["exclusive_minimum"])
+                           f.metadata["minimum"], f.metadata["maximum"], f.metadata["exclusive_minimum"],
+                           f.metadata["safety_net"])
                  for f in fields(params_type))
 
 

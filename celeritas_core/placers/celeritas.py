@@ -106,7 +106,7 @@ class CeleritasParams(FusionParams):
     search_seconds: float = param(
         60.0, "refine: wall-clock safety net (s): past it the optional stages and the critical-path "
         "search stop early (extra.stages.cut_by_clock names them); fusion, the always-run candidates "
-        "and the memory repair never stop on a clock", minimum=0.0, maximum=86_400.0)
+        "and the memory repair never stop on a clock", minimum=0.0, maximum=86_400.0, safety_net=True)
     search_budget: int = param(
         1_200_000, "refine: work budget of the critical-path search in replayed ops (each trial "
         "replays every op once per dispatch order it is judged on)", minimum=0, maximum=10**12)

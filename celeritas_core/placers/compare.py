@@ -7,8 +7,8 @@ the other dispatch orders (:data:`~celeritas_core.simulation.simulator.ALTERNATI
 ratio to the predicted step says how much of the prediction rests on the simulator's tie-breaks,
 which the runtime does not follow). The *best* placement is the fastest one that fits in memory
 (the fastest overall when none fits).
-Formats written: ``celeritas-compare/1`` JSON (:func:`celeritas_core.readwrite.formats.compare_to_json`) and a
-CSV with the same rows (docs/formats.md).
+Formats written: ``celeritas-compare/1`` JSON (:meth:`Comparison.to_json`) and a CSV with the same
+rows (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
 from celeritas_core.graphs.placement import Placement
 from celeritas_core.placers import get_placer, place
+from celeritas_core.readwrite.formats import CompareRow, compare_document
 from celeritas_core.readwrite.units import format_bytes, format_change, format_us
 from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
 from celeritas_core.simulation.simulator import ALTERNATIVE_DISPATCH, DispatchSpread, dispatch_spread
@@ -149,6 +150,18 @@ class Comparison:
         for row in self.rows():
             writer.writerow({k: "" if v is None else v for k, v in row.items()})
         return buf.getvalue()
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``celeritas-compare/1`` document (docs/formats.md): the rows, each with its
+        placement's parameters, per-device memory and step under each other dispatch order
+        (:func:`~celeritas_core.readwrite.formats.compare_document` lays it out)."""
+        rows = [CompareRow(row, p.params, p.device_memory_bytes, p.device_peak_memory_bytes, p.oom_devices,
+                           spread.steps_us)
+                for row, p, spread in zip(self.rows(), self.placements, self.other_orders, strict=True)]
+        return compare_document(self.graph, self.cluster, rows, best=self.best.placer,
+                                other_orders=self.other_order_names,
+                                single_device_time_us=self.single_device_time_us,
+                                lower_bound_us=self.lower_bound_us)
 
     def table(self) -> str:
         """A one-screen text table of the rows, best placement marked with ``*``; ``other orders``

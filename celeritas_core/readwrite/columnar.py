@@ -25,6 +25,7 @@ import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.graph import Graph, Liveness
+from celeritas_core.limits import MAX_INPUT_FILE_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, short_repr
 from celeritas_core.readwrite.format_tags import GRAPH_COLUMNS_FORMAT as GRAPH_COLUMNS_FORMAT  # re-exported
 from celeritas_core.readwrite.graph_columns import (
     GraphColumns,
@@ -34,7 +35,6 @@ from celeritas_core.readwrite.graph_columns import (
     graph_from_columns,
 )
 from celeritas_core.readwrite.json_io import gc_paused, json_bytes, parse_json
-from celeritas_core.readwrite.limits import MAX_INPUT_FILE_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, short_repr
 
 #: The first bytes of a zip archive (a local file header, or the end record of an empty archive).
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +26,22 @@ from celeritas_core.graphs.levels import ccr
 from celeritas_core.graphs.opkeys import MAX_KEY_CHARS, KeyedFits, fits_op_keys, read_op_keys
 from celeritas_core.graphs.placement import Placement
 from celeritas_core.graphs.topology import topology_from_json, topology_to_json
+from celeritas_core.limits import (
+    MAX_BATCH_SIZE,
+    MAX_BYTES,
+    MAX_DEVICES,
+    MAX_INPUT_FILE_BYTES,
+    MAX_SLOPE_US_PER_BYTE,
+    MAX_SPEED,
+    MAX_SRC_OUTPUT,
+    MAX_TIME_US,
+    MIN_SPEED,
+    as_float,
+    check_cost,
+    check_total,
+    is_number,
+    short_repr,
+)
 from celeritas_core.readwrite.columnar import ZIP_MAGICS, graph_from_npz, npz_bytes
 from celeritas_core.readwrite.format_tags import (  # re-exported: readers and writers import them from here
     CLUSTER_FORMAT,
@@ -54,30 +70,11 @@ from celeritas_core.readwrite.json_io import (
     write_json_bytes,
 )
 from celeritas_core.readwrite.json_io import write_text_atomic as write_text_atomic  # re-exported
-from celeritas_core.readwrite.limits import (
-    MAX_BATCH_SIZE,
-    MAX_BYTES,
-    MAX_DEVICES,
-    MAX_INPUT_FILE_BYTES,
-    MAX_SLOPE_US_PER_BYTE,
-    MAX_SPEED,
-    MAX_SRC_OUTPUT,
-    MAX_TIME_US,
-    MIN_SPEED,
-    as_float,
-    check_cost,
-    check_total,
-    is_number,
-    short_repr,
-)
 from celeritas_core.readwrite.pipeline_json import pipeline_from_json, pipeline_to_json
 from celeritas_core.readwrite.safe_io import read_input_bytes, write_atomic
 from celeritas_core.simulation.simulator import order_indices
 from celeritas_core.statistics.estimation import MODEL_PARAMS, TIME_MODELS, TimeModels
 from celeritas_core.statistics.regression import CostFits
-
-if TYPE_CHECKING:
-    from celeritas_core.placers.compare import Comparison
 
 # Every document's ``format`` tag is declared once in celeritas_core.readwrite.format_tags (re-exported here).
 #: Where a cluster file's transfer model comes from (``comm.source``, optional; docs/formats.md).
@@ -376,7 +373,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
     Parameters
     ----------
     path : str or os.PathLike
-        A regular file of at most :data:`~celeritas_core.readwrite.limits.MAX_INPUT_FILE_BYTES` bytes:
+        A regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES` bytes:
         ``celeritas-graph/1`` JSON, or the columnar ``celeritas-graph-columns/1`` (a zip archive,
         told by its first bytes, whatever the extension); docs/formats.md.
 
@@ -994,35 +991,51 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def compare_to_json(comparison: Comparison) -> dict[str, Any]:
-    """The ``celeritas-compare/1`` document of a comparison: the graph and cluster, the reference
-    times, the dispatch orders replayed besides the documented one, and one row per placer
-    (:meth:`~celeritas_core.placers.compare.Comparison.rows`, null where not finite) with its parameters,
-    per-device memory and step (µs) under each other dispatch order."""
-    c = comparison
+@dataclass(frozen=True)
+class CompareRow:
+    """One placer's entry of a ``celeritas-compare/1`` document, as plain values (the comparison
+    that has them builds these: :meth:`celeritas_core.placers.compare.Comparison.to_json`)."""
+
+    #: The placer's CSV row (column name -> value), written first; a float that is not finite is null.
+    figures: Mapping[str, Any]
+    params: Mapping[str, Any]
+    device_memory_bytes: Sequence[int]
+    device_peak_memory_bytes: Sequence[int]
+    oom_devices: Sequence[str]
+    #: The step (µs) replayed under each other dispatch order: ``(order name, step)`` pairs.
+    other_orders_step_us: Sequence[tuple[str, float]]
+
+
+def compare_document(graph: Graph, cluster: Cluster, rows: Sequence[CompareRow], *, best: str,
+                     other_orders: Sequence[str], single_device_time_us: float,
+                     lower_bound_us: float) -> dict[str, Any]:
+    """The ``celeritas-compare/1`` document: the graph and cluster, the reference times, the
+    dispatch orders replayed besides the documented one (``other_orders``), the ``best`` placer and
+    one entry per placer (``rows``, in run order: its figures, null where not finite, with its
+    parameters, per-device memory and step (µs) under each other dispatch order)."""
     return {
         "format": COMPARE_FORMAT,
-        "graph": c.graph.name,
-        "nodes": c.graph.num_nodes,
-        "edges": c.graph.num_edges,
-        "ccr": _finite_or_none(ccr(c.graph, c.cluster)),
-        "devices": list(c.cluster.device_names),
-        "device_capacity_bytes": [int(x) for x in c.cluster.memory_bytes],
-        "comm": {"slope_us_per_byte": c.cluster.slope_us_per_byte, "intercept_us": c.cluster.intercept_us},
-        **({"topology": c.cluster.topology.describe()} if c.cluster.topology is not None else {}),
-        "single_device_time_us": _finite_or_none(c.single_device_time_us),
-        "lower_bound_us": _finite_or_none(c.lower_bound_us),
-        "best": c.best.placer,
+        "graph": graph.name,
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "ccr": _finite_or_none(ccr(graph, cluster)),
+        "devices": list(cluster.device_names),
+        "device_capacity_bytes": [int(x) for x in cluster.memory_bytes],
+        "comm": {"slope_us_per_byte": cluster.slope_us_per_byte, "intercept_us": cluster.intercept_us},
+        **({"topology": cluster.topology.describe()} if cluster.topology is not None else {}),
+        "single_device_time_us": _finite_or_none(single_device_time_us),
+        "lower_bound_us": _finite_or_none(lower_bound_us),
+        "best": best,
         "dispatch": DOCUMENTED_DISPATCH,
-        "other_orders": list(c.other_order_names),
+        "other_orders": list(other_orders),
         "placers": [
-            {**{k: _finite_or_none(v) if isinstance(v, float) else v for k, v in row.items()},
-             "params": p.params,
-             "device_memory_bytes": [int(x) for x in p.device_memory_bytes],
-             "device_peak_memory_bytes": [int(x) for x in p.device_peak_memory_bytes],
-             "oom_devices": list(p.oom_devices),
-             "other_orders_step_us": {name: _finite_or_none(t) for name, t in spread.steps_us}}
-            for row, p, spread in zip(c.rows(), c.placements, c.other_orders, strict=True)
+            {**{k: _finite_or_none(v) if isinstance(v, float) else v for k, v in row.figures.items()},
+             "params": row.params,
+             "device_memory_bytes": [int(x) for x in row.device_memory_bytes],
+             "device_peak_memory_bytes": [int(x) for x in row.device_peak_memory_bytes],
+             "oom_devices": list(row.oom_devices),
+             "other_orders_step_us": {name: _finite_or_none(t) for name, t in row.other_orders_step_us}}
+            for row in rows
         ],
     }
 
@@ -1144,7 +1157,7 @@ def _cost_map(raw: Any, where: str, field_name: str, limit: float, unit: str) ->
 
 def check_profile_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-profile/1`` document strictly: at least two profiles, each with an
-    integer ``batch_size`` from 1 to :data:`~celeritas_core.readwrite.limits.MAX_BATCH_SIZE` (no repeats)
+    integer ``batch_size`` from 1 to :data:`~celeritas_core.limits.MAX_BATCH_SIZE` (no repeats)
     and per-op ``time_us`` / ``memory_bytes`` (and optional ``scratch_bytes``) numbers within
     the limits, at least one op in ``time_us`` or ``memory_bytes``; ``op_keys`` (op name → key
     string) in every profile or in none. Raises a one-line
@@ -1191,7 +1204,7 @@ def check_profile_document(doc: Any, source: str | None = None) -> None:
 
 def check_fits_document(doc: Any, source: str | None = None) -> None:
     """Validate a ``celeritas-fits/1`` or ``/2`` document strictly: ``batch_sizes`` integers from 1
-    to :data:`~celeritas_core.readwrite.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
+    to :data:`~celeritas_core.limits.MAX_BATCH_SIZE`, a non-empty ``ops`` whose ``time_us`` and
     ``memory_bytes`` are ``[slope, intercept]`` pairs of finite numbers of magnitude at most
     :data:`MAX_FIT_COEFFICIENT`, R² values null or numbers, ``output_aliases`` an object,
     ``op_keys`` (optional) an object of op name → key string; in ``/2`` every op's

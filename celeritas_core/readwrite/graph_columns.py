@@ -25,7 +25,7 @@ import numpy as np
 
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.graph import Graph, Liveness
-from celeritas_core.readwrite.limits import MAX_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, check_cost, check_total
+from celeritas_core.limits import MAX_BYTES, MAX_SRC_OUTPUT, MAX_TIME_US, check_cost, check_total
 
 _NUMBER_TYPES = frozenset({int, float})
 _NAME, _OP, _TIME, _MEMORY = (itemgetter(k) for k in ("name", "op", "time_us", "memory_bytes"))

@@ -84,7 +84,7 @@ def parse_json(data: bytes, source: str | None = None) -> Any:
 def read_json(path: str | os.PathLike[str]) -> Any:
     """Parse a JSON file (:func:`parse_json`), turning I/O and syntax problems into one-line input errors.
 
-    The file must be a regular file of at most :data:`~celeritas_core.readwrite.limits.MAX_INPUT_FILE_BYTES`
+    The file must be a regular file of at most :data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`
     (:func:`celeritas_core.readwrite.safe_io.read_input_bytes`): FIFOs, devices and directories are refused
     before anything is read.
     """

@@ -16,7 +16,7 @@ import numpy as np
 from celeritas_core.defaults import SCHEDULES
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.placement import PipelinePlan
-from celeritas_core.readwrite.limits import as_float, is_number, short_repr
+from celeritas_core.limits import as_float, is_number, short_repr
 
 _MAX_MICRO_BATCHES = 1 << 20
 

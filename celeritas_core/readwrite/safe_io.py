@@ -1,7 +1,7 @@
 """The project's one hardened file layer: checked inputs and atomic, all-or-nothing outputs.
 
 Inputs (:func:`read_input_bytes`) must be regular files of at most
-:data:`~celeritas_core.readwrite.limits.MAX_INPUT_FILE_BYTES`; a FIFO, a device (``/dev/zero``), a socket or
+:data:`~celeritas_core.limits.MAX_INPUT_FILE_BYTES`; a FIFO, a device (``/dev/zero``), a socket or
 a directory is refused before anything is read, so no input can hang or exhaust memory.
 
 Outputs only ever replace regular files (:func:`check_output_path`): a destination that is a
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from celeritas_core.errors import CeleritasInputError
-from celeritas_core.readwrite.limits import MAX_INPUT_FILE_BYTES
+from celeritas_core.limits import MAX_INPUT_FILE_BYTES
 
 PathLike = str | os.PathLike[str]
 

@@ -18,6 +18,36 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+#: The least device memory a bare number (bytes: no unit) may give, 1 MiB. No accelerator has less
+#: (the smallest GPUs of the last decade have hundreds of MiB), so a bare number below it is a size
+#: whose unit was forgotten: ``--device-memory 600`` meant as 600MiB would place a model on
+#: 600-byte devices and report peaks of millions of percent. A device that small is still given
+#: with its unit (``600B``, ``60KB``), as the tests' tiny graphs do.
+MIN_BARE_DEVICE_MEMORY = 2**20
+
+
+def _read_size(text: str | int | float, field: str) -> tuple[int, str]:
+    """``text`` in bytes (checked as :func:`parse_size` says) and the number as written when it
+    has no unit (bytes implied), else ``""``."""
+    if isinstance(text, bool):
+        raise CeleritasInputError(f"{field}: expected a size in bytes, got {text!r}")
+    if isinstance(text, int | float):
+        value, bare = float(text), f"{text:g}"
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise CeleritasInputError(
+                f"{field}: cannot read {text!r} as a size (examples: 32GiB, 500MB, 1e9)"
+            )
+        value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        bare = "" if match.group(2) else match.group(1)
+    if not math.isfinite(value) or value <= 0:
+        raise CeleritasInputError(f"{field}: size must be positive and finite, got {text!r}")
+    if value < 1:
+        raise CeleritasInputError(f"{field}: size must be at least 1 byte, got {text!r}")
+    return int(value), bare
+
+
 def parse_size(text: str | int | float, *, field: str = "size") -> int:
     """Parse a size such as ``32GiB``, ``500MB`` or ``1e9`` into a whole number of bytes.
 
@@ -40,6 +70,10 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
     CeleritasInputError
         When ``text`` is not a size, or is below 1 byte or not finite.
 
+    See Also
+    --------
+    parse_device_memory : the same for one device's memory, refusing a bare number that small.
+
     Examples
     --------
     >>> from celeritas_core import parse_size
@@ -50,22 +84,48 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
     ...
     celeritas_core.errors.CeleritasInputError: --device-memory: cannot read 'lots' as a size (examples: ...)
     """
-    if isinstance(text, bool):
-        raise CeleritasInputError(f"{field}: expected a size in bytes, got {text!r}")
-    if isinstance(text, int | float):
-        value = float(text)
-    else:
-        match = _SIZE_RE.match(str(text))
-        if not match or match.group(2).lower() not in _UNITS:
-            raise CeleritasInputError(
-                f"{field}: cannot read {text!r} as a size (examples: 32GiB, 500MB, 1e9)"
-            )
-        value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not math.isfinite(value) or value <= 0:
-        raise CeleritasInputError(f"{field}: size must be positive and finite, got {text!r}")
-    if value < 1:
-        raise CeleritasInputError(f"{field}: size must be at least 1 byte, got {text!r}")
-    return int(value)
+    return _read_size(text, field)[0]
+
+
+def parse_device_memory(text: str | int | float, *, field: str = "device memory") -> int:
+    """Parse one device's memory as :func:`parse_size` does, refusing a bare number (no unit, so
+    bytes) below :data:`MIN_BARE_DEVICE_MEMORY` (1 MiB): no device has so little, the unit was
+    forgotten. Every device memory the CLI, the pipeline's parameters and the trigger form take
+    goes through here.
+
+    Parameters
+    ----------
+    text : str or int or float
+        A size as :func:`parse_size` reads it; below 1 MiB only with its unit (``600B``, ``60KB``).
+    field : str, optional
+        What the memory is for (a flag, a field), named in the error message.
+
+    Returns
+    -------
+    int
+        The memory in bytes.
+
+    Raises
+    ------
+    CeleritasInputError
+        As :func:`parse_size`, and for a bare number below 1 MiB (the message suggests the unit).
+
+    Examples
+    --------
+    >>> from celeritas_core import parse_device_memory
+    >>> parse_device_memory("600MiB"), parse_device_memory("17179869184"), parse_device_memory("600B")
+    (629145600, 17179869184, 600)
+    >>> parse_device_memory("600", field="--device-memory")
+    Traceback (most recent call last):
+    ...
+    celeritas_core.errors.CeleritasInputError: --device-memory: 600 bytes is too small for a device;
+    did you mean 600MiB? (write the unit: ...)
+    """
+    value, bare = _read_size(text, field)
+    if bare and value < MIN_BARE_DEVICE_MEMORY:
+        raise CeleritasInputError(f"{field}: {value} bytes is too small for a device; did you mean "
+                                  f"{bare}MiB? (write the unit: {bare}MiB, 16GiB; a bare number is bytes)")
+    return value
 
 
 def format_bytes(num: float) -> str:

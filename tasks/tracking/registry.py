@@ -35,6 +35,8 @@ from tasks.tracking.store import (
     TAG_REASON,
     TAG_SUPERSEDED_AT,
     TAG_SUPERSEDED_BY,
+    TAG_TRANSFER_MODEL,
+    TAG_TRANSFER_REASON,
     _client,
     _iso,
     _local_path,
@@ -68,7 +70,10 @@ TAG_DECIDED_AT = "celeritas.decided_at"
 
 @dataclass(frozen=True)
 class Champion:
-    """The production placement of one configuration: a version of its registered model."""
+    """The production placement of one configuration: a version of its registered model.
+    ``transfer_model`` is the transfer model its run placed with (``calibrated`` or ``default``:
+    what ``calibrate_comm`` did, which a configuration asking for calibration does not settle) and
+    ``transfer_reason`` why; both empty when the run did not record them (or is gone)."""
 
     model: str
     config_key: str
@@ -83,6 +88,8 @@ class Champion:
     step_time_s: float
     promoted_at: str
     reason: str
+    transfer_model: str = ""
+    transfer_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The champion as a JSON object (``celeritas production show --json``), its configuration
@@ -153,7 +160,8 @@ def _ensure_registered_model(client: MlflowClient, name: str, model: str, config
 
 
 def _champion_of(client: MlflowClient, name: str) -> Champion | None:
-    """The version the alias ``champion`` of ``name`` points to, or None."""
+    """The version the alias ``champion`` of ``name`` points to (with its run's transfer model), or
+    None."""
     # lazy: mlflow loads only when the store is used, so DAG files parse without it
     from mlflow.exceptions import MlflowException
 
@@ -169,13 +177,19 @@ def _champion_of(client: MlflowClient, name: str) -> Champion | None:
         step = float(t.get("celeritas.step_time_s", "nan"))
     except ValueError:
         step = float("nan")
+    run_tags: Mapping[str, str] = {}
+    if version.run_id:
+        with suppress(MlflowException):  # the run was deleted: the transfer model is unknown
+            run_tags = client.get_run(version.run_id).data.tags
     return Champion(model=registered.tags.get(TAG_MODEL, ""),
                     config_key=registered.tags.get(TAG_CONFIG_KEY, ""),
                     configuration=registered.tags.get(TAG_CONFIG, ""), registered_model=name,
                     version=str(version.version), run_id=version.run_id or "", job_id=t.get(TAG_JOB, ""),
                     placer=t.get(TAG_PLACER, ""), placement_uri=f"{version.source}/placement.json",
                     placement_sha256=t.get("celeritas.placement_sha256", ""), step_time_s=step,
-                    promoted_at=t.get(TAG_PROMOTED_AT, ""), reason=t.get(TAG_PROMOTE_REASON, ""))
+                    promoted_at=t.get(TAG_PROMOTED_AT, ""), reason=t.get(TAG_PROMOTE_REASON, ""),
+                    transfer_model=run_tags.get(TAG_TRANSFER_MODEL, ""),
+                    transfer_reason=run_tags.get(TAG_TRANSFER_REASON, ""))
 
 
 @_tracked

@@ -89,6 +89,9 @@ _RENAMED_METRICS = {"best_simulated_step_time_us": ("best_simulated_step_time_ms
                     "placement_seconds": ("placement_time_s", 1.0)}
 
 TAG_ERROR = "celeritas.error"
+#: The attribute (``extra``) of a log record that links to an MLflow run: the run's id
+#: (:class:`FirstRunLinks`).
+RUN_LINK_ATTR = "celeritas_run_link"
 
 
 # ---------------------------------------------------------------------------- experiments and runs
@@ -121,16 +124,55 @@ def experiment_id(name: str = EXPERIMENT) -> str:
 
 
 @_tracked
-def run_link(run_id: str) -> str:
+def run_link(run_id: str, *, serve_hint: bool = True) -> str:
     """Where a person opens run ``run_id``: its page in the MLflow UI, or, for a database store
-    with no UI known, the command that serves one."""
+    with no UI known, the run in the store and (``serve_hint``) the command that serves a UI; a
+    line just above that already says how (a child run's link under its parent's) leaves it out."""
     run = _client().get_run(run_id)
     base = ui_base_url()
     if base is not None:
         return f"{base}/#/experiments/{run.info.experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
-    return (f"run {run_id} in experiment {run.info.experiment_id} of {redact(tracking_uri())} "
-            f"(serve it with `mlflow ui --backend-store-uri {redact(tracking_uri())}` or `make ui`, "
+    where = f"run {run_id} in experiment {run.info.experiment_id} of {redact(tracking_uri())}"
+    if not serve_hint:
+        return where
+    return (f"{where} (serve it with `mlflow ui --backend-store-uri {redact(tracking_uri())}` or `make ui`, "
             f"or set {MLFLOW_UI_URL_ENV})")
+
+
+class FirstRunLinks(logging.Filter):
+    """Passes the first log record that links to each MLflow run (one carrying
+    :data:`RUN_LINK_ATTR`, the run's id) and drops the later ones; every other record passes.
+
+    Each pipeline task logs its run's link in its own task log, as a deployment shows them. A
+    console that shows the logs of a whole DAG run at once (``make demo``: ``dag.test()`` in one
+    process) would repeat the parent run's link once per task: with this filter on its handler it
+    shows each run's link once.
+
+    Examples
+    --------
+    >>> import logging
+    >>> first = FirstRunLinks()
+    >>> def record(run_id):
+    ...     return logging.makeLogRecord({"msg": "MLflow run: ...", RUN_LINK_ATTR: run_id})
+    >>> [first.filter(record(r)) for r in ("parent", "child", "parent")]
+    [True, True, False]
+    >>> first.filter(logging.makeLogRecord({"msg": "place: done"}))
+    True
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is shown: not a run link, or the first link to its run."""
+        run_id = getattr(record, RUN_LINK_ATTR, None)
+        if run_id is None:
+            return True
+        if run_id in self.shown:
+            return False
+        self.shown.add(run_id)
+        return True
 
 
 @_tracked

@@ -53,6 +53,10 @@ TAG_BATCH_SIZE = "celeritas.batch_size"
 TAG_DEVICES = "celeritas.devices"
 TAG_BEST_MEASURED = "celeritas.best_measured_placer"
 TAG_BEST_SIMULATED = "celeritas.best_simulated_placer"
+#: The transfer model a run used (``calibrated`` or ``default``: ``calibrate_comm``'s outcome, whatever
+#: the configuration asked for) and why the default (a rejected calibration's reason), on its parent run.
+TAG_TRANSFER_MODEL = "celeritas.transfer_model"
+TAG_TRANSFER_REASON = "celeritas.transfer_model_reason"
 TAG_PARENT = "mlflow.parentRunId"
 #: The run's description in MLflow's UI.
 TAG_NOTE = "mlflow.note.content"

@@ -120,6 +120,40 @@ def test_bad_cluster_and_parameters(graph_file, tmp_path, capsys, args, expected
     assert not out_file.exists()
 
 
+#: Every command that takes one device's memory, with ``--device-memory 600`` (the unit forgotten).
+FORGOTTEN_UNIT = [
+    ["place", "{graph}", "--devices", "4", "--device-memory", "600", "--out", "{out}"],
+    ["simulate", "{graph}", "{out}", "--devices", "4", "--device-memory", "600"],
+    ["info", "{graph}", "--devices", "4", "--device-memory", "600"],
+    ["compare", "{graph}", "--devices", "4", "--device-memory", "600", "--out-dir", "{out}"],
+    ["remeasure", "--model", "mlp", "--batch", "32", "--fits", "{out}", "--devices", "4",
+     "--device-memory", "600", "--out", "{out}"],
+    ["profile", "--model", "mlp", "--batch-sizes", "2,4", "--span-target", "32", "--device-memory", "600",
+     "--out", "{out}"],
+    ["calibrate-comm", "--device-memory", "600", "--out", "{out}"],
+    ["train", "--model", "mlp", "--device-memory", "600"],
+    ["run", "--model", "mlp", "--device-memory", "600"],
+]
+
+
+@pytest.mark.parametrize("argv", FORGOTTEN_UNIT, ids=lambda argv: argv[0])
+def test_a_device_memory_without_its_unit_is_refused_with_the_unit_suggested(graph_file, tmp_path, capsys,
+                                                                            argv: list[str]) -> None:
+    out = tmp_path / "never"
+    code, _, err = _run([a.format(graph=graph_file, out=out) for a in argv], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.endswith("600 bytes is too small for a device; did you mean 600MiB? (write the unit: 600MiB, "
+                        "16GiB; a bare number is bytes)\n"), err
+    assert not out.exists()
+
+
+def test_a_large_bare_count_of_bytes_is_a_device_memory(graph_file, tmp_path, capsys) -> None:
+    code, out, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "17179869184",
+                           "--out", str(tmp_path / "p.json")], capsys)
+    assert code == 0, err
+    assert "2 devices (16.00 GiB)" in out
+
+
 def test_a_colocation_group_larger_than_any_device_is_placed_best_effort_and_said_not_to_fit(
         graph_file, tmp_path, capsys):
     out_file = tmp_path / "p.json"
@@ -259,6 +293,26 @@ def test_place_passes_params_to_the_chosen_placer(graph_file, tmp_path, capsys):
     code, _, err = _run(["place", str(graph_file), "--devices", "2", "--device-memory", "3KB",
                          "--refine", "0", "--out", str(out_file)], capsys)
     assert code == 0 and json.loads(out_file.read_text())["params"]["refine"] == 0
+
+
+def test_the_summary_names_the_wall_clock_safety_net_only_when_it_cut_something(graph_file, tmp_path, capsys):
+    out_file = tmp_path / "p.json"
+    place = ["place", str(graph_file), "--devices", "2", "--device-memory", "3KB", "--out", str(out_file)]
+    code, out, err = _run(place, capsys)
+    assert code == 0, err
+    (placer,) = [line for line in out.splitlines() if line.startswith("placer ")]
+    assert " work_seconds=1.0 " in placer and " search_budget=1200000 " in placer  # the budgets
+    assert "search_seconds" not in out and "safety net" not in out
+    assert json.loads(out_file.read_text())["params"]["search_seconds"] == 60.0  # still recorded
+    code, out, err = _run([*place, "--param", "search_seconds=0"], capsys)  # the clock cuts at once
+    assert code == 0, err
+    (placer,) = [line for line in out.splitlines() if line.startswith("placer ")]
+    (net,) = [line for line in out.splitlines() if line.startswith("safety net ")]
+    assert "search_seconds" not in placer
+    assert "the wall clock passed search_seconds=0.0 and cut optional quality work: " in net
+    assert net.endswith("(an idle or faster machine may place better; raise search_seconds to let it finish)")
+    cut = json.loads(out_file.read_text())["extra"]["stages"]["cut_by_clock"]
+    assert "critical-path search" in cut and all(stage in net for stage in cut)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

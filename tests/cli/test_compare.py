@@ -104,7 +104,7 @@ def test_progress_is_reported_per_placer_and_at_the_end():
 
 def test_cli_compare_prints_table_and_writes_json_csv_and_figures(graph_file, tmp_path, capsys):
     out_dir = tmp_path / "out"
-    code = main(["compare", str(graph_file), "--devices", "2", "--device-memory", "100",
+    code = main(["compare", str(graph_file), "--devices", "2", "--device-memory", "100B",
                  "--comm-slope", "0", "--comm-intercept", "1", "--out-dir", str(out_dir), "--quiet"])
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -262,11 +262,10 @@ def test_cli_compare_on_one_device_shows_no_change_under_other_orders(tmp_path, 
 
 def test_docs_name_every_compare_field_and_column():
     from celeritas_core.placers.compare import CSV_COLUMNS
-    from celeritas_core.readwrite.formats import compare_to_json
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "formats.md").read_text(encoding="utf-8")
     section = text[text.index("## `celeritas-compare/1`"):text.index("## TensorFlow adapter formats")]
-    doc = compare_to_json(compare_placers(_two_chains(), Cluster.homogeneous(2, 1000.0), ["single"]))
+    doc = compare_placers(_two_chains(), Cluster.homogeneous(2, 1000.0), ["single"]).to_json()
     keys = set(doc) | set(doc["placers"][0])
     missing = sorted(k for k in keys if f"`{k}`" not in section)
     assert not missing, f"docs/formats.md's celeritas-compare/1 does not describe {missing}"

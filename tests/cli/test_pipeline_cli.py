@@ -21,7 +21,7 @@ def step(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     g = small_training_graph(0, liveness=True)
     path = tmp_path_factory.mktemp("pipe") / "step.json"
     save_graph(g, path)
-    return path, str(int(0.45 * one_device_peak_bytes(g)))
+    return path, f"{int(0.45 * one_device_peak_bytes(g))}B"
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -129,6 +129,23 @@ def test_importing_the_package_loads_no_numpy() -> None:
     assert done.stdout.split() == ["False", "True"]
 
 
+def test_a_subpackage_is_reached_from_the_package_alone() -> None:
+    code = "import celeritas_core; help(celeritas_core.placers.celeritas.CeleritasParams)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert "class CeleritasParams" in done.stdout and "search_seconds" in done.stdout
+    listed = ("import sys, celeritas_core; names = dir(celeritas_core); "
+              "print(sorted(n for n in names if n in ('graphs', 'placers', 'simulation', 'pipeline', "
+              "'readwrite', 'generators', 'statistics', 'compiled')), 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", listed], capture_output=True, text=True, check=True,
+                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split("] ") == ["['compiled', 'generators', 'graphs', 'pipeline', 'placers', "
+                                       "'readwrite', 'simulation', 'statistics'", "False\n"]
+    with pytest.raises(AttributeError):
+        celeritas_core.errors_and_more  # noqa: B018 (not a subpackage: still no such attribute)
+
+
 @pytest.mark.parametrize(("name", "func", "is_method"), public_api(), ids=[n for n, _, _ in public_api()])
 def test_every_public_function_has_parameters_returns_and_examples(
         name: str, func: Callable[..., object], is_method: bool) -> None:

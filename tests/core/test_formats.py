@@ -43,7 +43,7 @@ from celeritas_core.readwrite.formats import (
     save_placement,
     write_json_atomic,
 )
-from celeritas_core.readwrite.units import parse_size
+from celeritas_core.readwrite.units import MIN_BARE_DEVICE_MEMORY, parse_device_memory, parse_size
 from celeritas_core.simulation.bounds import lower_bound_us, single_device_time_us
 from tests.documents import cluster_doc, graph_doc, placement_doc
 
@@ -717,6 +717,28 @@ def test_parse_size_rejects(text: str | int | float) -> None:
     _expect_input_error(lambda: parse_size(text, field="--device-memory"), None, "--device-memory")
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("600MiB", 600 * 2**20), ("600B", 600), ("60KB", 60_000), ("17179869184", 16 * 2**30),
+    (17179869184, 16 * 2**30), ("1e9", 10**9), (str(MIN_BARE_DEVICE_MEMORY), MIN_BARE_DEVICE_MEMORY),
+    ("1 MiB", 2**20)])
+def test_a_device_memory_with_its_unit_or_a_large_bare_count_of_bytes_is_read(text: str | int,
+                                                                             expected: int) -> None:
+    assert parse_device_memory(text, field="--device-memory") == expected
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("600", "600"), (" 64 ", "64"), ("1e5", "1e5"), (str(MIN_BARE_DEVICE_MEMORY - 1), "1048575"),
+    (600, "600"), (600.0, "600")])
+def test_a_bare_number_too_small_for_a_device_is_a_forgotten_unit(text: str | int | float,
+                                                                   number: str) -> None:
+    with pytest.raises(CeleritasInputError) as err:
+        parse_device_memory(text, field="--device-memory")
+    assert str(err.value) == (f"--device-memory: {int(float(number))} bytes is too small for a device; "
+                              f"did you mean {number}MiB? (write the unit: {number}MiB, 16GiB; a bare "
+                              "number is bytes)")
+    assert parse_size(text) == int(float(number))  # other sizes (tensor sizes, say) may be that small
+
+
 # ---------------------------------------------------------------------------- size of real graphs
 def test_loads_a_36k_node_graph(tmp_path: Path) -> None:
     """Not a timing assertion: the paper's largest graph size must load through the validating reader."""
@@ -930,7 +952,7 @@ def test_inputs_must_be_regular_files(tmp_path: Path, graph: Graph) -> None:
 
 
 def test_input_size_limit(tmp_path: Path) -> None:
-    from celeritas_core.readwrite.limits import MAX_INPUT_FILE_BYTES
+    from celeritas_core.limits import MAX_INPUT_FILE_BYTES
     from celeritas_core.readwrite.safe_io import read_input_bytes
 
     assert MAX_INPUT_FILE_BYTES == 2 * 2**30
@@ -1083,7 +1105,7 @@ def test_cli_refuses_outputs_before_computing(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_values_at_the_limits_load(tmp_path: Path) -> None:
-    from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES, MAX_TIME_US
+    from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_TIME_US
 
     doc = graph_doc()
     doc["nodes"] = [dict(n, time_us=0, memory_bytes=0) for n in doc["nodes"]]
@@ -1116,7 +1138,7 @@ def test_cluster_build_checks_limits_and_types() -> None:
 
 
 def test_docs_list_every_limit() -> None:
-    from celeritas_core.readwrite import limits
+    from celeritas_core import limits
 
     text = DOCS.read_text(encoding="utf-8")
     section = text[text.index("## Limits"):]

@@ -57,8 +57,8 @@ def test_a_graph_where_nothing_fits_says_so_and_exits_0(tmp_path, capsys) -> Non
     graph = training_step(8)
     save_graph(graph, tmp_path / "g.json")
     need = peak_lower_bound(graph).fullest_device_bytes(2)
-    code = main(["place", str(tmp_path / "g.json"), "--devices", "2", "--device-memory", str(int(0.9 * need)),
-                 "--out", str(tmp_path / "p.json")])
+    code = main(["place", str(tmp_path / "g.json"), "--devices", "2",
+                 "--device-memory", f"{int(0.9 * need)}B", "--out", str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert code == 0
     assert "OOM: gpu:" in out and "cannot fit: every placement needs at least" in out

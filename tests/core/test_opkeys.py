@@ -69,10 +69,18 @@ def test_pairing_by_key() -> None:
     step = {"a": "k1", "b": "k2", "c": "k3"}
     match = match_op_keys({"a": "k1", "b": "other"}, step)
     assert match.matched == {"a"} and match.differing == ("b",) and match.missing == 1 and match.checked
-    assert "1 ops of this step are other ops" in match.note("fits") and "'b'" in match.note("fits")
+    assert match.note("fits") == (
+        "1 of this step's 3 ops is built differently (another type or inputs) than the op of the same "
+        "name in the fits, so the fits do not apply to it ('b'), as TensorFlow does for some ops at another "
+        "batch size (a small tf.zeros is a Const, a large one a Fill)")
+    assert not match.needs_action  # expected: said at info level
+    many = match_op_keys({n: "old" for n in "abcde"}, {n: "new" for n in "abcdef"})
+    assert many.note("fits").startswith("5 of this step's 6 ops are built differently ")
+    assert "do not apply to them ('a', 'b', 'c', …), as TensorFlow" in many.note("fits")
     assert match_op_keys({"a": "k1"}, step).note("fits") is None
     unkeyed = match_op_keys({}, step, names=["a", "c", "z"])
     assert unkeyed.matched == {"a", "c"} and not unkeyed.checked and "by name only" in unkeyed.note("fits")
+    assert unkeyed.needs_action  # profile again: a warning
 
 
 def test_a_digest_depends_on_every_pair_and_not_on_order() -> None:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.cluster import Cluster
 from celeritas_core.graphs.graph import Graph
+from celeritas_core.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
 from celeritas_core.readwrite import formats
 from celeritas_core.readwrite.columnar import graph_arrays, npz_bytes
 from celeritas_core.readwrite.formats import (
@@ -35,7 +36,6 @@ from celeritas_core.readwrite.formats import (
     placement_from_json,
 )
 from celeritas_core.readwrite.graph_columns import json_columns
-from celeritas_core.readwrite.limits import MAX_BYTES, MAX_DEVICES, MAX_SPEED, MAX_TIME_US, MIN_SPEED
 from tests.documents import cluster_doc, graph_doc, graph_doc_with_liveness, placement_doc
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,

@@ -27,7 +27,7 @@ from celeritas_core.placers.partition import (
     transfer_traffic,
 )
 from celeritas_core.placers.stages import StagePlan, pipeline_sequences, split, stage_devices
-from celeritas_core.readwrite.formats import compare_to_json, placement_to_json
+from celeritas_core.readwrite.formats import placement_to_json
 from celeritas_core.simulation.simulator import simulate
 
 FAST = Link("fast", 1e-6, 1.0)  # 1 MB: 2 µs
@@ -275,9 +275,9 @@ def test_placement_and_compare_documents_record_the_topology() -> None:
     line = cluster.topology.describe()
     assert p.evaluation.topology == line and placement_to_json(p)["extra"]["topology"] == line
     assert "topology" not in placement_to_json(place(graph, cluster.flat(), "m-topo"))["extra"]
-    doc = compare_to_json(compare_placers(graph, cluster, ["m-topo", "single"]))
+    doc = compare_placers(graph, cluster, ["m-topo", "single"]).to_json()
     assert doc["topology"] == line
-    assert "topology" not in compare_to_json(compare_placers(graph, cluster.flat(), ["m-topo"]))
+    assert "topology" not in compare_placers(graph, cluster.flat(), ["m-topo"]).to_json()
 
 
 # ---------------------------------------------------------------------------- the celeritas placer's budget

@@ -183,6 +183,6 @@ def test_images_ship_the_compiled_loops_for_any_cpu(name: str, alias: str) -> No
     build = _chain(name, venv[0])
     runs = [part.strip() for args in _all(build, "RUN") for part in args.split("&&")]
     installed = max(i for i, part in enumerate(runs) if "pip install --no-deps" in part)
-    assert "python -m celeritas_core.compiled.precompile" in runs[installed + 1:], runs
+    assert "python -m celeritas_core.install.precompile" in runs[installed + 1:], runs
     assert _env(build).get("NUMBA_CPU_NAME") == "generic"
     assert _env(chain).get("NUMBA_CPU_NAME") == "generic"

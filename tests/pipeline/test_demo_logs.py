@@ -1,10 +1,11 @@
 """``make demo``'s console: the pipeline's own lines and tables there, Airflow's log in a file.
 
 ``examples/run_pipeline_demo.py``'s ``main`` runs, in a subprocess (it redirects file descriptors
-1 and 2), with its DAG run replaced by ``dag.test()`` of a one-task DAG whose task logs like the
-pipeline's steps (``celeritas.steps``, ``tasks.*``) and like Airflow (stdlib and structlog
-loggers, ``print``, a warning, a write to file descriptor 2). A migrated SQLite metadata database
-and a real ``dag.test()``: Airflow configures its logging as in the demo.
+1 and 2), with its DAG run replaced by ``dag.test()`` of a two-task DAG whose tasks log like the
+pipeline's steps (``celeritas.steps``, ``tasks.*``, the MLflow runs' links of each task) and like
+Airflow (stdlib and structlog loggers, ``print``, a warning, a write to file descriptor 2). A
+migrated SQLite metadata database and a real ``dag.test()``: Airflow configures its logging as in
+the demo.
 """
 
 from __future__ import annotations
@@ -27,10 +28,22 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY_DAG = '''
 import logging
 import os
+import sys
 import warnings
 
 import structlog
 from airflow.sdk import dag, task
+
+
+def log_run_link():
+    """The pipeline's own _log_run_link, with a run_link that needs no MLflow store."""
+    sys.path.insert(0, os.path.join(@ROOT@, "dags"))
+    import tasks.tracking
+    from celeritas_steps import _log_run_link
+
+    tasks.tracking.run_link = lambda run_id, *, serve_hint=True: (
+        f"run {run_id}" + (" (serve it with mlflow ui)" if serve_hint else ""))
+    return _log_run_link
 
 
 @dag(schedule=None)
@@ -44,8 +57,17 @@ def tiny():
         print("NOISE print")
         warnings.warn("NOISE warning", stacklevel=1)
         os.write(2, b"NOISE fd2\\n")
+        link = log_run_link()
+        link("parent-run")
+        link("child-run", "MLflow run of placer m-topo", serve_hint=False)
 
-    step()
+    @task
+    def validate():  # a later task logs the same runs' links, as every step of the pipeline does
+        link = log_run_link()
+        link("parent-run")
+        link("child-run", "MLflow run of placer m-topo", serve_hint=False)
+
+    step() >> validate()
 
 
 tiny()
@@ -66,7 +88,7 @@ demo._environment = lambda: {}  # the test's AIRFLOW_HOME, not build/airflow
 
 
 def run_tiny(conf, console):
-    """The demo's _run_dag on a one-task DAG."""
+    """The demo's _run_dag on the tiny DAG."""
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL)
     from airflow.dag_processing.dagbag import BundleDagBag
 
@@ -87,7 +109,7 @@ sys.exit(demo.main([]))
 @pytest.mark.slow
 def test_the_demo_console_shows_the_pipeline_lines_and_the_file_the_rest(tmp_path: Path) -> None:
     (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "tiny.py").write_text(TINY_DAG)
+    (tmp_path / "dags" / "tiny.py").write_text(TINY_DAG.replace("@ROOT@", repr(str(ROOT))))
     (tmp_path / "driver.py").write_text(DRIVER)
     home = tmp_path / "airflow"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AIRFLOW_HOME": str(home),
@@ -103,6 +125,8 @@ def test_the_demo_console_shows_the_pipeline_lines_and_the_file_the_rest(tmp_pat
         "airflow: running dag tiny",
         "place: done in 0.1 s", "| placer | ms |", "| single | 1  |",
         "publish: keep production: no faster placement",
+        "MLflow run: run parent-run (serve it with mlflow ui)",  # each run's link once
+        "MLflow run of placer m-topo: run child-run",
         "DAG run: success",
         f"airflow log: {log_file}",
     ], console
@@ -110,3 +134,6 @@ def test_the_demo_console_shows_the_pipeline_lines_and_the_file_the_rest(tmp_pat
     for line in ("NOISE stdlib", "NOISE structlog", "NOISE print", "NOISE warning", "NOISE fd2",
                  "[DAG TEST] running task", "place: done in 0.1 s"):
         assert line in logged, line
+    for link in ("MLflow run: run parent-run (serve it with mlflow ui)",
+                 "MLflow run of placer m-topo: run child-run"):
+        assert logged.count(link) >= 2, link  # the task logs keep every task's link

@@ -93,7 +93,7 @@ def test_every_number_field_has_finite_bounds() -> None:
 
 def test_the_schemas_batch_limit_is_the_cores() -> None:
     """params.py keeps its own copy (importing celeritas_core would import numpy at DAG parse time)."""
-    from celeritas_core.readwrite.limits import MAX_BATCH_SIZE
+    from celeritas_core.limits import MAX_BATCH_SIZE
     from tasks import params
 
     assert params.MAX_BATCH_SIZE == MAX_BATCH_SIZE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import socket
@@ -209,6 +210,62 @@ def test_champion_is_a_compare_and_set_in_the_model_registry(store: str, tmp_pat
         '{"assignment": {"a": 0}}'
     assert [c.version for c in tracking.champions(MODEL)] == ["2"] and tracking.champions("bert") == []
     assert not [m for m in _client().search_registered_models() if m.name.startswith(tracking.LOCK_PREFIX)]
+
+
+@pytest.mark.parametrize(("used", "reason", "shown"), [
+    ("calibrated", "the fit measured a transfer (slope > 0, R² 0.999 >= 0.98)", "calibrated transfers"),
+    ("default", "the calibration measured nothing useful (R² 0.410 below 0.98)",
+     "default transfer model (calibration not used: the calibration measured nothing useful (R² 0.410 "
+     "below 0.98))"),
+], ids=["calibration-used", "calibration-rejected"])
+def test_production_show_says_which_transfer_model_the_champion_ran_with(
+        store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        used: str, reason: str, shown: str) -> None:
+    from celeritas_cli.main import main
+    from tasks.configuration import configuration_of, configuration_to_json, model_identity
+    from tasks.params import resolve_params
+
+    monkeypatch.delenv("CELERITAS_CLUSTER_NAME", raising=False)
+    params = resolve_params({"model": MODEL, "batch_size": 16, "num_devices": 4, "device_memory": "64MiB",
+                             "calibrate_comm": True})
+    config = configuration_to_json(configuration_of(params, model_identity("zoo", MODEL)))
+    run = tracking.start_parent_run(model=MODEL, run_name="calibrated?", job_id="transfers")
+    # what calibrate_comm records on the parent run
+    tracking.set_tags(run, {tracking.TAG_TRANSFER_MODEL: used, tracking.TAG_TRANSFER_REASON: reason})
+    placement = tmp_path / "placement.json"
+    placement.write_text('{"assignment": {}}')
+    assert tracking.promote_if_current(
+        registered_model=config["registered_model"], model=MODEL, config_key=config["key"],
+        configuration=json.dumps(config, sort_keys=True), run_id=run, expected_version=None,
+        published={"placement.json": str(placement)},
+        tags={"celeritas.placer": "m-topo", "celeritas.step_time_s": 0.01}, reason="first").promoted
+    (champion,) = tracking.champions(MODEL)
+    assert (champion.transfer_model, champion.transfer_reason) == (used, reason)
+    assert main(["production", "show", "--model", MODEL]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (f"{config['key']}: batch 16, 4 x 64.0 MiB, {shown}, "
+                                                        "cluster 'default'")
+    assert main(["production", "show", "--model", MODEL, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["transfer_model"] == used
+    # and the training consumer's banner (celeritas train --champion) says the same
+    from tasks.training import PublishedPlacement
+    banner = PublishedPlacement(registered_model=config["registered_model"], version="1", placer="m-topo",
+                                placement_uri=champion.placement_uri, placement={}, configuration=config,
+                                transfer_model=champion.transfer_model,
+                                transfer_reason=champion.transfer_reason).describe()
+    assert banner.endswith(f"batch 16, 4 x 64.0 MiB, {shown}, cluster 'default')")
+
+
+def test_a_run_link_says_how_to_serve_a_ui_unless_told_not_to(store: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tracking.MLFLOW_UI_URL_ENV, raising=False)
+    run = tracking.start_parent_run(model=MODEL, run_name="link", job_id="link")
+    full, short = tracking.run_link(run), tracking.run_link(run, serve_hint=False)
+    # a child run's link, under its parent's: no second copy of how to serve a UI
+    assert short.startswith(f"run {run} in experiment ") and "serve it" not in short
+    assert full.startswith(short + " (serve it with `mlflow ui --backend-store-uri ")
+    monkeypatch.setenv(tracking.MLFLOW_UI_URL_ENV, "http://ui.example:5000")
+    assert tracking.run_link(run) == tracking.run_link(run, serve_hint=False)
+    assert tracking.run_link(run).startswith("http://ui.example:5000/#/experiments/")
 
 
 def test_decisions_are_recorded_in_order(store: str) -> None:

@@ -164,6 +164,9 @@ def test_placers_are_a_multi_select_of_the_known_placers_and_models_are_proposed
                                 "(1 EB), not \"1e30\""),
     ({"device_memory": "0"}, "parameter 'device_memory': Memory per device: size must be positive and "
                              "finite, got '0'"),
+    ({"device_memory": "600"}, "parameter 'device_memory': Memory per device: 600 bytes is too small for "
+                               "a device; did you mean 600MiB? (write the unit: 600MiB, 16GiB; a bare number "
+                               "is bytes)"),
     ({"model_knobs": {"layers": "many"}}, "parameter 'model_knobs.layers': Model size knobs must be a whole "
                                           "number, not \"many\""),
     ({"model_knobs": {"layers": float("nan")}}, "parameter 'model_knobs.layers': expected a finite number, "
@@ -233,6 +236,23 @@ def test_a_topology_joins_the_configuration_and_an_empty_one_leaves_its_key_alon
     linked = configuration_of(resolve_params({"model": "mlp", "topology": "2x2:NVLink, ib"}), identity)
     assert linked.cluster["topology"] == "2x2:nvlink,ib" and linked.key != flat.key
     assert "topology 2x2:nvlink,ib" in linked.describe()
+
+
+def test_a_configuration_says_what_it_asks_for_and_what_a_run_of_it_used() -> None:
+    from tasks.configuration import configuration_of
+
+    identity = {"kind": "zoo", "name": "mlp", "knobs": {}, "paper_config": False}
+    asks = configuration_of(resolve_params({"model": "mlp", "calibrate_comm": True}), identity)
+    assert ", calibrated transfers, " in asks.describe()  # as asked: what prepare records
+    assert ", calibrated transfers, " in asks.describe(transfer_model="calibrated", transfer_reason="used")
+    rejected = asks.describe(transfer_model="default", transfer_reason="it measured nothing useful")
+    assert ", default transfer model (calibration not used: it measured nothing useful), " in rejected
+    assert ", calibration asked for (outcome not recorded), " in asks.describe(transfer_model="")
+    linked = configuration_of(resolve_params({"model": "mlp", "topology": "2x2:nvlink,ib"}), identity)
+    assert ", the preset's link figures where calibration was not used (link ib: R² 0.1), topology " in \
+        linked.describe(transfer_model="default", transfer_reason="link ib: R² 0.1")
+    off = configuration_of(resolve_params({"model": "mlp", "calibrate_comm": False}), identity)
+    assert ", default transfers, " in off.describe(transfer_model="default", transfer_reason="it is off")
 
 
 def test_a_trigger_is_checked_as_its_tasks_will_get_it_over_the_forms_defaults() -> None:

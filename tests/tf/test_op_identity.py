@@ -17,7 +17,13 @@ pytest.importorskip("tensorflow")
 from celeritas_core.errors import CeleritasInputError
 from celeritas_core.graphs.opkeys import fits_op_keys
 from celeritas_core.readwrite.formats import fits_from_json, fits_to_json
-from celeritas_tf.evaluation import check_structure, fits_from_profile, fitted_costs, profile_document
+from celeritas_tf.evaluation import (
+    check_structure,
+    fits_from_profile,
+    fits_identity_note,
+    fitted_costs,
+    profile_document,
+)
 from celeritas_tf.identity import step_digest, step_op_keys, step_structure
 from celeritas_tf.models import ZOO, get_model
 from celeritas_tf.profile import StepTrace
@@ -106,6 +112,15 @@ def test_a_fit_is_never_applied_to_an_op_of_another_structure() -> None:
     assert set(identity.differing) == changed
     assert not changed & set(costs)
     assert identity.note("fits") is None if not changed else str(len(changed)) in identity.note("fits")
+    # what `celeritas run` and `celeritas remeasure` say about them: expected, harmless, info level
+    note = fits_identity_note(identity)
+    assert not identity.needs_action and (note is None) == (not changed)
+    if changed:  # nmt: the LSTMs' initial zeros, a Const at batch 4, a Fill at 32
+        total = len(step_op_keys(target))
+        assert note is not None and "\n" not in note
+        assert note.startswith(f"{len(changed)} of this step's {total:,} ops are built differently")
+        assert "as TensorFlow does for some ops at another batch size" in note
+        assert "harmless to the placement, which uses their re-measured costs" in note
 
 
 def test_ops_numbered_the_other_way_round_get_no_fit() -> None:

@@ -29,7 +29,7 @@ def pipelined(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("pipelined")
     graph = folder / "g.json"
     assert main(["graph", *KNOBS, "--batch", "16", "--out", str(graph)]) == 0
-    memory = str(int(0.6 * one_device_peak_bytes(load_graph(graph))))
+    memory = f"{int(0.6 * one_device_peak_bytes(load_graph(graph)))}B"
     placement = folder / "p.json"
     assert main(["place", str(graph), "--devices", "2", "--device-memory", memory, "--micro-batches", "4",
                  "--schedule", "1f1b", "--out", str(placement)]) == 0

@@ -1,6 +1,6 @@
 """Compile every hot loop into the prebuilt cache, at install or image-build time.
 
-``python -m celeritas_core.compiled.precompile`` (``make setup`` and the Docker images run it, as the
+``python -m celeritas_core.install.precompile`` (``make setup`` and the Docker images run it, as the
 user that owns the installed package) runs a small workload that calls each compiled loop with
 the argument types the commands use: the bundled 407-op training step read back from JSON and
 from the columnar format, with and without liveness fields, through every placer of
@@ -132,8 +132,8 @@ def _writable(folder: Path) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m celeritas_core.compiled.precompile``: fill the prebuilt cache; the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m celeritas_core.compiled.precompile",
+    """``python -m celeritas_core.install.precompile``: fill the prebuilt cache; the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m celeritas_core.install.precompile",
                                      description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
     if not jit.ENABLED:
