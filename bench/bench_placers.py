@@ -27,6 +27,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from bench_quality import ENFORCED  # noqa: E402
+from machine import measured_on  # noqa: E402
 
 from celeritas_core.generators.synthetic import PAPER_MODELS, paper_shaped_graph  # noqa: E402
 from celeritas_core.graphs.cluster import Cluster  # noqa: E402
@@ -141,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     if "celeritas" not in placers:
         parser.error("--placers must include celeritas")
     print(f"Placer benchmark, seed {args.seed}", file=sys.stderr)
+    where = measured_on()
     rows = run(models, args.seed, placers)
     checks = [*report(rows, placers), ENFORCED.line()]
     for line in checks:
         print(line)
-    write_json_atomic(Path(args.out), {"devices": DEVICES, "device_share": DEVICE_SHARE, "seed": args.seed,
-                                       "rows": rows, "checks": checks}, indent=1)
+    write_json_atomic(Path(args.out), {"measured_on": where, "devices": DEVICES, "device_share": DEVICE_SHARE,
+                                       "seed": args.seed, "rows": rows, "checks": checks}, indent=1)
     print(f"\nwrote {args.out}")
     return 0
 

@@ -58,6 +58,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 from bench_quality import ENFORCED, PLACER_NAMES, VARIANTS, placer_of  # noqa: E402
+from machine import measured_on  # noqa: E402
 from real_models import MODELS, TEST_MODELS  # noqa: E402
 
 from celeritas_core.errors import CeleritasInputError  # noqa: E402
@@ -444,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     JSON; exit 0."""
     args = parse_args(argv)
     labels, notes = placer_labels()
+    where = measured_on()
     start = time.perf_counter()
     graphs = extract_all(args, notes)
     extract_wall = time.perf_counter() - start
@@ -469,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = targets(rows)
     for line in checks:
         print(line)
-    doc = {"format": "celeritas-bench-real/1", "batch": args.batch, "costs": COSTS, "placers": labels,
+    doc = {"format": "celeritas-bench-real/1", "measured_on": where, "batch": args.batch, "costs": COSTS,
+           "placers": labels,
            "variants": {k: list(v) for k, v in VARIANTS.items()}, "notes": notes,
            "dispatch_orders": list(ALTERNATIVE_DISPATCH),
            "graphs": [{"model": g.model, "path": str(g.path), "extracted_now": g.built,
