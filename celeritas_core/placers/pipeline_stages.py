@@ -665,7 +665,7 @@ def pipeline_layers(graph: Graph) -> PipelineLayers:
     >>> layers.seq.name, layers.num_layers
     ('paired', 35)
     """
-    seq = pipeline_sequences(graph)[0]
+    seq = pipeline_sequences(graph, constants_with_readers=True)[0]
     units = seq.num_units
     key = seq.key[seq.sequence] if seq.key is not None else np.arange(units, dtype=np.float64)
     start = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1, [units]]).astype(np.int64)

@@ -99,9 +99,10 @@ class UnitSequence:
         return devices[stage][self.unit_of]
 
 
-def pipeline_sequences(graph: Graph) -> list[UnitSequence]:
+def pipeline_sequences(graph: Graph, *, constants_with_readers: bool = False) -> list[UnitSequence]:
     """The orders stages are cut along: ``paired`` (forward layers with their gradients, when the
-    graph is a training step) and ``topo`` (topological order). See the module docstring.
+    graph is a training step) and ``topo`` (topological order). See the module docstring;
+    ``constants_with_readers`` as for :func:`layer_coordinate`.
 
     Examples
     --------
@@ -114,7 +115,7 @@ def pipeline_sequences(graph: Graph) -> list[UnitSequence]:
     first_rank = np.full(num_units, graph.num_nodes, dtype=np.int64)
     np.minimum.at(first_rank, unit_of, graph.topological_rank)
     out = []
-    coordinate = layer_coordinate(graph)
+    coordinate = layer_coordinate(graph, constants_with_readers=constants_with_readers)
     if coordinate is not None:
         unit_x = np.full(num_units, -1.0)
         np.maximum.at(unit_x, unit_of, coordinate)
@@ -123,10 +124,20 @@ def pipeline_sequences(graph: Graph) -> list[UnitSequence]:
     return out
 
 
-def layer_coordinate(graph: Graph) -> np.ndarray | None:
+def layer_coordinate(graph: Graph, *, constants_with_readers: bool = False) -> np.ndarray | None:
     """Per op, the forward position (ops before the turning point, as late as possible) it belongs
     to; -1 where nothing says. None when no forward tensor is read after the turning point (not a
-    training step)."""
+    training step).
+
+    With ``constants_with_readers``, an op that only the backward reads and that has no input of
+    its own (a gradient's shape or scale constant) takes the coordinate of its first reader instead
+    of -1 (before the first layer). The pipelined stage planners ask for it: at -1 such constants
+    sit on the first stage, and a split sends each to its reader's stage (745 of them in
+    MobileNetV3's even split), which a pipelined step pays at its start. The single-batch stage
+    splits (the ``stages`` placer, Celeritas's stage candidates) keep -1: with the new coordinates
+    their cut search gave mixed results on the real-model benchmark (better on 9 instances, worse
+    on 6, the transformer encoder on 2 devices at 45 % 113 -> 207 ms), so they change only with a
+    cut search that gains everywhere."""
     if graph.num_nodes < 3 or graph.num_edges == 0:
         return None
     turn = turning_point(graph)
@@ -136,16 +147,17 @@ def layer_coordinate(graph: Graph) -> np.ndarray | None:
     if not read_later.any():
         return None
     return _coordinates(graph.topological_order, turn, forward, graph.in_degree, graph.succ_ptr,
-                        graph.succ_idx, graph.pred_ptr, graph.pred_idx)
+                        graph.succ_idx, graph.pred_ptr, graph.pred_idx, constants_with_readers)
 
 
 @jit
 def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: np.ndarray,
                  succ_ptr: np.ndarray, succ_idx: np.ndarray, pred_ptr: np.ndarray,
-                 pred_idx: np.ndarray) -> np.ndarray:
+                 pred_idx: np.ndarray, constants_with_readers: bool) -> np.ndarray:
     """Forward ops: their latest position before ``turn`` (longest path to it, counted back);
-    other ops: the latest computed forward input, else the earliest backward input, else (a
-    constant read only by the backward) the earliest of their readers; -1 if none."""
+    other ops: the latest computed forward input, else the earliest backward input, else (with
+    ``constants_with_readers``: a constant read only by the backward) the earliest of their
+    readers; -1 if none."""
     n = len(order)
     dist = np.zeros(n)
     for j in range(n - 1, -1, -1):
@@ -176,7 +188,7 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
             x[u] = latest_forward
         elif earliest_backward < np.inf:
             x[u] = earliest_backward
-    for j in range(n - 1, -1, -1):  # what only feeds the backward (its constants): its first reader's
+    for j in range(n - 1 if constants_with_readers else -1, -1, -1):  # the backward's constants
         u = order[j]
         if x[u] >= 0.0:
             continue

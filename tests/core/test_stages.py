@@ -170,9 +170,9 @@ def test_the_stage_split_of_the_sequence_is_contiguous() -> None:
 
 
 def test_a_constant_only_the_backward_reads_sits_with_its_first_reader():
-    """A source that feeds only backward ops (a shape or a scale of a gradient) takes the layer of
-    the earliest one, so a stage split keeps it with its readers instead of sending it from the
-    first stage."""
+    """For the pipelined planners, a source that feeds only backward ops (a shape or a scale of a
+    gradient) takes the layer of the earliest one, so a stage split keeps it with its readers
+    instead of sending it from the first stage; the single-batch splits keep it first."""
     layers = 6
     numbers = range(1, layers + 1)
     names = ["x", "loss", "c", *(f"f{i}" for i in numbers), *(f"g{i}" for i in numbers)]
@@ -185,8 +185,11 @@ def test_a_constant_only_the_backward_reads_sits_with_its_first_reader():
     g = Graph.from_arrays(name="consts", node_names=names, time_us=[1.0] * len(names),
                           memory_bytes=[1.0] * len(names), edge_src=[index[a] for a, _ in edges],
                           edge_dst=[index[b] for _, b in edges], edge_bytes=[1.0] * len(edges))
-    x = layer_coordinate(g)
+    x = layer_coordinate(g, constants_with_readers=True)
     assert x is not None
     assert g.node_names[turning_point(g)] == "loss"
     assert x[index["g3"]] == x[index["f2"]] < x[index["g5"]]
     assert x[index["c"]] == x[index["g3"]]
+    before = layer_coordinate(g)  # the single-batch splits' order: before the first layer
+    assert before is not None and before[index["c"]] == -1
+    assert np.array_equal(np.delete(before, index["c"]), np.delete(x, index["c"]))
