@@ -188,7 +188,9 @@ def _coordinates(order: np.ndarray, turn: int, forward: np.ndarray, in_degree: n
             x[u] = latest_forward
         elif earliest_backward < np.inf:
             x[u] = earliest_backward
-    for j in range(n - 1 if constants_with_readers else -1, -1, -1):  # the backward's constants
+    if not constants_with_readers:
+        return x
+    for j in range(n - 1, -1, -1):  # the backward's constants: their first reader's coordinate
         u = order[j]
         if x[u] >= 0.0:
             continue
