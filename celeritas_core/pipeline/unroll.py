@@ -28,6 +28,7 @@ assignment of the graph gives each copy (and each accumulation) its op's device.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ import numpy as np
 
 from celeritas_core.graphs.graph import Graph, Liveness
 from celeritas_core.pipeline.microbatch import op_floor_us
-from celeritas_core.pipeline.roles import BACKWARD, OpRoles
+from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, OpRoles
 
 #: Default memory bandwidth for an accumulation's cost (bytes/µs): a V100's 900 GB/s.
 DEFAULT_BANDWIDTH_BYTES_PER_US = 900e3
@@ -60,6 +61,22 @@ class Unrolled:
     device_op: np.ndarray
     """Per node: the op whose device it runs on: :attr:`op`; for an accumulation, the gradient's
     producer (TensorFlow colocates it there)."""
+
+    @functools.cached_property
+    def update_reads(self) -> np.ndarray:
+        """Per node: True for an op run once before the micro-batches that has inputs and whose
+        every consumer is run once after them (an update's read of the learning rate or of another
+        shared scalar): nothing in the micro-batches waits for it, so the schedules run it late
+        (:func:`~celeritas_core.pipeline.schedules.block_positions`). Sources (variables, slots,
+        constants) are not reads: they keep their place."""
+        g = self.graph
+        feeds_other = np.zeros(g.num_nodes, dtype=bool)
+        np.logical_or.at(feeds_other, g.edge_src, self.role[g.edge_dst] != AFTER)
+        feeds_any = np.zeros(g.num_nodes, dtype=bool)
+        feeds_any[g.edge_src] = True
+        has_input = np.zeros(g.num_nodes, dtype=bool)
+        has_input[g.edge_dst] = True
+        return (self.role == BEFORE) & has_input & feeds_any & ~feeds_other
 
     def expand(self, assignment: np.ndarray) -> np.ndarray:
         """The device of every node from the device of every op of the original graph."""
