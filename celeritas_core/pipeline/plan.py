@@ -48,7 +48,7 @@ from celeritas_core.pipeline.schedules import PipelineReplay, check_schedule, re
 from celeritas_core.pipeline.unroll import unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
 from celeritas_core.placers.pipeline_stages import pipeline_layers
-from celeritas_core.placers.stages import UnitSequence
+from celeritas_core.placers.stages import UnitSequence, boundary_traffic
 from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
 
@@ -62,11 +62,16 @@ AUTO_MICRO_BATCHES_PER_DEVICE = 4
 #: same input gives the same placement), but never below 1 - :data:`MAX_RETRY_HEADROOM` of it.
 MEMORY_RETRIES = 3
 MAX_RETRY_HEADROOM = 0.9
-#: Replays per stage that the boundary refinement of a split may spend (a work budget), and how
-#: many of the best splits (fits first, then the step) are refined, besides the fastest of all
-#: (it may overflow: moving its boundaries may make it fit).
+#: Replays per stage that the boundary refinement of a split may spend at least (a work budget),
+#: and how many of the best splits (fits first, then the step) are refined, besides the fastest of
+#: all (it may overflow: moving its boundaries may make it fit).
 REFINE_REPLAYS = 4
 REFINED_CANDIDATES = 1
+#: The refinement may also replay up to this many nodes of the unrolled step in all, when that
+#: allows more than :data:`REFINE_REPLAYS` per stage: a work budget in the replay's own unit, so a
+#: small step is refined further for about what the floor costs a large one (2,000,000 replayed
+#: nodes: about 2 s on the 2-core build machine).
+REFINE_REPLAYED_NODES = 2_000_000
 #: ``auto`` stops trying larger ``M`` after this many in a row that bring nothing better (the step
 #: falls, then rises with ``M`` as the per-op floor adds up); with ``--schedule auto`` candidates are
 #: screened under 1F1B and the best few are replayed under GPipe too.
@@ -265,7 +270,8 @@ class _Search:
             splits = [t for t in sorted(tried, key=lambda t: t.key(capacity)) if t.split is not None]
             fastest = sorted(splits, key=lambda t: t.replay.step_time_us)
             picked = list(dict.fromkeys([*splits[:REFINED_CANDIDATES], *fastest[:1]]))
-            best = min([best, *(_refine(t, self.cluster, sequence[0], rank=rank) for t in picked)],
+            traffic = boundary_traffic(self.graph, sequence[0])
+            best = min([best, *(_refine(t, self.cluster, sequence[0], traffic, rank=rank) for t in picked)],
                        key=lambda t: t.key(capacity))
         self.count = len(tried)
         return best, searched
@@ -339,30 +345,44 @@ def _layer_sequence(graph: Graph) -> tuple[UnitSequence, np.ndarray]:
     return layers.seq, layers.start
 
 
-def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, *, rank: np.ndarray) -> _Tried:
-    """Move the chosen split's stage boundaries unit by unit, judged by the pipelined replay itself
-    (fits first, then the step), at most :data:`REFINE_REPLAYS` x the stages replays: the stage
-    planners' cost models miss transfers per micro-batch, channel contention, the warm-up and the
-    liveness peak, which the replay counts. Boundaries move by a quarter of a stage's units, then
-    by halves of that, down to one unit (a unit: an op, or ops that must share a device)."""
+def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, traffic: tuple[np.ndarray, np.ndarray], *,
+            rank: np.ndarray) -> _Tried:
+    """Move the chosen split's stage boundaries, judged by the pipelined replay itself (fits first,
+    then the step): the stage planners' cost models miss transfers per micro-batch, channel
+    contention, the warm-up and the liveness peak, which the replay counts.
+
+    Boundaries move by a quarter of a stage's units, then by halves of that, down to one unit (a
+    unit: an op, or ops that must share a device); each move is replayed and kept when it is
+    better. While the split fits, a move of ``d`` units lands on the cheapest cut between ``d / 2``
+    and ``d`` units away (``traffic``: per cut position the bytes and tensors spanning it, from
+    :func:`~celeritas_core.placers.stages.boundary_traffic`, priced on the link between the two
+    stages' devices): a stage boundary inside a block of layers sends far more per micro-batch than
+    one between blocks, so the replayed step is rugged in the unit count and a plain move mostly
+    lands on a dear cut. A split that overflows moves by exactly ``d`` (memory first). The work
+    budget: :data:`REFINE_REPLAYS` replays per stage, or :data:`REFINE_REPLAYED_NODES` replayed
+    nodes when that is more."""
     if best.split is None:
         return best
     devices, cuts = best.split
     capacity = cluster.memory_bytes
-    budget = REFINE_REPLAYS * len(devices)
+    nodes = max(1, best.replay.unrolled.graph.num_nodes)
+    budget = max(REFINE_REPLAYS * len(devices), REFINE_REPLAYED_NODES // nodes)
     step = max(1, seq.num_units // (4 * len(devices)))
+    price = _cut_prices(cluster, devices, traffic)
     current = best
     while step >= 1 and budget > 0:
         improved = False
         for k in range(len(cuts)):
+            low = cuts[k - 1] + 1 if k else 1
+            high = cuts[k + 1] - 1 if k + 1 < len(cuts) else seq.num_units - 1
+            fits = current.replay.overflow_bytes(capacity) == 0
             for delta in (step, -step):
-                trial = cuts.copy()
-                trial[k] += delta
-                low = trial[k - 1] + 1 if k else 1
-                high = trial[k + 1] - 1 if k + 1 < len(trial) else seq.num_units - 1
-                if budget <= 0 or not low <= trial[k] <= high:
+                position = _moved(int(cuts[k]), delta, low, high, price[k] if fits else None)
+                if budget <= 0 or position is None:
                     continue
                 budget -= 1
+                trial = cuts.copy()
+                trial[k] = position
                 assignment = seq.assignment(trial, devices)
                 replay = replay_pipeline(current.replay.unrolled, cluster, assignment,
                                          current.replay.schedule, rank)
@@ -374,6 +394,39 @@ def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, *, rank: np.ndarr
         if not improved:
             step //= 2
     return current
+
+
+def _cut_prices(cluster: Cluster, devices: np.ndarray, traffic: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Per boundary ``k`` (between stages ``k`` and ``k + 1``) and cut position, the µs of sending
+    what spans the cut once on the link between the two stages' devices (``k·bytes + b·tensors``)."""
+    nbytes, tensors = traffic
+    src, dst = np.asarray(devices[:-1]), np.asarray(devices[1:])
+    slope = cluster.pair_slope_us_per_byte[src, dst][:, None]
+    intercept = cluster.pair_intercept_us[src, dst][:, None]
+    return slope * nbytes[None, :] + intercept * tensors[None, :]
+
+
+def _moved(position: int, delta: int, low: int, high: int, price: np.ndarray | None) -> int | None:
+    """Where a boundary at ``position`` moved by ``delta`` units goes: exactly ``delta`` without
+    ``price`` (or for a move of one unit), else the cheapest cut ``delta / 2`` to ``delta`` away
+    (ties: the farthest); None when that leaves ``[low, high]``.
+
+    Examples
+    --------
+    >>> _moved(10, 4, 1, 20, None), _moved(10, 40, 1, 20, None)
+    (14, None)
+    >>> _moved(10, 4, 1, 20, np.array([9.0] * 12 + [1.0] + [9.0] * 9))
+    12
+    """
+    if price is None or abs(delta) < 2:
+        moved = position + delta
+        return moved if low <= moved <= high else None
+    first, last = sorted((position + delta // 2, position + delta))
+    first, last = max(first, low), min(last, high)
+    if first > last:
+        return None
+    window = np.arange(first, last + 1)
+    return int(window[np.lexsort((np.abs(window - (position + delta)), price[window]))[0]])
 
 
 def _takes_micro_batches(placer: str) -> bool:

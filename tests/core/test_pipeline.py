@@ -144,6 +144,35 @@ def test_orders_follow_the_schedule_and_never_deadlock(step: Graph) -> None:
             assert sorted(ran.tolist()) == list(range(u.graph.num_nodes))
 
 
+def test_the_updates_reads_run_after_the_first_backward_block(step: Graph) -> None:
+    """A read that only the updates take (here the Adam power scalars' reads) runs just after its
+    device's ``B_0``, not at the head of the step, where its transfer would hold the channels the
+    first micro-batch's activations need; sources (variables, slots) keep their place first."""
+    roles = op_roles(step)
+    m = 4
+    u = unroll(microbatch_graph(step, roles, m), roles, m)
+    reads = np.flatnonzero(u.update_reads)
+    assert len(reads) > 0
+    g = u.graph
+    assert (u.role[reads] == BEFORE).all()
+    for r in reads:  # inputs of their own, and only updates read them
+        assert (g.edge_dst == r).any() and (u.role[g.edge_dst[g.edge_src == r]] == AFTER).all()
+    sources = np.setdiff1d(np.arange(g.num_nodes), g.edge_dst)
+    assert not u.update_reads[sources].any()
+    assign = np.where(roles.role == AFTER, 1, 0)  # the reads' consumers on another device
+    assign[u.op[reads]] = 0
+    for schedule in ("gpipe", "1f1b"):
+        replay = replay_pipeline(u, Cluster.homogeneous(2, 2**40), assign, schedule, step.topological_rank)
+        order = replay.orders[0].tolist()
+        at = {node: i for i, node in enumerate(order)}
+        first_b0 = [at[n] for n in order if u.micro_batch[n] == 0 and u.role[n] == BACKWARD]
+        later_f = [at[n] for n in order if u.role[n] == FORWARD and u.micro_batch[n] >= replay.warmup[0]]
+        for r in reads:
+            assert at[r] > max(first_b0)
+            assert not later_f or at[r] < min(later_f)  # before the next forward block (1F1B)
+            assert at[r] > max(at[n] for n in order if u.role[n] == BEFORE and not u.update_reads[n])
+
+
 def _colocated(graph: Graph, assign: np.ndarray) -> np.ndarray:
     """``assign`` with each co-location group on its first member's device."""
     out = assign.copy()
@@ -238,3 +267,38 @@ def test_a_batch_without_divisors_runs_one_batch_per_step() -> None:
     assert placed.pipeline is None
     assert "has no divisor" in placed.extra["pipeline_search"]["chosen"]
     assert placed.predicted_step_time_us == place(one, cluster).predicted_step_time_us
+
+
+def test_the_refinement_keeps_the_best_and_ends_where_no_one_unit_move_helps(step: Graph) -> None:
+    """The boundary refinement never returns a worse split than it was given, and once it has
+    spent its work it stands on a split no single one-unit move improves (the small step's
+    budget, :data:`~celeritas_core.pipeline.plan.REFINE_REPLAYED_NODES`, reaches that)."""
+    from celeritas_core.pipeline import plan
+    from celeritas_core.placers.stages import boundary_traffic
+
+    roles = op_roles(step)
+    m = 4
+    cluster = Cluster.homogeneous(3, 0.6 * one_device_peak_bytes(step))
+    micro = microbatch_graph(step, roles, m)
+    u = unroll(micro, roles, m)
+    seq, start = plan._layer_sequence(step)
+    out = place(micro, cluster, "gpipe-even", {"micro_batches": m}, evaluate=False)
+    split = plan._split(out.extra, (seq, start))
+    rank = step.topological_rank
+    given = plan._Tried("gpipe-even", out.assignment,
+                        replay_pipeline(u, cluster, out.assignment, "1f1b", rank), split)
+    refined = plan._refine(given, cluster, seq, boundary_traffic(step, seq), rank=rank)
+    capacity = cluster.memory_bytes
+    assert refined.key(capacity) <= given.key(capacity)
+    devices, cuts = refined.split
+    for k in range(len(cuts)):
+        for delta in (1, -1):
+            trial = cuts.copy()
+            trial[k] += delta
+            low = trial[k - 1] if k else 0
+            high = trial[k + 1] if k + 1 < len(cuts) else seq.num_units
+            if not low < trial[k] < high:
+                continue
+            moved = replay_pipeline(u, cluster, seq.assignment(trial, devices), "1f1b", rank)
+            assert (moved.overflow_bytes(capacity), moved.step_time_us) >= \
+                (refined.replay.overflow_bytes(capacity), refined.replay.step_time_us)
