@@ -15,7 +15,7 @@ device (none fits: the least overflow, then the fastest). The candidates:
   replayed peak overflows a device is planned again with the devices' memory shrunk by the
   overflow (:data:`MEMORY_RETRIES` times at most), and the stage boundaries of a few splits
   (the :data:`REFINED_CANDIDATES` best, and the fastest even if it overflows) are then moved
-  unit by unit while the replay improves (:func:`_refine`). Pipelined Celeritas thus never
+  while the replay improves, to cheap cuts (:func:`_refine`). Pipelined Celeritas thus never
   loses to a stage planner at the ``M`` and schedule it chose; what it adds is judged by the
   replay, which counts what the planners' models do not (a transfer per micro-batch, channel
   contention, the warm-up, the liveness peak with activations and accumulated gradients in
