@@ -69,9 +69,10 @@ REFINE_REPLAYS = 4
 REFINED_CANDIDATES = 1
 #: The refinement may also replay up to this many nodes of the unrolled step in all, when that
 #: allows more than :data:`REFINE_REPLAYS` per stage: a work budget in the replay's own unit, so a
-#: small step is refined further for about what the floor costs a large one (2,000,000 replayed
-#: nodes: about 2 s on the 2-core build machine).
-REFINE_REPLAYED_NODES = 2_000_000
+#: step of a few thousand ops is refined further for at most about 0.5 s (the replay runs about
+#: 1,000,000 nodes a second on the 2-core build machine), while a large step (the 36,352-op
+#: transformer at M = 2: 55,338 nodes) keeps the floor.
+REFINE_REPLAYED_NODES = 500_000
 #: ``auto`` stops trying larger ``M`` after this many in a row that bring nothing better (the step
 #: falls, then rises with ``M`` as the per-op floor adds up); with ``--schedule auto`` candidates are
 #: screened under 1F1B and the best few are replayed under GPipe too.

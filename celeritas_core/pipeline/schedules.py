@@ -4,12 +4,16 @@ Every device runs its ops in a sequence of *blocks*: the ops run once before (va
 first, then one block per micro-batch phase, then the updates. The reads that only the updates
 take (each update's read of the learning rate or of another shared scalar:
 :attr:`~celeritas_core.pipeline.unroll.Unrolled.update_reads`) run just after the device's first
-backward block ``B_0`` instead: nothing in the micro-batches waits for them, and at the head of
-the step their transfers (one per update whose shared scalar lives on another device, each paying
-the link's latency) would hold the channels that the first micro-batch's activations need to
-start the pipeline. (MobileNetV3 on 4 devices at 60 % of its one-device peak, M = 2: the first
-activation left 3.4 ms late behind 239 such transfers; 45.0 ms a step with them at the head, 43.2
-ms after ``B_0``, 47.4 ms just before the updates.) A block ``F_k`` holds the device's
+forward block ``F_0`` instead: at the head of the step their transfers (one per update whose
+shared scalar lives on another device, each paying the link's latency) held the channels that the
+first micro-batch's activations need to start the pipeline; after ``F_0`` those activations leave
+first, and the reads still arrive long before any update. Replayed at M = 2 under 1F1B on 4
+devices with the assignment fixed: MobileNetV3 at 60 % of its one-device peak (348 such reads)
+45.0 ms with them at the head, 41.6 ms after ``F_0``; NASNetMobile at 30 % (1,484 reads) 125.6
+and 111.4 ms. (After ``B_0`` they would hold back the updates of the devices that finish first
+until the first stage's cool-down, whose receive channel the updates' control edges then flood:
+the paper-shaped transformer at 30 %, 148.3 ms at the head or after ``F_0``, 164.6 ms after
+``B_0``.) A block ``F_k`` holds the device's
 forward ops of micro-batch ``k``, ``B_k`` its backward ops and the accumulations of ``k``; within
 a block, ops go by the original graph's topological rank. A device with a warm-up of ``W``
 micro-batches runs
@@ -83,14 +87,14 @@ def warmups(schedule: str, unrolled: Unrolled, assignment: np.ndarray, num_devic
 def block_positions(unrolled: Unrolled, device_warmup: np.ndarray) -> np.ndarray:
     """Per node of the unrolled graph: its block's position in its device's sequence (module
     docstring); an update's read (:attr:`~celeritas_core.pipeline.unroll.Unrolled.update_reads`)
-    goes just after ``B_0`` (position ``W + 1/2``)."""
+    goes just after ``F_0`` (position 1/2)."""
     m = unrolled.micro_batches
     k = unrolled.micro_batch
     w = device_warmup
     forward = np.where(k < w, k, w + 2 * (k - w) + 1)
     backward = w + 2 * k
     role = unrolled.role
-    before = np.where(unrolled.update_reads, w + 0.5, -1.0)
+    before = np.where(unrolled.update_reads, 0.5, -1.0)
     return np.select([role == BEFORE, role == FORWARD, role == BACKWARD, role == AFTER],
                      [before, forward, backward, np.full(len(k), 3 * m + 1)]).astype(np.float64)
 

@@ -144,9 +144,9 @@ def test_orders_follow_the_schedule_and_never_deadlock(step: Graph) -> None:
             assert sorted(ran.tolist()) == list(range(u.graph.num_nodes))
 
 
-def test_the_updates_reads_run_after_the_first_backward_block(step: Graph) -> None:
+def test_the_updates_reads_run_after_the_first_forward_block(step: Graph) -> None:
     """A read that only the updates take (here the Adam power scalars' reads) runs just after its
-    device's ``B_0``, not at the head of the step, where its transfer would hold the channels the
+    device's ``F_0``, not at the head of the step, where its transfer would hold the channels the
     first micro-batch's activations need; sources (variables, slots) keep their place first."""
     roles = op_roles(step)
     m = 4
@@ -165,12 +165,15 @@ def test_the_updates_reads_run_after_the_first_backward_block(step: Graph) -> No
         replay = replay_pipeline(u, Cluster.homogeneous(2, 2**40), assign, schedule, step.topological_rank)
         order = replay.orders[0].tolist()
         at = {node: i for i, node in enumerate(order)}
-        first_b0 = [at[n] for n in order if u.micro_batch[n] == 0 and u.role[n] == BACKWARD]
-        later_f = [at[n] for n in order if u.role[n] == FORWARD and u.micro_batch[n] >= replay.warmup[0]]
+        f0 = [at[n] for n in order if u.micro_batch[n] == 0 and u.role[n] == FORWARD]
+        later = [at[n] for n in order if u.micro_batch[n] >= 0 and not (u.micro_batch[n] == 0 and
+                                                                         u.role[n] == FORWARD)]
+        once = [at[n] for n in order if u.role[n] == BEFORE and not u.update_reads[n]]
         for r in reads:
-            assert at[r] > max(first_b0)
-            assert not later_f or at[r] < min(later_f)  # before the next forward block (1F1B)
-            assert at[r] > max(at[n] for n in order if u.role[n] == BEFORE and not u.update_reads[n])
+            assert max(f0) < at[r] < min(later)
+            assert at[r] > max(once)
+        sent = replay.result.transfers  # they still cross to the updates' device, once each
+        assert np.isin(reads, sent.src_node).all()
 
 
 def _colocated(graph: Graph, assign: np.ndarray) -> np.ndarray:
