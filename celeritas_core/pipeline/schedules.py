@@ -13,10 +13,11 @@ devices with the assignment fixed: MobileNetV3 at 60 % of its one-device peak (3
 and 111.4 ms. (After ``B_0`` they would hold back the updates of the devices that finish first
 until the first stage's cool-down, whose receive channel the updates' control edges then flood:
 the paper-shaped transformer at 30 %, 148.3 ms at the head or after ``F_0``, 164.6 ms after
-``B_0``.) A block ``F_k`` holds the device's
-forward ops of micro-batch ``k``, ``B_k`` its backward ops and the accumulations of ``k``; within
-a block, ops go by the original graph's topological rank. A device with a warm-up of ``W``
-micro-batches runs
+``B_0``.)
+
+A block ``F_k`` holds the device's forward ops of micro-batch ``k``, ``B_k`` its backward ops and
+the accumulations of ``k``; within a block, ops go by the original graph's topological rank. A
+device with a warm-up of ``W`` micro-batches runs
 
     F_0 … F_{W-1}, then B_0, F_W, B_1, F_{W+1}, …, B_{M-1}
 

@@ -67,9 +67,8 @@ class Unrolled:
         """Per node: True for an op run once before the micro-batches that has inputs and whose
         every consumer is run once after them (an update's read of the learning rate or of another
         shared scalar): nothing in the micro-batches waits for it, so the schedules run it after the
-        first forward block
-        (:func:`~celeritas_core.pipeline.schedules.block_positions`). Sources (variables, slots,
-        constants) are not reads: they keep their place."""
+        first forward block (:func:`~celeritas_core.pipeline.schedules.block_positions`). Sources
+        (variables, slots, constants) are not reads: they keep their place."""
         g = self.graph
         feeds_other = np.zeros(g.num_nodes, dtype=bool)
         np.logical_or.at(feeds_other, g.edge_src, self.role[g.edge_dst] != AFTER)
