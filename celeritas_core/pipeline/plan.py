@@ -48,7 +48,7 @@ from celeritas_core.pipeline.schedules import PipelineReplay, check_schedule, re
 from celeritas_core.pipeline.unroll import unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
 from celeritas_core.placers.pipeline_stages import pipeline_layers
-from celeritas_core.placers.stages import UnitSequence, boundary_traffic
+from celeritas_core.placers.stages import UnitSequence, boundary_traffic, link_cut_us
 from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
 
@@ -369,7 +369,7 @@ def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, traffic: tuple[np
     nodes = max(1, best.replay.unrolled.graph.num_nodes)
     budget = max(REFINE_REPLAYS * len(devices), REFINE_REPLAYED_NODES // nodes)
     step = max(1, seq.num_units // (4 * len(devices)))
-    price = _cut_prices(cluster, devices, traffic)
+    price = link_cut_us(cluster, devices, *traffic)[1:]  # boundary k: between stages k and k + 1
     current = best
     while step >= 1 and budget > 0:
         improved = False
@@ -395,16 +395,6 @@ def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, traffic: tuple[np
         if not improved:
             step //= 2
     return current
-
-
-def _cut_prices(cluster: Cluster, devices: np.ndarray, traffic: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Per boundary ``k`` (between stages ``k`` and ``k + 1``) and cut position, the µs of sending
-    what spans the cut once on the link between the two stages' devices (``k·bytes + b·tensors``)."""
-    nbytes, tensors = traffic
-    src, dst = np.asarray(devices[:-1]), np.asarray(devices[1:])
-    slope = cluster.pair_slope_us_per_byte[src, dst][:, None]
-    intercept = cluster.pair_intercept_us[src, dst][:, None]
-    return slope * nbytes[None, :] + intercept * tensors[None, :]
 
 
 def _moved(position: int, delta: int, low: int, high: int, price: np.ndarray | None) -> int | None:

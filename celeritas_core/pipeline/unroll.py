@@ -72,11 +72,7 @@ class Unrolled:
         g = self.graph
         feeds_other = np.zeros(g.num_nodes, dtype=bool)
         np.logical_or.at(feeds_other, g.edge_src, self.role[g.edge_dst] != AFTER)
-        feeds_any = np.zeros(g.num_nodes, dtype=bool)
-        feeds_any[g.edge_src] = True
-        has_input = np.zeros(g.num_nodes, dtype=bool)
-        has_input[g.edge_dst] = True
-        return (self.role == BEFORE) & has_input & feeds_any & ~feeds_other
+        return (self.role == BEFORE) & (g.in_degree > 0) & (g.out_degree > 0) & ~feeds_other
 
     def expand(self, assignment: np.ndarray) -> np.ndarray:
         """The device of every node from the device of every op of the original graph."""

@@ -79,6 +79,7 @@ from celeritas_core.placers.base import PlacerOutput, PlacerSpec, param, registe
 from celeritas_core.placers.stages import (
     UnitSequence,
     boundary_traffic,
+    link_cut_us,
     pipeline_sequences,
     split,
     stage_devices,
@@ -577,15 +578,7 @@ class PipelineLayers:
     def cut_us(self, cluster: Cluster, devices: np.ndarray) -> np.ndarray:
         """``K × (L + 1)``: the cut before layer ``c`` priced on the link from ``devices[k − 1]``
         to ``devices[k]`` (row 0 zero)."""
-        out = np.zeros((len(devices), self.num_layers + 1))
-        if cluster.is_flat:
-            out[1:] = cluster.slope_us_per_byte * self.cut_bytes + cluster.intercept_us * self.cut_tensors
-            return out
-        for k in range(1, len(devices)):
-            a, b = int(devices[k - 1]), int(devices[k])
-            out[k] = (cluster.pair_slope_us_per_byte[a, b] * self.cut_bytes
-                      + cluster.pair_intercept_us[a, b] * self.cut_tensors)
-        return out
+        return link_cut_us(cluster, devices, self.cut_bytes, self.cut_tensors)
 
     def problem(self, cluster: Cluster, devices: np.ndarray, counts: np.ndarray) -> StageProblem:
         """The stage problem on ``devices`` (in stage order), stage ``k`` holding ``counts[k]``

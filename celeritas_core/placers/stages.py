@@ -216,6 +216,20 @@ def boundary_traffic(graph: Graph, seq: UnitSequence) -> tuple[np.ndarray, np.nd
             _spanning(graph, seq, np.ones(view.num_tensors)))
 
 
+def link_cut_us(cluster: Cluster, devices: np.ndarray, nbytes: np.ndarray, tensors: np.ndarray) -> np.ndarray:
+    """``K × len(nbytes)``: each cut (``nbytes[c]`` bytes in ``tensors[c]`` tensors, as
+    :func:`boundary_traffic` gives them) priced ``k·bytes + b·tensors`` µs on the link from
+    ``devices[k − 1]`` to ``devices[k]``, the boundary before stage ``k`` (row 0 zero)."""
+    out = np.zeros((len(devices), len(nbytes)))
+    if cluster.is_flat:
+        out[1:] = cluster.slope_us_per_byte * nbytes + cluster.intercept_us * tensors
+        return out
+    for k in range(1, len(devices)):
+        a, b = int(devices[k - 1]), int(devices[k])
+        out[k] = cluster.pair_slope_us_per_byte[a, b] * nbytes + cluster.pair_intercept_us[a, b] * tensors
+    return out
+
+
 def _spanning(graph: Graph, seq: UnitSequence, weight: np.ndarray) -> np.ndarray:
     """Per cut position ``c`` = 0..units, the summed ``weight`` of the tensors whose producer and
     consumers lie on both sides of it."""
