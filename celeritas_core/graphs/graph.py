@@ -600,11 +600,62 @@ class Graph:
 
     def with_memory(self, memory_bytes: np.ndarray) -> Graph:
         """The same graph with other per-op ``memory_bytes`` (e.g. the placers' planning bytes)."""
-        memory = np.asarray(memory_bytes, dtype=np.float64)
-        if memory.shape != self.memory_bytes.shape:
-            raise CeleritasInputError("memory_bytes must have one value per node")
-        _check_costs(memory, self.node_names, "memory_bytes")
-        return replace(self, memory_bytes=memory)
+        return self.with_costs(memory_bytes=memory_bytes)
+
+    def with_costs(self, *, time_us: np.ndarray | None = None, memory_bytes: np.ndarray | None = None,
+                   edge_bytes: np.ndarray | None = None, liveness: Liveness | None = None,
+                   meta: Mapping[str, Any] | None = None) -> Graph:
+        """The same ops and edges with other costs (the ones given; the others kept), sharing what
+        depends on the structure alone: the adjacency, the topological order, the co-location
+        groups and :attr:`structure_memo`, computed once instead of once per derived graph (the
+        placers plan on a copy with planning bytes; a pipelined step on copies at micro-batch
+        costs). ``liveness`` replaces the liveness fields, which must describe the same outputs.
+
+        Examples
+        --------
+        >>> from celeritas_core.generators.synthetic import small_training_graph
+        >>> g = small_training_graph(0)
+        >>> half = g.with_costs(time_us=g.time_us / 2)
+        >>> half.topological_order is g.topological_order, half.total_time_us == g.total_time_us / 2
+        (True, True)
+        """
+        changes: dict[str, Any] = {}
+        for field_name, values in (("time_us", time_us), ("memory_bytes", memory_bytes),
+                                   ("edge_bytes", edge_bytes)):
+            if values is None:
+                continue
+            array = np.asarray(values, dtype=np.float64)
+            if array.shape != getattr(self, field_name).shape:
+                raise CeleritasInputError(f"{field_name} must have one value per "
+                                          f"{'edge' if field_name == 'edge_bytes' else 'node'}")
+            if field_name == "edge_bytes":
+                bad = np.flatnonzero(~np.isfinite(array) | (array < 0))
+                if len(bad):
+                    e = int(bad[0])
+                    raise CeleritasInputError(f"edge {self.node_names[self.edge_src[e]]!r} -> "
+                                              f"{self.node_names[self.edge_dst[e]]!r}: edge_bytes must be "
+                                              f"finite and >= 0, got {array[e]!r}")
+            else:
+                _check_costs(array, self.node_names, field_name)
+            changes[field_name] = array
+        if liveness is not None:
+            changes["liveness"] = liveness
+        if meta is not None:
+            changes["meta"] = dict(meta)
+        self.structure_memo  # noqa: B018  (made now, so that the copy shares it)
+        derived = replace(self, **changes)
+        for name in _STRUCTURAL:
+            if name in self.__dict__:
+                derived.__dict__[name] = self.__dict__[name]
+        return derived
+
+    @cached_property
+    def structure_memo(self) -> dict[Any, Any]:
+        """Values other layers compute from the structure alone (nodes, edges, co-location), by a
+        key of their own: one dict shared by every graph :meth:`with_costs` derives from this one,
+        so such a value is computed once for all of them (e.g. the stage planners' unit
+        sequences)."""
+        return {}
 
     def to_networkx(self) -> Any:
         """Return a networkx MultiDiGraph with the same names, costs and edges (for inspection)."""
@@ -624,6 +675,12 @@ class Graph:
                            strict=True):
             g.add_edge(self.node_names[s], self.node_names[d], bytes=b)
         return g
+
+
+#: The cached properties of a :class:`Graph` that depend on its structure alone (nodes, edges,
+#: co-location), which :meth:`Graph.with_costs` shares with the graphs it derives.
+_STRUCTURAL = ("index", "_succ_csr", "_pred_csr", "in_degree", "out_degree", "topological_order",
+               "topological_rank", "colocation_ids", "colocation_names", "structure_memo")
 
 
 def _check_costs(values: np.ndarray, names: tuple[str, ...], field_name: str) -> None:

@@ -147,8 +147,8 @@ def microbatch_graph(graph: Graph, roles: OpRoles, micro_batches: int, *, floor_
     if fits is not None:
         time_us, memory = _from_fits(graph, per_mb, fits, batch_size, micro_batches, time_us, memory)
     liveness = _scaled_liveness(graph, graph.liveness, scales, op_scales, m)
-    return replace(graph, time_us=time_us, memory_bytes=memory, edge_bytes=graph.edge_bytes * edge_factor,
-                   liveness=liveness, meta={**graph.meta, "micro_batches": micro_batches})
+    return graph.with_costs(time_us=time_us, memory_bytes=memory, edge_bytes=graph.edge_bytes * edge_factor,
+                            liveness=liveness, meta={**graph.meta, "micro_batches": micro_batches})
 
 
 def _all_outputs_scale(graph: Graph, scales: np.ndarray) -> np.ndarray:

@@ -110,6 +110,15 @@ def pipeline_sequences(graph: Graph, *, constants_with_readers: bool = False) ->
     >>> [s.name for s in pipeline_sequences(small_training_graph(0))]
     ['paired', 'topo']
     """
+    key = ("pipeline_sequences", constants_with_readers)  # structure only: shared by cost copies
+    memo = graph.structure_memo
+    if key not in memo:
+        memo[key] = tuple(_pipeline_sequences(graph, constants_with_readers))
+    return list(memo[key])
+
+
+def _pipeline_sequences(graph: Graph, constants_with_readers: bool) -> list[UnitSequence]:
+    """:func:`pipeline_sequences`, computed."""
     unit_of = placement_units(graph)
     num_units = int(unit_of.max(initial=-1)) + 1
     first_rank = np.full(num_units, graph.num_nodes, dtype=np.int64)
