@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,11 +45,10 @@ from celeritas_core.graphs.placement import PipelinePlan, Placement
 from celeritas_core.pipeline.microbatch import BatchFits, microbatch_graph, op_floor_us
 from celeritas_core.pipeline.roles import OpRoles, op_roles
 from celeritas_core.pipeline.schedules import PipelineReplay, check_schedule, replay_pipeline
-from celeritas_core.pipeline.unroll import unroll
+from celeritas_core.pipeline.unroll import accumulated_gradients, accumulation_time_us, gradient_edges, unroll
 from celeritas_core.placers.base import PLACERS, evaluate_placement, get_placer, place
 from celeritas_core.placers.pipeline_stages import pipeline_layers
 from celeritas_core.placers.stages import UnitSequence, boundary_traffic, link_cut_us
-from celeritas_core.simulation.memory import memory_profile
 from celeritas_core.simulation.simulator import simulate
 
 #: The stage planners pipelined Celeritas also starts from.
@@ -214,8 +213,8 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     search = _Search(graph, cluster, roles, base, base_over, placer, floor, fits, batch, headroom)
     best, searched = search.run(ms, request)
     seconds = base.placement_seconds + time.perf_counter() - started
-    summary = {"micro_batches_tried": searched, "schedules_tried": list(request.schedules),
-               "candidates": search.count}
+    summary = {"micro_batches_tried": searched, "micro_batches_ruled_out": search.ruled_out,
+               "schedules_tried": list(request.schedules), "candidates": search.count}
     if request.micro_batches is None and (base_over, base.predicted_step_time_us) <= best.key(capacity)[:2]:
         extra = dict(base.extra, pipeline_search={**summary, "chosen": "one batch per step"})
         return replace(base, placement_seconds=seconds, extra=extra)
@@ -242,6 +241,8 @@ class _Search:
     batch: int | None
     headroom: float
     count: int = 0
+    ruled_out: list[int] = field(default_factory=list)
+    """The ``M`` not replayed: their :func:`work_bound_us` was no faster than the best that fits."""
 
     def run(self, ms: Sequence[int], request: PipelineRequest) -> tuple[_Tried, list[int]]:
         """The best candidate over ``ms`` (ascending; stopped after :data:`PATIENCE` that bring
@@ -253,29 +254,68 @@ class _Search:
         searched: list[int] = []
         best_key, misses = (self.base_overflow, self.base.predicted_step_time_us, 1), 0
         for m in ms:
-            found = _replays(self.graph, self.cluster, self.roles, m, screen, self.base, self.placer,
-                             self.floor, self.fits, self.batch, self.headroom, sequence)
-            tried += found
-            searched.append(m)
-            key = min(t.key(capacity) for t in found)
+            micro = microbatch_graph(self.graph, self.roles, m, floor_us=self.floor, fits=self.fits,
+                                     batch_size=self.batch)
+            if best_key[0] == 0 and work_bound_us(micro, self.roles, m, self.cluster) >= best_key[1]:
+                self.ruled_out.append(m)  # nothing at this M can beat the best that fits
+                key = best_key
+            else:
+                found = _replays(micro, self.cluster, self.roles, m, screen, self.base, self.placer,
+                                 self.headroom, sequence)
+                tried += found
+                searched.append(m)
+                key = min(t.key(capacity) for t in found)
             best_key, misses = (key, 0) if key < best_key else (best_key, misses + 1)
             if misses >= PATIENCE:
                 break
         rank = self.graph.topological_rank
-        ranked = sorted(tried, key=lambda t: t.key(capacity))
-        for other in (s for s in request.schedules if s not in screen):  # the best few, other schedule
+        others = [s for s in request.schedules if s not in screen]
+        ranked = _ranked(tried, capacity, OTHER_SCHEDULE_CANDIDATES) if others else []
+        for other in others:  # the best few, under the other schedule
             tried += [replace(t, replay=replay_pipeline(t.replay.unrolled, self.cluster, t.assignment, other,
-                                                        rank)) for t in ranked[:OTHER_SCHEDULE_CANDIDATES]]
-        best = min(tried, key=lambda t: t.key(capacity))
-        if sequence is not None and self.placer == "celeritas":
-            splits = [t for t in sorted(tried, key=lambda t: t.key(capacity)) if t.split is not None]
-            fastest = sorted(splits, key=lambda t: t.replay.step_time_us)
-            picked = list(dict.fromkeys([*splits[:REFINED_CANDIDATES], *fastest[:1]]))
+                                                        rank)) for t in ranked]
+        best = _best(tried, capacity)
+        splits = [t for t in tried if t.split is not None]
+        if splits and self.placer == "celeritas":
+            assert sequence is not None
+            ranked_splits = _ranked(splits, capacity, REFINED_CANDIDATES)
+            fastest = min(splits, key=lambda t: t.replay.step_time_us)
+            picked = list(dict.fromkeys([*ranked_splits, fastest]))
             traffic = boundary_traffic(self.graph, sequence[0])
-            best = min([best, *(_refine(t, self.cluster, sequence[0], traffic, rank=rank) for t in picked)],
-                       key=lambda t: t.key(capacity))
+            best = _best([best, *(_refine(t, self.cluster, sequence[0], traffic, rank=rank) for t in picked)],
+                         capacity)
         self.count = len(tried)
         return best, searched
+
+
+def _better(candidate: _Tried, incumbent: _Tried, capacity: np.ndarray) -> bool:
+    """``candidate.key(capacity) < incumbent.key(capacity)``, without the candidate's peak (a
+    liveness replay) when the incumbent fits and the candidate is no faster: whatever its peak, it
+    cannot be better then."""
+    if (incumbent.replay.overflow_bytes(capacity) == 0
+            and (candidate.replay.step_time_us, candidate.replay.micro_batches)
+            >= (incumbent.replay.step_time_us, incumbent.replay.micro_batches)):
+        return False
+    return candidate.key(capacity) < incumbent.key(capacity)
+
+
+def _best(candidates: Sequence[_Tried], capacity: np.ndarray) -> _Tried:
+    """The first candidate of least key (as ``min`` by :meth:`_Tried.key`), peaks made only where
+    needed (:func:`_better`)."""
+    best = candidates[0]
+    for candidate in candidates[1:]:
+        if _better(candidate, best, capacity):
+            best = candidate
+    return best
+
+
+def _ranked(candidates: Sequence[_Tried], capacity: np.ndarray, count: int) -> list[_Tried]:
+    """The ``count`` first candidates by key (a stable sort's head), peaks made only where needed."""
+    rest, out = list(candidates), []
+    while rest and len(out) < count:
+        out.append(_best(rest, capacity))
+        rest.remove(out[-1])
+    return out
 
 
 def _graph_batch(graph: Graph) -> int | None:
@@ -284,13 +324,13 @@ def _graph_batch(graph: Graph) -> int | None:
     return int(value) if isinstance(value, int | float) and value >= 1 else None
 
 
-def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, schedules: tuple[str, ...],
-             base: Placement, placer: str, floor: float, fits: BatchFits | None, batch: int | None,
-             headroom: float, sequence: tuple[UnitSequence, np.ndarray] | None) -> list[_Tried]:
-    """Every candidate assignment at ``m`` micro-batches under each of ``schedules``."""
-    micro = microbatch_graph(graph, roles, m, floor_us=floor, fits=fits, batch_size=batch)
+def _replays(micro: Graph, cluster: Cluster, roles: OpRoles, m: int, schedules: tuple[str, ...],
+             base: Placement, placer: str, headroom: float,
+             sequence: tuple[UnitSequence, np.ndarray] | None) -> list[_Tried]:
+    """Every candidate assignment at ``m`` micro-batches (``micro``: the step at the
+    micro-batch's costs) under each of ``schedules``."""
     unrolled = unroll(micro, roles, m)
-    rank = graph.topological_rank
+    rank = micro.topological_rank
 
     def replays(source: str, assignment: np.ndarray,
                 split: tuple[np.ndarray, np.ndarray] | None = None) -> list[_Tried]:
@@ -321,6 +361,34 @@ def _replays(graph: Graph, cluster: Cluster, roles: OpRoles, m: int, schedules: 
                     break
                 room = min(MAX_RETRY_HEADROOM, 1.0 - (1.0 - room) / worst)
     return tried
+
+
+def work_bound_us(micro: Graph, roles: OpRoles, micro_batches: int, cluster: Cluster) -> float:
+    """A lower bound on the pipelined step (µs) of every assignment of ``micro`` (the step at the
+    micro-batch's costs) with ``micro_batches`` micro-batches: all its work spread perfectly over
+    the devices. The work: the ops run once counted once, the others ``micro_batches`` times, and
+    ``micro_batches - 1`` accumulations per gradient (:mod:`~celeritas_core.pipeline.unroll`).
+    Every device runs one op at a time, each for ``time_us / speed`` (docs/simulator.md), so no
+    replay is faster. The per-op floor makes the bound grow with ``M``; once it reaches the best
+    step that fits, nothing at that ``M`` can win, and the search does not replay it.
+
+    Examples
+    --------
+    >>> from celeritas_core import Cluster
+    >>> from celeritas_core.generators.synthetic import small_training_graph
+    >>> from celeritas_core.pipeline.roles import op_roles
+    >>> from celeritas_core.pipeline.microbatch import microbatch_graph
+    >>> g = small_training_graph(0)
+    >>> roles, cluster = op_roles(g), Cluster.homogeneous(4, 2**40)
+    >>> bounds = [work_bound_us(microbatch_graph(g, roles, m), roles, m, cluster) for m in (2, 8)]
+    >>> bool(bounds[0] < bounds[1])
+    True
+    """
+    once = float(micro.time_us[~roles.per_micro_batch].sum())
+    each = float(micro.time_us[roles.per_micro_batch].sum())
+    gradients = accumulated_gradients(micro, gradient_edges(micro, roles))[2]
+    added = float(accumulation_time_us(micro, gradients).sum())
+    return (once + micro_batches * each + (micro_batches - 1) * added) / float(cluster.speed.sum())
 
 
 def _split(extra: Mapping[str, Any],
@@ -389,7 +457,7 @@ def _refine(best: _Tried, cluster: Cluster, seq: UnitSequence, traffic: tuple[np
                                          current.replay.schedule, rank)
                 candidate = replace(current, source=f"{best.source}, refined", assignment=assignment,
                                     replay=replay, split=(devices, trial))
-                if candidate.key(capacity) < current.key(capacity):
+                if _better(candidate, current, capacity):
                     current, cuts, improved = candidate, trial, True
                     break
         if not improved:
@@ -472,9 +540,8 @@ def replay_plan(graph: Graph, cluster: Cluster, placement: Placement, *,
         orders.append(nodes)
     node_dev = unrolled.expand(placement.assignment)
     result = simulate(unrolled.graph, cluster, node_dev, device_order=orders)
-    peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
-    return PipelineReplay(plan.schedule, plan.micro_batches, result.step_time_us, peak, plan.warmup,
-                          tuple(orders), result, unrolled)
+    return PipelineReplay(plan.schedule, plan.micro_batches, result.step_time_us, plan.warmup,
+                          tuple(orders), result, unrolled, node_dev, cluster.num_devices)
 
 
 def with_replayed_plan(graph: Graph, cluster: Cluster, placement: Placement) -> Placement:

@@ -38,6 +38,7 @@ which never deadlocks); the warm-ups used are reported.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,18 +114,28 @@ def device_orders(unrolled: Unrolled, assignment: np.ndarray, num_devices: int, 
 
 @dataclass(frozen=True, eq=False)
 class PipelineReplay:
-    """The replay of a pipelined step: step time (µs), per-device peak (bytes), the orders run."""
+    """The replay of a pipelined step: step time (µs), per-device peak (bytes), the orders run.
+
+    The peak is the liveness replay of the step's timeline, made when first asked for: a search
+    that already holds a faster step that fits needs no peak of a slower one."""
 
     schedule: str
     micro_batches: int
     step_time_us: float
-    device_peak_bytes: np.ndarray
     warmup: np.ndarray
     """Per device: the micro-batches it warms up with (the most in flight on it)."""
     orders: tuple[np.ndarray, ...]
     """Per device: the unrolled graph's nodes in the order run."""
     result: SimulationResult
     unrolled: Unrolled
+    node_device: np.ndarray
+    """Per node of the unrolled graph: its device."""
+    num_devices: int
+
+    @functools.cached_property
+    def device_peak_bytes(self) -> np.ndarray:
+        """Per device: the liveness peak (bytes) with every micro-batch in flight counted."""
+        return memory_profile(self.unrolled.graph, self.num_devices, self.node_device, self.result).peak_bytes
 
     def overflow_bytes(self, capacity: np.ndarray) -> float:
         """Bytes above capacity, summed over devices (0 when it fits)."""
@@ -182,7 +193,6 @@ def replay_pipeline(unrolled: Unrolled, cluster: Cluster, assignment: np.ndarray
             if (warmup >= unrolled.micro_batches).all():
                 raise
             warmup = np.minimum(warmup + 1, unrolled.micro_batches)
-    peak = memory_profile(unrolled.graph, cluster.num_devices, node_dev, result).peak_bytes
-    return PipelineReplay(schedule, unrolled.micro_batches, result.step_time_us, peak, warmup, orders, result,
-                          unrolled)
+    return PipelineReplay(schedule, unrolled.micro_batches, result.step_time_us, warmup, orders, result,
+                          unrolled, node_dev, cluster.num_devices)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from celeritas_core.graphs.graph import Graph, Liveness
+from celeritas_core.graphs.graph import Graph, Liveness, unique_pairs
 from celeritas_core.pipeline.microbatch import op_floor_us
 from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, OpRoles
 
@@ -142,7 +142,7 @@ def unroll(graph: Graph, roles: OpRoles, micro_batches: int) -> Unrolled:
         s = copy(src[e][None, :], ks[:, None]) if both else np.broadcast_to(new_of[src[e]], (m, len(e)))
         add(s, copy(dst[e][None, :], ks[:, None]), np.broadcast_to(out[e], (m, len(e))),
             np.broadcast_to(nbytes[e], (m, len(e))))
-    to_update = np.flatnonzero(ps & ~pd)
+    to_update = gradient_edges(graph, roles)
     acc = _accumulations(graph, to_update, m, ns + m * nb, copy)
     add(acc.src, acc.dst, acc.out, acc.nbytes)
     last_src, last_out = acc.last_of_edge
@@ -154,9 +154,7 @@ def unroll(graph: Graph, roles: OpRoles, micro_batches: int) -> Unrolled:
                            np.full(len(acc.producer), BACKWARD, dtype=np.int8)]).astype(np.int8)
     names = ([graph.node_names[i] for i in shared]
              + [f"mb{k}/{graph.node_names[i]}" for k in range(m) for i in batch] + acc.names)
-    floor = op_floor_us(graph)
-    bandwidth = float(graph.meta.get("memory_bandwidth_bytes_per_us", DEFAULT_BANDWIDTH_BYTES_PER_US))
-    acc_time = floor + 3.0 * acc.bytes / bandwidth
+    acc_time = accumulation_time_us(graph, acc.bytes)
     unrolled = Graph.from_arrays(
         name=f"{graph.name}@{m}mb", node_names=names,
         time_us=np.concatenate([graph.time_us[op[:ns + m * nb]], acc_time]),
@@ -194,14 +192,36 @@ class _Accumulations:
     """Per accumulation: the node and output of the sum it adds to, whose buffer it reuses."""
 
 
+def accumulated_gradients(graph: Graph, to_update: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tensors a pipelined step accumulates, from the edges ``to_update`` (from a per-micro-batch
+    op to an op run once: a gradient into its update): producer, output and bytes (the largest
+    of its edges), sorted by ``(producer, output)``."""
+    producer, output, tensor_of_edge = unique_pairs(graph.edge_src[to_update],
+                                                    graph.edge_src_output[to_update])
+    nbytes = np.zeros(len(producer))
+    np.maximum.at(nbytes, tensor_of_edge, graph.edge_bytes[to_update])
+    return producer, output, nbytes
+
+
+def gradient_edges(graph: Graph, roles: OpRoles) -> np.ndarray:
+    """The edges from a per-micro-batch op to an op run once (a gradient into its update)."""
+    per_mb = roles.per_micro_batch
+    return np.flatnonzero(per_mb[graph.edge_src] & ~per_mb[graph.edge_dst])
+
+
+def accumulation_time_us(graph: Graph, nbytes: np.ndarray) -> np.ndarray:
+    """The time (µs) of adding a gradient of ``nbytes`` to its sum (module docstring): the per-op
+    floor plus reading two tensors and writing one at the device's memory bandwidth."""
+    bandwidth = float(graph.meta.get("memory_bandwidth_bytes_per_us", DEFAULT_BANDWIDTH_BYTES_PER_US))
+    return op_floor_us(graph) + 3.0 * np.asarray(nbytes, dtype=np.float64) / bandwidth
+
+
 def _accumulations(graph: Graph, to_update: np.ndarray, m: int, first: int,
                    copy: Callable[[np.ndarray, int], np.ndarray]) -> _Accumulations:
     """``M - 1`` additions per gradient tensor that reaches an update, numbered from ``first``."""
-    keys = sorted({(int(graph.edge_src[e]), int(graph.edge_src_output[e])) for e in to_update})
-    size = {key: 0.0 for key in keys}
-    for e in to_update:
-        key = (int(graph.edge_src[e]), int(graph.edge_src_output[e]))
-        size[key] = max(size[key], float(graph.edge_bytes[e]))
+    producers, outputs_of, sizes = accumulated_gradients(graph, to_update)
+    keys = list(zip(producers.tolist(), outputs_of.tolist(), strict=True))
+    size = dict(zip(keys, sizes.tolist(), strict=True))
     producer, outputs, mb, nbytes_of, names, src, dst, out, eb = [], [], [], [], [], [], [], [], []
     into: list[tuple[int, int]] = []
     final: dict[tuple[int, int], tuple[int, int]] = {}

@@ -18,6 +18,7 @@ from celeritas_core.pipeline.plan import (
     candidate_micro_batches,
     place_pipelined,
     replay_plan,
+    work_bound_us,
 )
 from celeritas_core.pipeline.roles import AFTER, BACKWARD, BEFORE, FORWARD, op_roles
 from celeritas_core.pipeline.schedules import replay_pipeline
@@ -305,3 +306,76 @@ def test_the_refinement_keeps_the_best_and_ends_where_no_one_unit_move_helps(ste
             moved = replay_pipeline(u, cluster, seq.assignment(trial, devices), "1f1b", rank)
             assert (moved.overflow_bytes(capacity), moved.step_time_us) >= \
                 (refined.replay.overflow_bytes(capacity), refined.replay.step_time_us)
+
+
+@pytest.mark.parametrize("m", [2, 4, 8, 16])
+def test_the_work_bound_is_below_every_replay(step: Graph, m: int) -> None:
+    """No assignment's pipelined step beats the work spread perfectly over the devices, on
+    devices of different speeds too; and the bound counts the unrolled step's work exactly."""
+    roles = op_roles(step)
+    micro = microbatch_graph(step, roles, m)
+    u = unroll(micro, roles, m)
+    rng = np.random.default_rng(m)
+    for speeds in ([1.0, 1.0, 1.0], [1.0, 0.5, 2.0]):
+        cluster = Cluster.build(["a", "b", "c"], [2**40] * 3, speed=speeds)
+        bound = work_bound_us(micro, roles, m, cluster)
+        assert bound == pytest.approx(u.graph.time_us.sum() / sum(speeds))
+        assignments = [np.zeros(step.num_nodes, dtype=np.int64), rng.integers(0, 3, step.num_nodes),
+                       place(micro, cluster, "gpipe-even", {"micro_batches": m}, evaluate=False).assignment]
+        for assignment in assignments:
+            for schedule in ("gpipe", "1f1b"):
+                replay = replay_pipeline(u, cluster, assignment, schedule, step.topological_rank)
+                assert replay.step_time_us >= bound * (1 - 1e-12)
+
+
+def test_an_m_that_cannot_beat_the_best_fitting_step_is_not_replayed(step: Graph) -> None:
+    """With a floor that makes every extra micro-batch dear, the large ``M`` are ruled out by their
+    work bound, and the result is the one the full search finds (the explicit ``M`` replayed
+    one by one)."""
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(step))
+    request = PipelineRequest(op_floor_us=100.0)
+    placed = place_pipelined(step, cluster, request=request)
+    search = placed.extra["pipeline_search"]
+    assert search["micro_batches_ruled_out"], search
+    assert not set(search["micro_batches_ruled_out"]) & set(search["micro_batches_tried"])
+    best = placed.pipeline.predicted_step_time_us if placed.pipeline else placed.predicted_step_time_us
+    roles = op_roles(step)
+    for m in search["micro_batches_ruled_out"]:
+        micro = microbatch_graph(step, roles, m, floor_us=100.0)
+        assert work_bound_us(micro, roles, m, cluster) >= best
+        alone = place_pipelined(step, cluster, request=PipelineRequest(m, "auto", op_floor_us=100.0))
+        assert alone.pipeline.predicted_step_time_us >= best
+
+
+def test_a_slower_candidate_needs_no_peak_and_the_best_is_the_least_key(step: Graph) -> None:
+    """The search compares candidates by (overflow, step, M) but makes a replay's liveness peak
+    only when that can change the answer: never for one no faster than a best that fits."""
+    from celeritas_core.pipeline import plan
+
+    roles = op_roles(step)
+    cluster = Cluster.homogeneous(4, 0.45 * one_device_peak_bytes(step))
+    micro = microbatch_graph(step, roles, 2)
+    u = unroll(micro, roles, 2)
+    rank = step.topological_rank
+    rng = np.random.default_rng(0)
+    assignments = [place(micro, cluster, name, {"micro_batches": 2}, evaluate=False).assignment
+                   for name in ("gpipe-even", "alpa-stages", "pipedream")]
+    assignments += [rng.integers(0, 4, step.num_nodes) for _ in range(4)]
+
+    def candidates() -> list:
+        return [plan._Tried(str(i), a, replay_pipeline(u, cluster, a, "1f1b", rank))
+                for i, a in enumerate(assignments)]
+
+    capacity = cluster.memory_bytes
+    lazy = candidates()
+    best = plan._best(lazy, capacity)
+    eager = candidates()
+    assert best.source == min(eager, key=lambda t: t.key(capacity)).source
+    assert [t.source for t in plan._ranked(candidates(), capacity, 3)] == \
+        [t.source for t in sorted(eager, key=lambda t: t.key(capacity))[:3]]
+    assert best.replay.overflow_bytes(capacity) == 0
+    fresh = candidates()  # the best first: every slower one after it is judged without its peak
+    first = next(t for t in fresh if t.source == best.source)
+    assert plan._best([first, *(t for t in fresh if t is not first)], capacity) is first
+    slower = [t for t in fresh if t.replay.step_time_us > first.replay.step_time_us]
+    assert slower and all("device_peak_bytes" not in t.replay.__dict__ for t in slower)
