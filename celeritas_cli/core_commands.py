@@ -130,8 +130,10 @@ def _pipeline_lines(cluster: Cluster, placement: Placement) -> list[str]:
     search = placement.extra.get("pipeline_search")
     if plan is None:
         if search:
-            tried = search["micro_batches_tried"]
-            return ["", f"pipelined   micro-batches tried {tried}: one batch per step was fastest"]
+            tried, ruled_out = search["micro_batches_tried"], search.get("micro_batches_ruled_out") or []
+            parts = [f"tried {tried}"] if tried or not ruled_out else []
+            parts += [f"ruled out {ruled_out} (their work alone takes longer)"] if ruled_out else []
+            return ["", f"pipelined   micro-batches {', '.join(parts)}: one batch per step was fastest"]
         return []
     batch = f" of {plan.batch_size // plan.micro_batches}" if plan.batch_size else ""
     ratio = plan.predicted_step_time_us / plan.single_batch_step_time_us

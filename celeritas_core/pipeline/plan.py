@@ -215,7 +215,8 @@ def place_pipelined(graph: Graph, cluster: Cluster, placer: str = "celeritas",
     seconds = base.placement_seconds + time.perf_counter() - started
     summary = {"micro_batches_tried": searched, "micro_batches_ruled_out": search.ruled_out,
                "schedules_tried": list(request.schedules), "candidates": search.count}
-    if request.micro_batches is None and (base_over, base.predicted_step_time_us) <= best.key(capacity)[:2]:
+    if best is None or (request.micro_batches is None
+                        and (base_over, base.predicted_step_time_us) <= best.key(capacity)[:2]):
         extra = dict(base.extra, pipeline_search={**summary, "chosen": "one batch per step"})
         return replace(base, placement_seconds=seconds, extra=extra)
     chosen = base if np.array_equal(best.assignment, base.assignment) else evaluate_placement(
@@ -244,9 +245,9 @@ class _Search:
     ruled_out: list[int] = field(default_factory=list)
     """The ``M`` not replayed: their :func:`work_bound_us` was no faster than the best that fits."""
 
-    def run(self, ms: Sequence[int], request: PipelineRequest) -> tuple[_Tried, list[int]]:
+    def run(self, ms: Sequence[int], request: PipelineRequest) -> tuple[_Tried | None, list[int]]:
         """The best candidate over ``ms`` (ascending; stopped after :data:`PATIENCE` that bring
-        nothing better) and the ``M`` tried."""
+        nothing better; None when ``auto`` ruled every ``M`` out) and the ``M`` replayed."""
         capacity = self.cluster.memory_bytes
         sequence = _layer_sequence(self.graph) if any(n in PLACERS for n in _planners(self.placer)) else None
         screen = request.schedules if request.schedule != AUTO_SCHEDULE else (ONE_F_ONE_B,)
@@ -256,7 +257,8 @@ class _Search:
         for m in ms:
             micro = microbatch_graph(self.graph, self.roles, m, floor_us=self.floor, fits=self.fits,
                                      batch_size=self.batch)
-            if best_key[0] == 0 and work_bound_us(micro, self.roles, m, self.cluster) >= best_key[1]:
+            if (request.micro_batches is None and best_key[0] == 0  # an M asked for is replayed
+                    and work_bound_us(micro, self.roles, m, self.cluster) >= best_key[1]):
                 self.ruled_out.append(m)  # nothing at this M can beat the best that fits
                 key = best_key
             else:
@@ -274,6 +276,9 @@ class _Search:
         for other in others:  # the best few, under the other schedule
             tried += [replace(t, replay=replay_pipeline(t.replay.unrolled, self.cluster, t.assignment, other,
                                                         rank)) for t in ranked]
+        self.count = len(tried)
+        if not tried:  # every M ruled out (auto): one batch per step
+            return None, searched
         best = _best(tried, capacity)
         splits = [t for t in tried if t.split is not None]
         if splits and self.placer == "celeritas":
@@ -284,7 +289,6 @@ class _Search:
             traffic = boundary_traffic(self.graph, sequence[0])
             best = _best([best, *(_refine(t, self.cluster, sequence[0], traffic, rank=rank) for t in picked)],
                          capacity)
-        self.count = len(tried)
         return best, searched
 
 

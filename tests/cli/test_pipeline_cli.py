@@ -52,6 +52,28 @@ def test_place_pipelined_then_simulate_replays_the_same(step: tuple[Path, str], 
     assert line in replayed.splitlines()  # the same step, M, schedule and ratio
 
 
+def test_micro_batches_that_cannot_win_are_ruled_out_and_said(step: tuple[Path, str], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """On one device that holds the step, with a per-op floor above every op's time (no op gets
+    faster on a smaller batch), each ``M`` has ``M`` times the work of the single-batch step: no
+    ``M`` is replayed, and the output says so. An ``M`` asked for is replayed all the same."""
+    graph, _ = step
+    out = tmp_path / "p.json"
+    code, text, err = _run(["place", str(graph), "--devices", "1", "--device-memory", "64GiB",
+                            "--micro-batches", "auto", "--op-floor-us", "5000", "--out", str(out)], capsys)
+    assert code == 0, err
+    search = json.loads(out.read_text())["extra"]["pipeline_search"]
+    assert search["micro_batches_tried"] == [] and search["micro_batches_ruled_out"] == [2, 4]
+    assert ("pipelined   micro-batches ruled out [2, 4] (their work alone takes longer): one batch per step "
+            "was fastest") in text
+    code, text, err = _run(["place", str(graph), "--devices", "1", "--device-memory", "64GiB",
+                            "--micro-batches", "4", "--op-floor-us", "5000", "--out", str(out)], capsys)
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["pipeline"]["micro_batches"] == 4 and doc["extra"]["pipeline_search"]["micro_batches_tried"] == [4]
+    assert doc["pipeline"]["predicted_step_time_us"] > doc["pipeline"]["single_batch_step_time_us"]
+
+
 def test_compare_ranks_the_pipelined_steps(step: tuple[Path, str], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     graph, memory = step
