@@ -609,7 +609,8 @@ class Graph:
         depends on the structure alone: the adjacency, the topological order, the co-location
         groups and :attr:`structure_memo`, computed once instead of once per derived graph (the
         placers plan on a copy with planning bytes; a pipelined step on copies at micro-batch
-        costs). ``liveness`` replaces the liveness fields, which must describe the same outputs.
+        costs). ``liveness`` replaces the liveness fields (checked like :meth:`from_arrays` checks
+        them; its aliases are taken as they are).
 
         Examples
         --------
@@ -639,6 +640,7 @@ class Graph:
                 _check_costs(array, self.node_names, field_name)
             changes[field_name] = array
         if liveness is not None:
+            liveness.check(self.node_names)
             changes["liveness"] = liveness
         if meta is not None:
             changes["meta"] = dict(meta)
