@@ -70,7 +70,8 @@ def test_micro_batches_that_cannot_win_are_ruled_out_and_said(step: tuple[Path, 
                             "--micro-batches", "4", "--op-floor-us", "5000", "--out", str(out)], capsys)
     assert code == 0, err
     doc = json.loads(out.read_text())
-    assert doc["pipeline"]["micro_batches"] == 4 and doc["extra"]["pipeline_search"]["micro_batches_tried"] == [4]
+    assert doc["pipeline"]["micro_batches"] == 4
+    assert doc["extra"]["pipeline_search"]["micro_batches_tried"] == [4]
     assert doc["pipeline"]["predicted_step_time_us"] > doc["pipeline"]["single_batch_step_time_us"]
 
 
