@@ -22,9 +22,10 @@ device (none fits: the least overflow, then the fastest). The candidates:
   flight).
 
 With ``auto``, one batch per step (``M = 1``, the single-batch placement itself) competes too:
-the result is never slower than it. Everything counted is work (replays of fixed candidates, a
-fixed number of re-plans, of refined splits and of boundary moves), never wall clock: the same
-input gives the same placement.
+the result is never slower than it; and an ``M`` whose :func:`work_bound_us` is no faster than the
+best step that fits is not replayed (nothing there can win). Everything counted is work (replays of
+fixed candidates, a fixed number of re-plans, of refined splits and of boundary moves), never wall
+clock: the same input gives the same placement.
 """
 
 from __future__ import annotations
