@@ -120,7 +120,7 @@ def test_noisy_profiles_trace_more_steps_and_a_batch_spans_towards_the_target(mo
         assert all(rule(prefix[k]) > k for k in range(2, n))
         assert n == 4 or rule(prefix[n]) <= n
         assert t.time_us == {op: float(np.median(v)) for op, v in t.time_samples.items()}
-    assert max(len(t.step_seconds) for t in traces) == 4  # the larger batches' times do spread
+    assert max(len(t.step_seconds) for t in traces) > 2  # two steps' µs times never all agree
     quiet = ProfilePlan(traced_steps=2, max_traced_steps=4, noise_target=1e9, span_target=64,
                         device_bytes=1.0)
     traces = profile_small_batches(model, [4, 8], plan=quiet)
